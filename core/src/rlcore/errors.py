@@ -1,0 +1,35 @@
+"""One error hierarchy for everything rlcore raises on purpose.
+
+The CLI turns any ``RlcoreError`` into one line on stderr and exit code 2; anything else is a
+bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class RlcoreError(Exception):
+    """Base of every error rlcore raises for a condition the user can act on."""
+
+
+class ConfigError(RlcoreError):
+    """A configuration file or override is invalid; the message names the key path."""
+
+
+class PluginError(RlcoreError):
+    """A plugin is unknown, duplicated, or could not be imported."""
+
+
+class DataError(RlcoreError):
+    """A data file is missing, unreadable, empty, or lacks a required field."""
+
+
+class DataProtoError(RlcoreError, ValueError):
+    """A DataProto operation got inconsistent inputs (length mismatch, conflict, uneven chunk)."""
+
+
+class ResourceError(RlcoreError):
+    """The cluster cannot hold what the configuration asks for."""
+
+
+class WorkerError(RlcoreError):
+    """A remote worker failed; the message names role, rank and carries the remote traceback."""

@@ -1,0 +1,80 @@
+"""The hooks a plugin distribution implements to register components with rlcore.
+
+A plugin is a module named by an entry point in the ``rlcore`` group::
+
+    [project.entry-points.rlcore]
+    fsdp2 = "rlcore_fsdp2.plugin"
+
+whose functions carry ``@hookimpl``. Hooks return data and do no work: each maps a name, as
+it appears in a TOML config, to a ``"module:Class"`` string (imported only when a config
+selects that name) or to the class itself. A plugin module must import nothing heavy
+(no torch, transformers, vllm, ...), because every installed plugin is imported whenever
+rlcore lists or resolves plugins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pluggy
+
+PROJECT_NAME = "rlcore"
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+@hookspec
+def register_engines() -> Mapping[str, str | type]:  # type: ignore[empty-body]
+    """Training engines (subclasses of :class:`rlcore.interfaces.BaseEngine`).
+
+    Selected by ``[actor.engine] name = ...`` (also ``[critic.engine]``, ``[ref.engine]``).
+
+    Example::
+
+        @hookimpl
+        def register_engines():
+            return {"fsdp2": "rlcore_fsdp2.engine:FSDP2Engine"}
+    """
+
+
+@hookspec
+def register_rollouts() -> Mapping[str, str | type]:  # type: ignore[empty-body]
+    """Generation backends (subclasses of :class:`rlcore.interfaces.BaseRollout`).
+
+    Selected by ``[rollout] name = ...``.
+
+    Example::
+
+        @hookimpl
+        def register_rollouts():
+            return {"hf": "rlcore_hf.rollout:HFRollout"}
+    """
+
+
+@hookspec
+def register_rewards() -> Mapping[str, str | type]:  # type: ignore[empty-body]
+    """Reward functions (subclasses of :class:`rlcore.interfaces.BaseReward`).
+
+    Selected by ``[reward] default = ...`` and the ``[reward.sources]`` map.
+
+    Example::
+
+        @hookimpl
+        def register_rewards():
+            return {"gsm8k": "rlcore_gsm8k.reward:GSM8KReward"}
+    """
+
+
+@hookspec
+def register_algorithms() -> Mapping[str, str | type]:  # type: ignore[empty-body]
+    """RL algorithms (subclasses of :class:`rlcore.interfaces.BaseAlgorithm`).
+
+    Selected by ``[algorithm] name = ...``.
+
+    Example::
+
+        @hookimpl
+        def register_algorithms():
+            return {"grpo": "rlcore_grpo.algorithm:GRPO"}
+    """

@@ -1,0 +1,228 @@
+"""``PolicyGradientAlgorithm``: the options and losses PPO, GRPO, RLOO and REINFORCE++ share.
+
+A plugin subclasses it, re-applies ``@attrs.frozen(kw_only=True)`` on its own ``Config``, and
+implements :meth:`compute_advantages` with an estimator from :mod:`rlcore.rl.advantages`.
+The policy loss, the KL loss / KL-in-reward and the entropy bonus come from here::
+
+    class GRPO(PolicyGradientAlgorithm):
+        @attrs.frozen(kw_only=True)
+        class Config(PolicyGradientAlgorithm.Config):
+            norm_adv_by_std: bool = True
+
+        def compute_advantages(self, batch): ...
+
+Run state: the KL-in-reward controller (:attr:`kl_ctrl`) is the only state, and it is used
+on the driver only (:meth:`compute_rewards` reads and updates it); workers rebuild the
+algorithm from its ``Config`` and never touch it. The trainer saves it with
+:meth:`state_dict` / :meth:`load_state_dict`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+import attrs
+import torch
+
+from rlcore.interfaces import BaseAlgorithm, BatchTotals, ModelOutputs
+from rlcore.rl.kl import KL_ESTIMATORS, KLController, apply_kl_penalty, kl_penalty
+from rlcore.rl.losses import (
+    LOSS_AGG_MODES,
+    LossAggMode,
+    agg_loss,
+    compute_policy_loss_gspo,
+    compute_policy_loss_vanilla,
+)
+
+if TYPE_CHECKING:
+    from rlcore.protocol import DataProto
+
+__all__ = ["KLControlConfig", "PolicyGradientAlgorithm", "require"]
+
+_v = attrs.validators
+
+
+@attrs.frozen(kw_only=True)
+class KLControlConfig:
+    """The KL-in-reward coefficient (``[algorithm.kl_ctrl]``), used when ``use_kl_in_reward``.
+
+    ``fixed`` keeps ``kl_coef``; ``adaptive`` moves it toward ``target_kl`` over ``horizon``
+    rows (see :class:`rlcore.rl.kl.KLController`).
+    """
+
+    type: Literal["fixed", "adaptive"] = attrs.field(
+        default="fixed", validator=_v.in_(("fixed", "adaptive"))
+    )
+    kl_coef: float = attrs.field(default=0.001, validator=_v.ge(0.0))
+    target_kl: float = attrs.field(default=0.1, validator=_v.gt(0.0))
+    horizon: int = attrs.field(default=10000, validator=_v.gt(0))
+
+
+def require(batch: DataProto, key: str) -> torch.Tensor:
+    """``batch.batch[key]``, or a KeyError naming what the algorithm needed."""
+    tensors = batch.batch or {}
+    if key not in tensors:
+        msg = f"the algorithm needs batch[{key!r}]; the batch has {sorted(tensors)}"
+        raise KeyError(msg)
+    return tensors[key]
+
+
+def _local_metric(value: torch.Tensor, mode: str, totals: BatchTotals, mask: torch.Tensor) -> float:
+    """Undo the mini-batch normaliser: the micro-batch's own aggregate, for logging.
+
+    Losses are divided by mini-batch totals (so micro-batch losses sum to the mini-batch
+    loss); metrics report each micro-batch's own mean, which the engine then averages.
+    """
+    if mode == "token-mean":
+        local = int(mask.sum().item())
+        scale = totals.tokens / local if local else 0.0
+    else:
+        local = int(mask.shape[0])
+        scale = totals.sequences / local if local else 0.0
+    return float(value.detach().item()) * scale
+
+
+class PolicyGradientAlgorithm(BaseAlgorithm):
+    """Clipped policy-gradient loss with optional KL (loss or reward) and entropy bonus."""
+
+    @attrs.frozen(kw_only=True)
+    class Config(BaseAlgorithm.Config):
+        """Options every policy-gradient algorithm accepts (``[algorithm]``).
+
+        - ``clip_ratio_low`` / ``clip_ratio_high``: PPO clip range ``[1 - low, 1 + high]``
+          (DAPO's clip-higher raises ``high``, e.g. 0.28).
+        - ``clip_ratio_c``: dual-clip bound for negative advantages (> 1).
+        - ``loss_agg_mode``: ``token-mean`` | ``seq-mean-token-sum`` | ``seq-mean-token-mean``
+          | ``seq-mean-token-sum-norm`` (see :mod:`rlcore.rl.losses`).
+        - ``policy_loss``: ``vanilla`` (token ratio, PPO) or ``gspo`` (sequence ratio).
+        - ``use_kl_loss`` / ``kl_loss_coef`` / ``kl_loss_type``: KL to the reference as a loss
+          term (GRPO's way); ``kl_loss_type`` one of k1/kl, abs, k2/mse, k3/low_var_kl, each
+          optionally with ``+`` (value of the estimator, gradient of k2).
+        - ``use_kl_in_reward`` / ``kl_penalty`` / ``kl_ctrl``: KL as a per-token penalty in
+          the reward (PPO's way), with a fixed or adaptive coefficient.
+        - ``entropy_coeff``: entropy bonus (``loss -= entropy_coeff * entropy``).
+        """
+
+        clip_ratio_low: float = attrs.field(default=0.2, validator=[_v.ge(0.0), _v.lt(1.0)])
+        clip_ratio_high: float = attrs.field(default=0.2, validator=_v.ge(0.0))
+        clip_ratio_c: float = attrs.field(default=3.0, validator=_v.gt(1.0))
+        loss_agg_mode: LossAggMode = attrs.field(
+            default="token-mean", validator=_v.in_(LOSS_AGG_MODES)
+        )
+        policy_loss: Literal["vanilla", "gspo"] = attrs.field(
+            default="vanilla", validator=_v.in_(("vanilla", "gspo"))
+        )
+        use_kl_loss: bool = False
+        kl_loss_coef: float = attrs.field(default=0.001, validator=_v.ge(0.0))
+        kl_loss_type: str = attrs.field(default="low_var_kl", validator=_v.in_(KL_ESTIMATORS))
+        use_kl_in_reward: bool = False
+        kl_penalty: str = attrs.field(default="kl", validator=_v.in_(KL_ESTIMATORS))
+        kl_ctrl: KLControlConfig = attrs.field(factory=KLControlConfig)
+        entropy_coeff: float = 0.0
+
+    config: PolicyGradientAlgorithm.Config
+
+    def __init__(self, config: PolicyGradientAlgorithm.Config) -> None:
+        super().__init__(config)
+        self.config = config
+        ctrl = config.kl_ctrl
+        # Driver-side run state (see the module docstring).
+        self.kl_ctrl = KLController(
+            value=ctrl.kl_coef,
+            adaptive=ctrl.type == "adaptive",
+            target_kl=ctrl.target_kl,
+            horizon=ctrl.horizon,
+        )
+
+    @property
+    def needs_reference(self) -> bool:
+        return self.config.use_kl_loss or self.config.use_kl_in_reward
+
+    @property
+    def needs_entropy(self) -> bool:
+        """Whether the engine must return ``outputs.entropy`` with gradient for the loss."""
+        return self.config.entropy_coeff != 0.0
+
+    # --- driver side ------------------------------------------------------------------------
+
+    def compute_rewards(self, batch: DataProto) -> tuple[DataProto, dict[str, float]]:
+        """``token_level_rewards = token_level_scores - coef * KL(old || ref)`` when
+        ``use_kl_in_reward``, else a copy of the scores; updates the adaptive coefficient."""
+        scores = require(batch, "token_level_scores")
+        if not self.config.use_kl_in_reward:
+            batch.batch["token_level_rewards"] = scores
+            return batch, {}
+        coef = self.kl_ctrl.value
+        rewards, current_kl = apply_kl_penalty(
+            scores,
+            require(batch, "old_log_probs"),
+            require(batch, "ref_log_prob"),
+            require(batch, "response_mask"),
+            coef=coef,
+            estimator=self.config.kl_penalty,
+        )
+        batch.batch["token_level_rewards"] = rewards
+        self.kl_ctrl.update(current_kl, n_steps=int(scores.shape[0]))
+        return batch, {"actor/reward_kl_penalty": current_kl, "actor/reward_kl_penalty_coeff": coef}
+
+    def state_dict(self) -> dict[str, float]:
+        """Driver run state for checkpoints: the KL-in-reward coefficient."""
+        return {"kl_coef": self.kl_ctrl.value}
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        self.kl_ctrl.value = float(state["kl_coef"])
+
+    # --- inside the engines -----------------------------------------------------------------
+
+    def policy_loss(
+        self, outputs: ModelOutputs, batch: DataProto, totals: BatchTotals
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """Clipped PG loss (+ ``kl_loss_coef`` * KL loss, - ``entropy_coeff`` * entropy).
+
+        Every term is aggregated with ``loss_agg_mode`` over the mini-batch ``totals``.
+        Metrics are this micro-batch's own means.
+        """
+        cfg = self.config
+        if outputs.log_probs is None:
+            msg = "policy_loss needs outputs.log_probs (with gradient)"
+            raise ValueError(msg)
+        log_prob = outputs.log_probs  # (b, R)
+        mask = require(batch, "response_mask")
+        old_log_prob = require(batch, "old_log_probs").to(log_prob.dtype)
+        advantages = require(batch, "advantages").to(log_prob.dtype)
+        mode = cfg.loss_agg_mode
+        if cfg.policy_loss == "gspo":
+            pg_loss, clipfrac, ppo_kl, clipfrac_lower = compute_policy_loss_gspo(
+                old_log_prob, log_prob, advantages, mask,
+                clip_ratio_low=cfg.clip_ratio_low, clip_ratio_high=cfg.clip_ratio_high,
+                loss_agg_mode=mode, totals=totals,
+            )  # fmt: skip
+        else:
+            pg_loss, clipfrac, ppo_kl, clipfrac_lower = compute_policy_loss_vanilla(
+                old_log_prob, log_prob, advantages, mask,
+                clip_ratio_low=cfg.clip_ratio_low, clip_ratio_high=cfg.clip_ratio_high,
+                clip_ratio_c=cfg.clip_ratio_c, loss_agg_mode=mode, totals=totals,
+            )  # fmt: skip
+        loss = pg_loss
+        metrics = {
+            "actor/pg_loss": _local_metric(pg_loss, mode, totals, mask),
+            "actor/pg_clipfrac": float(clipfrac.item()),
+            "actor/pg_clipfrac_lower": float(clipfrac_lower.item()),
+            "actor/ppo_kl": float(ppo_kl.item()),
+        }
+        if outputs.entropy is not None:
+            entropy = agg_loss(outputs.entropy, mask, mode, totals)
+            metrics["actor/entropy"] = _local_metric(entropy, mode, totals, mask)
+            if self.needs_entropy:
+                loss = loss - cfg.entropy_coeff * entropy
+        elif self.needs_entropy:
+            msg = f"entropy_coeff={cfg.entropy_coeff} needs outputs.entropy (with gradient)"
+            raise ValueError(msg)
+        if cfg.use_kl_loss:
+            ref_log_prob = require(batch, "ref_log_prob").to(log_prob.dtype)
+            kld = kl_penalty(log_prob, ref_log_prob, cfg.kl_loss_type)  # (b, R)
+            kl_loss = agg_loss(kld, mask, mode, totals)
+            loss = loss + cfg.kl_loss_coef * kl_loss
+            metrics["actor/kl_loss"] = _local_metric(kl_loss, mode, totals, mask)
+            metrics["actor/kl_coef"] = cfg.kl_loss_coef
+        return loss, metrics

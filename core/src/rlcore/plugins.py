@@ -1,0 +1,393 @@
+"""Plugin discovery: entry points of the ``rlcore`` group, loaded into a pluggy manager.
+
+A :class:`PluginRegistry` imports every plugin *module* (they are a few lines and import
+nothing heavy), calls each hook implementation on its own so every name can be traced to its
+distribution and version, and imports a component's ``"module:Class"`` target only when
+:meth:`PluginRegistry.resolve` asks for it. A plugin that fails to load is recorded with its
+distribution and does not take the others down; ``strict=True`` raises instead.
+
+``RLCORE_DISABLE_PLUGINS`` (comma-separated distribution or entry-point names, or ``*``)
+skips entry points before they are imported.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import importlib
+import importlib.metadata
+import logging
+import os
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+import attrs
+import pluggy
+
+from rlcore import hookspecs
+from rlcore.errors import PluginError
+from rlcore.interfaces import BaseAlgorithm, BaseEngine, BaseReward, BaseRollout
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "DISABLE_ENV",
+    "ENTRY_POINT_GROUP",
+    "INSTALL_HINTS",
+    "KINDS",
+    "PluginEntry",
+    "PluginProblem",
+    "PluginRegistry",
+    "default_registry",
+]
+
+ENTRY_POINT_GROUP: Final = "rlcore"
+DISABLE_ENV: Final = "RLCORE_DISABLE_PLUGINS"
+
+KINDS: Final = ("engine", "rollout", "reward", "algorithm")
+_HOOKS: Final = {
+    "engine": "register_engines",
+    "rollout": "register_rollouts",
+    "reward": "register_rewards",
+    "algorithm": "register_algorithms",
+}
+_BASES: Final[dict[str, type]] = {
+    "engine": BaseEngine,
+    "rollout": BaseRollout,
+    "reward": BaseReward,
+    "algorithm": BaseAlgorithm,
+}
+
+# Where the first-party components live, for "not installed" messages only: the core never
+# branches on a plugin name for behaviour.
+INSTALL_HINTS: Final[dict[tuple[str, str], str]] = {
+    ("engine", "fsdp2"): "rlcore-fsdp2",
+    ("engine", "megatron"): "rlcore-megatron",
+    ("rollout", "hf"): "rlcore-hf",
+    ("rollout", "vllm"): "rlcore-vllm",
+    ("rollout", "sglang"): "rlcore-sglang",
+    ("reward", "gsm8k"): "rlcore-gsm8k",
+    ("reward", "math"): "rlcore-math",
+    ("algorithm", "ppo"): "rlcore-ppo",
+    ("algorithm", "grpo"): "rlcore-grpo",
+    ("algorithm", "rloo"): "rlcore-rloo",
+}
+
+
+def _normalize(name: str) -> str:
+    """PEP 503 normalisation, so ``rlcore_fsdp2`` and ``rlcore-fsdp2`` match."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _describe(err: BaseException) -> str:
+    if isinstance(err, ImportError):
+        return str(err)
+    return f"{type(err).__name__}: {err}"
+
+
+@attrs.frozen(kw_only=True)
+class PluginEntry:
+    """One registered name: ``kind`` + ``name`` -> ``target`` ("module:Class" or a class)."""
+
+    kind: str
+    name: str
+    target: str | type
+    distribution: str | None  # None for a plugin registered in-process (tests)
+    version: str | None
+    plugin: str  # the entry point (or registration) name
+
+    @property
+    def target_name(self) -> str:
+        if isinstance(self.target, str):
+            return self.target
+        return f"{self.target.__module__}:{self.target.__qualname__}"
+
+    @property
+    def provider(self) -> str:
+        if self.distribution is None:
+            return f"plugin {self.plugin!r}"
+        return f"{self.distribution} {self.version}"
+
+
+@attrs.frozen(kw_only=True)
+class PluginProblem:
+    """A plugin module that was disabled, failed to load, or registered something wrong."""
+
+    distribution: str | None
+    version: str | None
+    plugin: str
+    status: str  # "disabled" or "error"
+    message: str  # one line, naming the distribution
+
+
+@attrs.frozen
+class _Provenance:
+    distribution: str | None
+    version: str | None
+    plugin: str
+
+
+class PluginRegistry:
+    """The components that installed plugins provide, by kind and name.
+
+    Build a fresh one per test (``PluginRegistry(entry_points=False)`` plus :meth:`register`
+    for in-process plugins); production code uses :func:`default_registry`.
+    """
+
+    def __init__(
+        self,
+        *,
+        strict: bool = False,
+        entry_points: bool = True,
+        disabled: Iterable[str] | None = None,
+    ) -> None:
+        self.strict = strict
+        self.pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+        self.pm.add_hookspecs(hookspecs)
+        self.problems: list[PluginProblem] = []
+        self._entries: dict[str, dict[str, list[PluginEntry]]] = {k: {} for k in KINDS}
+        self._provenance: dict[int, _Provenance] = {}
+        self._resolved: dict[tuple[str, str], type] = {}
+        if disabled is None:
+            disabled = os.environ.get(DISABLE_ENV, "").split(",")
+        self._disabled = {_normalize(d.strip()) for d in disabled if d.strip()}
+        if entry_points:
+            self._load_entry_points()
+
+    # --- loading ---------------------------------------------------------------------------
+
+    def _is_disabled(self, dist_name: str, ep_name: str) -> bool:
+        d = self._disabled
+        return "*" in d or _normalize(dist_name) in d or _normalize(ep_name) in d
+
+    def _problem(self, prov: _Provenance, status: str, message: str) -> None:
+        if self.strict and status == "error":
+            raise PluginError(message)
+        log.log(logging.WARNING if status == "error" else logging.DEBUG, "%s", message)
+        self.problems.append(
+            PluginProblem(
+                distribution=prov.distribution,
+                version=prov.version,
+                plugin=prov.plugin,
+                status=status,
+                message=message,
+            )
+        )
+
+    def _load_entry_points(self) -> None:
+        seen: set[tuple[str, str]] = set()
+        dists = sorted(
+            importlib.metadata.distributions(), key=lambda d: _normalize(d.metadata["Name"] or "")
+        )
+        for dist in dists:
+            dist_name = dist.metadata["Name"] or "?"
+            eps = sorted(
+                (ep for ep in dist.entry_points if ep.group == ENTRY_POINT_GROUP),
+                key=lambda ep: ep.name,
+            )
+            for ep in eps:
+                # The same distribution can sit twice on sys.path (editable install + a
+                # checkout); the first one wins, as it does for imports.
+                key = (_normalize(dist_name), ep.name)
+                if key in seen:
+                    continue
+                seen.add(key)
+                prov = _Provenance(dist_name, dist.version, ep.name)
+                if self._is_disabled(dist_name, ep.name):
+                    msg = f"{dist_name} {dist.version}: plugin {ep.name!r} disabled by {DISABLE_ENV}"
+                    self._problem(prov, "disabled", msg)
+                    continue
+                try:
+                    module = ep.load()
+                except Exception as err:  # any error in third-party import code; recorded
+                    msg = (
+                        f"plugin {ep.name!r} ({ep.value}) of {dist_name} {dist.version} "
+                        f"could not be loaded: {_describe(err)}"
+                    )
+                    if self.strict:
+                        raise PluginError(msg) from err
+                    self._problem(prov, "error", msg)
+                    continue
+                self._register(module, prov)
+
+    def register(self, plugin: object, *, name: str | None = None) -> None:
+        """Register an in-process plugin (a module or object with ``@hookimpl`` functions)."""
+        label = name or getattr(plugin, "__name__", None) or type(plugin).__name__
+        self._register(plugin, _Provenance(None, None, label))
+
+    def _register(self, plugin: object, prov: _Provenance) -> None:
+        where = prov.distribution and f"{prov.distribution} {prov.version}" or "plugin"
+        try:
+            # Entry-point names are unique only within a distribution.
+            self.pm.register(plugin, name=f"{prov.distribution}:{prov.plugin}")
+        except (ValueError, pluggy.PluginValidationError) as err:
+            self._problem(prov, "error", f"{where}: plugin {prov.plugin!r} is invalid: {err}")
+            return
+        self._provenance[id(plugin)] = prov
+        for caller in self.pm.get_hookcallers(plugin) or []:
+            if caller.has_spec():
+                continue
+            # A misspelled hook (register_engine) would otherwise be silently never called.
+            hint = difflib.get_close_matches(caller.name, list(_HOOKS.values()), n=1)
+            msg = f"{where}: plugin {prov.plugin!r} implements unknown hook {caller.name!r}"
+            if hint:
+                msg += f" (did you mean {hint[0]!r}?)"
+            self._problem(prov, "error", msg)
+        for kind, hook_name in _HOOKS.items():
+            caller = getattr(self.pm.hook, hook_name)
+            for impl in caller.get_hookimpls():
+                if impl.plugin is plugin:
+                    self._collect(kind, impl.function, prov)
+
+    def _collect(self, kind: str, function: Any, prov: _Provenance) -> None:
+        where = prov.distribution and f"{prov.distribution} {prov.version}" or "plugin"
+        hook_name = _HOOKS[kind]
+        try:
+            result = function()
+        except Exception as err:  # third-party hook code; recorded with its distribution
+            msg = f"{where}: {hook_name}() of plugin {prov.plugin!r} failed: {_describe(err)}"
+            if self.strict:
+                raise PluginError(msg) from err
+            self._problem(prov, "error", msg)
+            return
+        if not isinstance(result, Mapping):
+            msg = (
+                f"{where}: {hook_name}() of plugin {prov.plugin!r} must return a mapping "
+                f"name -> 'module:Class', got {type(result).__name__}"
+            )
+            self._problem(prov, "error", msg)
+            return
+        for name, target in result.items():
+            bad_target = not isinstance(target, type) and not (
+                isinstance(target, str) and ":" in target
+            )
+            if not isinstance(name, str) or bad_target:
+                msg = (
+                    f"{where}: {hook_name}() of plugin {prov.plugin!r} registered "
+                    f"{name!r} -> {target!r}; expected a name -> 'module:Class' string or class"
+                )
+                self._problem(prov, "error", msg)
+                continue
+            entry = PluginEntry(
+                kind=kind,
+                name=name,
+                target=target,
+                distribution=prov.distribution,
+                version=prov.version,
+                plugin=prov.plugin,
+            )
+            existing = self._entries[kind].setdefault(name, [])
+            existing.append(entry)
+            if len(existing) > 1:
+                msg = self._duplicate_message(kind, name)
+                self._problem(prov, "error", msg)
+
+    def _duplicate_message(self, kind: str, name: str) -> str:
+        providers = [e.provider for e in self._entries[kind][name]]
+        return f"{kind} {name!r} is provided by both {' and '.join(providers)}"
+
+    # --- queries ---------------------------------------------------------------------------
+
+    def entries(self, kind: str | None = None) -> list[PluginEntry]:
+        """Every registered name (duplicates included), sorted by kind then name."""
+        kinds = KINDS if kind is None else (self._check_kind(kind),)
+        return [e for k in kinds for n in sorted(self._entries[k]) for e in self._entries[k][n]]
+
+    def names(self, kind: str) -> list[str]:
+        """The names of ``kind`` that resolve to one provider (duplicates excluded)."""
+        found = self._entries[self._check_kind(kind)]
+        return sorted(n for n, es in found.items() if len(es) == 1)
+
+    def is_duplicate(self, kind: str, name: str) -> bool:
+        return len(self._entries[self._check_kind(kind)].get(name, ())) > 1
+
+    def _check_kind(self, kind: str) -> str:
+        if kind not in KINDS:
+            msg = f"unknown plugin kind {kind!r}; expected one of {', '.join(KINDS)}"
+            raise PluginError(msg)
+        return kind
+
+    def resolve(self, kind: str, name: str, *, where: str | None = None) -> type:
+        """Import and return the class registered as ``name`` of ``kind``.
+
+        ``where`` names the config section that selected it, for the error message
+        (``"[actor.engine] of run.toml"``).
+        """
+        self._check_kind(kind)
+        cached = self._resolved.get((kind, name))
+        if cached is not None:
+            return cached
+        found = self._entries[kind].get(name)
+        if not found:
+            raise PluginError(self._unknown_message(kind, name, where))
+        if len(found) > 1:
+            raise PluginError(self._duplicate_message(kind, name))
+        entry = found[0]
+        cls = self._import(entry)
+        base = _BASES[kind]
+        if not (isinstance(cls, type) and issubclass(cls, base)):
+            msg = (
+                f"{kind} {name!r} ({entry.target_name}) from {entry.provider} is not a "
+                f"subclass of rlcore.interfaces.{base.__name__}"
+            )
+            raise PluginError(msg)
+        if not attrs.has(cls.Config):  # type: ignore[attr-defined]
+            msg = (
+                f"{kind} {name!r} ({entry.target_name}) from {entry.provider}: its Config "
+                f"must be an attrs class (@attrs.frozen(kw_only=True))"
+            )
+            raise PluginError(msg)
+        self._resolved[(kind, name)] = cls
+        return cls
+
+    def _import(self, entry: PluginEntry) -> object:
+        if isinstance(entry.target, type):
+            return entry.target
+        module_name, _, attr_path = entry.target.partition(":")
+        install = f"pip install {entry.distribution}" if entry.distribution else None
+        try:
+            obj: object = importlib.import_module(module_name)
+        except Exception as err:  # any import-time failure of plugin code becomes one line
+            msg = (
+                f"{entry.kind} {entry.name!r} ({entry.target}) could not be imported: "
+                f"{_describe(err)}"
+            )
+            if isinstance(err, ImportError) and install:
+                msg += f". Install it with: {install}"
+            raise PluginError(msg) from err
+        for part in attr_path.split("."):
+            if not hasattr(obj, part):
+                msg = (
+                    f"{entry.kind} {entry.name!r} ({entry.target}) from {entry.provider}: "
+                    f"module {module_name!r} has no attribute {attr_path!r}"
+                )
+                raise PluginError(msg)
+            obj = getattr(obj, part)
+        return obj
+
+    def _unknown_message(self, kind: str, name: str, where: str | None) -> str:
+        at = f" in {where}" if where else ""
+        hint = INSTALL_HINTS.get((kind, name))
+        if hint is not None:
+            for p in self.problems:
+                if p.distribution and _normalize(p.distribution) == hint:
+                    return f"{kind} {name!r}{at} is not available: {p.message}"
+            return f"{kind} {name!r}{at} is not installed. Install it with: pip install {hint}"
+        installed = self.names(kind)
+        msg = f"unknown {kind} {name!r}{at}. Installed: {', '.join(installed) or 'none'}."
+        known = {n for k, n in INSTALL_HINTS if k == kind}
+        close = difflib.get_close_matches(name, sorted(set(installed) | known), n=1)
+        if close:
+            suggestion = close[0]
+            msg += f" Did you mean {suggestion!r}?"
+            if suggestion not in installed:
+                msg += f" (pip install {INSTALL_HINTS[(kind, suggestion)]})"
+        return msg
+
+
+@functools.cache
+def default_registry() -> PluginRegistry:
+    """The process-wide registry of installed plugins, loaded on first use."""
+    return PluginRegistry()
+

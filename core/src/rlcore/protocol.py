@@ -1,0 +1,654 @@
+"""DataProto: the batch that flows between the driver and the workers, with verl's API.
+
+A DataProto holds three things:
+
+- ``batch``: ``dict[str, torch.Tensor]``, every tensor with the same size of dim 0 (the rows);
+- ``non_tensor_batch``: ``dict[str, np.ndarray]``, one entry per row (object arrays for strings,
+  dicts, lists; any dtype is accepted);
+- ``meta_info``: a plain dict for the whole batch (temperature, metrics, ...).
+
+Names and semantics follow verl's ``verl/protocol.py`` so verl code ports, with two deliberate
+differences: ``batch`` is a plain dict rather than a TensorDict (``data.batch["x"]`` reads the
+same), and inconsistent inputs raise :class:`~rlcore.errors.DataProtoError` instead of failing
+an ``assert``. Pickling (and so Ray) carries tensors as numpy buffers; see ``_serialize``.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Self, TypeAlias
+
+import numpy as np
+import torch
+
+from rlcore._serialize import (
+    compact_tensor,
+    decode_safe,
+    encode_safe,
+    numpy_to_tensor,
+    tensor_to_numpy,
+)
+from rlcore.errors import DataProtoError
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "DataProto",
+    "DataProtoIndexError",
+    "DataProtoItem",
+    "pad_dataproto_to_divisor",
+    "unpad_dataproto",
+]
+
+Index: TypeAlias = (
+    "int | np.integer[Any] | slice | Sequence[int] | Sequence[bool] | np.ndarray | torch.Tensor"
+)
+Keys: TypeAlias = "str | Iterable[str] | None"
+
+_FILE_FORMAT = "rlcore.DataProto"
+_FILE_VERSION = 1
+
+
+class DataProtoIndexError(DataProtoError, IndexError):
+    """A row index is out of range (also an ``IndexError``, so ``for row in data`` stops)."""
+
+
+@dataclasses.dataclass
+class DataProtoItem:
+    """One row of a DataProto: tensors without dim 0, the row's non-tensor values, meta_info."""
+
+    batch: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
+    non_tensor_batch: dict[str, Any] = dataclasses.field(default_factory=dict)
+    meta_info: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+class DataProto:
+    """Tensors and per-row values sharing dim 0, plus batch-wide ``meta_info`` (verl's API)."""
+
+    batch: dict[str, torch.Tensor]
+    non_tensor_batch: dict[str, np.ndarray]
+    meta_info: dict[str, Any]
+
+    def __init__(
+        self,
+        batch: dict[str, torch.Tensor] | None = None,
+        non_tensor_batch: dict[str, Any] | None = None,
+        meta_info: dict[str, Any] | None = None,
+    ) -> None:
+        self.batch = dict(batch) if batch is not None else {}
+        self.non_tensor_batch = {
+            k: _as_row_array(v, k) for k, v in (non_tensor_batch or {}).items()
+        }
+        self.meta_info = dict(meta_info) if meta_info is not None else {}
+        self.check_consistency()
+
+    # --- construction ---------------------------------------------------------------------
+
+    @classmethod
+    def from_dict(
+        cls,
+        tensors: dict[str, torch.Tensor] | None = None,
+        non_tensors: dict[str, Any] | None = None,
+        meta_info: dict[str, Any] | None = None,
+    ) -> Self:
+        """Build from tensors, per-row values (lists become object arrays) and meta_info."""
+        return cls(batch=tensors, non_tensor_batch=non_tensors, meta_info=meta_info)
+
+    @classmethod
+    def from_single_dict(
+        cls, data: dict[str, torch.Tensor | np.ndarray], meta_info: dict[str, Any] | None = None
+    ) -> Self:
+        """Build from one dict, sorting tensors into ``batch`` and numpy arrays into the rest."""
+        tensors: dict[str, torch.Tensor] = {}
+        non_tensors: dict[str, np.ndarray] = {}
+        for key, val in data.items():
+            if isinstance(val, torch.Tensor):
+                tensors[key] = val
+            elif isinstance(val, np.ndarray):
+                non_tensors[key] = val
+            else:
+                msg = f"from_single_dict: {key!r} is a {type(val).__name__}, not a tensor or array"
+                raise DataProtoError(msg)
+        return cls(batch=tensors, non_tensor_batch=non_tensors, meta_info=meta_info)
+
+    def check_consistency(self) -> None:
+        """Raise DataProtoError unless every tensor and array has the same number of rows."""
+        first: tuple[str, int] | None = None
+        for key, t in self.batch.items():
+            if not isinstance(t, torch.Tensor):
+                msg = f"batch[{key!r}] is a {type(t).__name__}; batch holds torch tensors only"
+                raise DataProtoError(msg)
+            first = _check_rows(f"batch[{key!r}]", tuple(t.shape), first)
+        for key, arr in self.non_tensor_batch.items():
+            if not isinstance(arr, np.ndarray):
+                msg = f"non_tensor_batch[{key!r}] is a {type(arr).__name__}, not a numpy array"
+                raise DataProtoError(msg)
+            first = _check_rows(f"non_tensor_batch[{key!r}]", arr.shape, first)
+        if not isinstance(self.meta_info, dict):
+            msg = f"meta_info is a {type(self.meta_info).__name__}, not a dict"
+            raise DataProtoError(msg)
+
+    # --- sizes and indexing -----------------------------------------------------------------
+
+    def __len__(self) -> int:
+        for t in self.batch.values():
+            return int(t.shape[0])
+        for arr in self.non_tensor_batch.values():
+            return int(arr.shape[0])
+        return 0
+
+    def __repr__(self) -> str:
+        tensors = ", ".join(
+            f"{k}: {tuple(v.shape)} {str(v.dtype).removeprefix('torch.')}"
+            + ("" if v.device.type == "cpu" else f" {v.device}")
+            for k, v in self.batch.items()
+        )
+        arrays = ", ".join(f"{k}: {v.shape} {v.dtype}" for k, v in self.non_tensor_batch.items())
+        return (
+            f"{type(self).__name__}(len={len(self)}, batch={{{tensors}}}, "
+            f"non_tensor_batch={{{arrays}}}, meta_info keys={list(self.meta_info)})"
+        )
+
+    def __getitem__(self, item: Index) -> Any:
+        """An int gives a :class:`DataProtoItem`; a slice, index array or bool mask a DataProto."""
+        if isinstance(item, int | np.integer) and not isinstance(item, bool | np.bool_):
+            n = len(self)
+            i = int(item)
+            if not -n <= i < n:
+                msg = f"row {i} is out of range for a DataProto of {n} rows"
+                raise DataProtoIndexError(msg)
+            return DataProtoItem(
+                batch={k: v[i] for k, v in self.batch.items()},
+                non_tensor_batch={k: v[i] for k, v in self.non_tensor_batch.items()},
+                meta_info=self.meta_info,
+            )
+        if isinstance(item, slice):
+            return self.slice(item.start, item.stop, item.step)
+        return self.select_idxs(item)
+
+    def __iter__(self) -> Iterator[DataProtoItem]:
+        for i in range(len(self)):
+            yield self[i]
+
+    def slice(
+        self, start: int | None = None, end: int | None = None, step: int | None = None
+    ) -> Self:
+        """Rows ``start:end:step``; tensors and arrays are views when ``step`` is positive."""
+        s = slice(start, end, step)
+        if s.step is not None and s.step < 0:
+            # torch slicing has no negative step; gather instead.
+            return self.select_idxs(np.arange(len(self))[s])
+        if s.step == 0:
+            msg = "slice step cannot be zero"
+            raise DataProtoError(msg)
+        return self._new(
+            {k: v[s] for k, v in self.batch.items()},
+            {k: v[s] for k, v in self.non_tensor_batch.items()},
+        )
+
+    def select_idxs(self, idxs: Index) -> Self:
+        """Rows at integer indices (negative allowed) or where a bool mask of len(self) is true."""
+        idx = _normalize_indices(idxs, len(self))
+        idx_t = torch.from_numpy(idx)
+        batch = {}
+        for k, v in self.batch.items():
+            batch[k] = v.index_select(0, idx_t.to(v.device))
+        return self._new(batch, {k: v[idx] for k, v in self.non_tensor_batch.items()})
+
+    # --- keys -------------------------------------------------------------------------------
+
+    def select(
+        self,
+        batch_keys: Keys = None,
+        non_tensor_batch_keys: Keys = None,
+        meta_info_keys: Keys = None,
+        deepcopy: bool = False,
+    ) -> Self:
+        """A DataProto with only the named keys (``None`` keeps all keys of that part).
+
+        Tensors are shared, not copied (as in verl); ``deepcopy`` copies the rest.
+        """
+        batch = _pick(self.batch, batch_keys, "batch")
+        non_tensors = _pick(self.non_tensor_batch, non_tensor_batch_keys, "non_tensor_batch")
+        meta = _pick(self.meta_info, meta_info_keys, "meta_info")
+        if deepcopy:
+            non_tensors = copy.deepcopy(non_tensors)
+            meta = copy.deepcopy(meta)
+        return type(self)(batch=batch, non_tensor_batch=non_tensors, meta_info=meta)
+
+    def pop(
+        self,
+        batch_keys: Keys = None,
+        non_tensor_batch_keys: Keys = None,
+        meta_info_keys: Keys = None,
+    ) -> Self:
+        """Remove the named keys (``None`` removes none) and return them as a new DataProto."""
+        parts = (
+            (self.batch, _keys(batch_keys), "batch"),
+            (self.non_tensor_batch, _keys(non_tensor_batch_keys), "non_tensor_batch"),
+            (self.meta_info, _keys(meta_info_keys), "meta_info"),
+        )
+        for d, keys, name in parts:  # check everything first: a failed pop changes nothing
+            _require_keys(d, keys, name)
+        popped: list[dict[str, Any]] = [{k: d.pop(k) for k in keys} for d, keys, _ in parts]
+        return type(self)(batch=popped[0], non_tensor_batch=popped[1], meta_info=popped[2])
+
+    def rename(self, old_keys: Keys = None, new_keys: Keys = None) -> Self:
+        """Rename ``batch`` keys in place, pairwise; returns self."""
+        old, new = _keys(old_keys), _keys(new_keys)
+        if len(old) != len(new):
+            msg = f"rename got {len(old)} old keys but {len(new)} new keys"
+            raise DataProtoError(msg)
+        _require_keys(self.batch, old, "batch")
+        clash = [k for k in new if k in self.batch and k not in old]
+        if clash or len(set(new)) != len(new):
+            msg = f"rename would overwrite batch keys {clash or new}"
+            raise DataProtoError(msg)
+        moved = {n: self.batch.pop(o) for o, n in zip(old, new)}
+        self.batch.update(moved)
+        return self
+
+    def union(self, other: DataProto) -> Self:
+        """Add ``other``'s keys in place and return self; shared keys must hold equal values."""
+        both_have_rows = bool(self.batch or self.non_tensor_batch) and bool(
+            other.batch or other.non_tensor_batch
+        )
+        if both_have_rows and len(self) != len(other):
+            msg = f"union of DataProtos with {len(self)} and {len(other)} rows"
+            raise DataProtoError(msg)
+        for name, mine, theirs in (
+            ("batch", self.batch, other.batch),
+            ("non_tensor_batch", self.non_tensor_batch, other.non_tensor_batch),
+            ("meta_info", self.meta_info, other.meta_info),
+        ):
+            for key in mine.keys() & theirs.keys():
+                if not _values_equal(mine[key], theirs[key]):
+                    msg = f"union conflict: {name}[{key!r}] differs between the two DataProtos"
+                    raise DataProtoError(msg)
+        self.batch.update(other.batch)
+        self.non_tensor_batch.update(other.non_tensor_batch)
+        self.meta_info.update(other.meta_info)
+        return self
+
+    def __or__(self, other: DataProto) -> Self:
+        """``a | b``: a new DataProto with the union (``a`` unchanged)."""
+        return copy.copy(self).union(other)
+
+    def __ior__(self, other: DataProto) -> Self:
+        """``batch |= other``: union in place."""
+        return self.union(other)
+
+    # --- splitting and joining ------------------------------------------------------------------
+
+    @staticmethod
+    def concat(data: Sequence[DataProto]) -> DataProto:
+        """Join along rows. meta_info must agree, except ``metrics``, which is merged per name.
+
+        Each part's ``meta_info["metrics"]`` (a dict, or a list of dicts) contributes to one
+        ``{name: [values...]}``: scalar values are appended, list values extended, in order.
+        """
+        if not data:
+            msg = "concat needs at least one DataProto"
+            raise DataProtoError(msg)
+        first = data[0]
+        for i, d in enumerate(data[1:], start=1):
+            for name, a, b in (
+                ("batch", first.batch, d.batch),
+                ("non_tensor_batch", first.non_tensor_batch, d.non_tensor_batch),
+            ):
+                if a.keys() != b.keys():
+                    msg = f"concat: part {i} has {name} keys {sorted(b)} but part 0 has {sorted(a)}"
+                    raise DataProtoError(msg)
+        batch = {k: torch.cat([d.batch[k] for d in data], dim=0) for k in first.batch}
+        non_tensors = {
+            k: np.concatenate([d.non_tensor_batch[k] for d in data], axis=0)
+            for k in first.non_tensor_batch
+        }
+        return type(first)(batch=batch, non_tensor_batch=non_tensors, meta_info=_merge_meta(data))
+
+    def chunk(self, chunks: int) -> list[Self]:
+        """Split into ``chunks`` equal parts (views); len(self) must be divisible by ``chunks``."""
+        if not isinstance(chunks, int) or chunks < 1:
+            msg = f"chunk needs a positive number of chunks, got {chunks!r}"
+            raise DataProtoError(msg)
+        n = len(self)
+        if n % chunks:
+            msg = (
+                f"cannot chunk {n} rows into {chunks} equal parts; "
+                "pad first with pad_dataproto_to_divisor(data, chunks)"
+            )
+            raise DataProtoError(msg)
+        size = n // chunks
+        return [self.slice(i * size, (i + 1) * size) for i in range(chunks)]
+
+    def split(self, split_size: int) -> list[Self]:
+        """Consecutive parts of ``split_size`` rows (the last may be shorter)."""
+        if not isinstance(split_size, int) or split_size < 1:
+            msg = f"split needs a positive split_size, got {split_size!r}"
+            raise DataProtoError(msg)
+        return [self.slice(i, i + split_size) for i in range(0, len(self), split_size)]
+
+    def repeat(self, repeat_times: int = 2, interleave: bool = True) -> Self:
+        """Repeat rows: interleaved (row i at rows i*k..i*k+k-1) or tiled (whole batch k times)."""
+        k = repeat_times
+        if not isinstance(k, int) or k < 1:
+            msg = f"repeat_times must be a positive int, got {k!r}"
+            raise DataProtoError(msg)
+        if interleave:
+            batch = {key: torch.repeat_interleave(v, k, dim=0) for key, v in self.batch.items()}
+            non_tensors = {key: np.repeat(v, k, axis=0) for key, v in self.non_tensor_batch.items()}
+        else:
+            batch = {key: v.repeat(k, *([1] * (v.dim() - 1))) for key, v in self.batch.items()}
+            non_tensors = {
+                key: np.tile(v, (k,) + (1,) * (v.ndim - 1))
+                for key, v in self.non_tensor_batch.items()
+            }
+        return self._new(batch, non_tensors)
+
+    def reorder(self, indices: torch.Tensor | np.ndarray | Sequence[int]) -> None:
+        """Permute rows in place: row i becomes old row ``indices[i]``."""
+        reordered = self.select_idxs(indices)
+        self.batch = reordered.batch
+        self.non_tensor_batch = reordered.non_tensor_batch
+
+    def make_iterator(
+        self,
+        mini_batch_size: int,
+        epochs: int,
+        seed: int | None = None,
+        dataloader_kwargs: dict[str, Any] | None = None,
+    ) -> Iterator[Self]:
+        """Yield ``epochs`` passes of mini-batches of ``mini_batch_size`` rows, sharing meta_info.
+
+        Rows are reshuffled every epoch from one generator seeded by ``seed`` (same seed, same
+        order). ``dataloader_kwargs`` accepts only ``shuffle`` (default True here; verl passes it
+        through to a torch DataLoader, whose default is False).
+        """
+        kwargs = dict(dataloader_kwargs or {})
+        shuffle = bool(kwargs.pop("shuffle", True))
+        kwargs.pop("drop_last", None)  # irrelevant: the size must divide evenly
+        if kwargs:
+            msg = f"make_iterator: unsupported dataloader_kwargs {sorted(kwargs)} (only shuffle)"
+            raise DataProtoError(msg)
+        if not isinstance(mini_batch_size, int) or mini_batch_size < 1:
+            msg = f"mini_batch_size must be a positive int, got {mini_batch_size!r}"
+            raise DataProtoError(msg)
+        n = len(self)
+        if n % mini_batch_size:
+            msg = f"{n} rows do not divide into mini-batches of {mini_batch_size}"
+            raise DataProtoError(msg)
+        generator = torch.Generator()
+        if seed is not None:
+            generator.manual_seed(seed)
+        else:
+            generator.seed()
+
+        def batches() -> Iterator[Self]:
+            for _ in range(epochs):
+                order = torch.randperm(n, generator=generator).numpy() if shuffle else None
+                for start in range(0, n, mini_batch_size):
+                    if order is None:
+                        part = self.slice(start, start + mini_batch_size)
+                    else:
+                        part = self.select_idxs(order[start : start + mini_batch_size])
+                    part.meta_info = self.meta_info
+                    yield part
+
+        return batches()
+
+    # --- devices, copies, pickling, files -------------------------------------------------------
+
+    def to(self, device: str | torch.device, non_blocking: bool = False) -> Self:
+        """Move every tensor to ``device`` in place; returns self."""
+        self.batch = {k: v.to(device, non_blocking=non_blocking) for k, v in self.batch.items()}
+        return self
+
+    def __copy__(self) -> Self:
+        new = type(self).__new__(type(self))
+        new.batch = dict(self.batch)
+        new.non_tensor_batch = dict(self.non_tensor_batch)
+        new.meta_info = dict(self.meta_info)
+        return new
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Self:
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        new.batch = {k: v.clone() for k, v in self.batch.items()}
+        new.non_tensor_batch = copy.deepcopy(self.non_tensor_batch, memo)
+        new.meta_info = copy.deepcopy(self.meta_info, memo)
+        return new
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Tensors as numpy arrays: Ray sends those as out-of-band buffers. Tensors come back
+        # on CPU whatever device they left from; workers move them with .to(device).
+        return {
+            "batch": {k: tensor_to_numpy(v) for k, v in self.batch.items()},
+            "non_tensor_batch": self.non_tensor_batch,
+            "meta_info": self.meta_info,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.batch = {k: numpy_to_tensor(arr, dt) for k, (arr, dt) in state["batch"].items()}
+        self.non_tensor_batch = state["non_tensor_batch"]
+        self.meta_info = state["meta_info"]
+
+    def save_to_disk(self, filepath: str | os.PathLike[str]) -> None:
+        """Write a file that :meth:`load_from_disk` reads without unpickling arbitrary objects.
+
+        Tensors are saved on CPU. Non-tensor values and meta_info may hold numbers, str, bytes,
+        None, numpy arrays and scalars, lists, tuples and dicts; anything else raises here.
+        """
+        payload = {
+            "format": _FILE_FORMAT,
+            "version": _FILE_VERSION,
+            "batch": {k: compact_tensor(v) for k, v in self.batch.items()},
+            "non_tensor_batch": {
+                k: encode_safe(v, f"non_tensor_batch[{k!r}]")
+                for k, v in self.non_tensor_batch.items()
+            },
+            "meta_info": encode_safe(self.meta_info, "meta_info"),
+        }
+        torch.save(payload, filepath)
+
+    @classmethod
+    def load_from_disk(cls, filepath: str | os.PathLike[str]) -> Self:
+        """Read a file written by :meth:`save_to_disk` (``torch.load(weights_only=True)``)."""
+        try:
+            payload = torch.load(filepath, map_location="cpu", weights_only=True)
+        except (OSError, RuntimeError, EOFError) as err:
+            msg = f"cannot read a DataProto from {os.fspath(filepath)}: {err}".splitlines()[0]
+            raise DataProtoError(msg) from err
+        if not isinstance(payload, dict) or payload.get("format") != _FILE_FORMAT:
+            msg = f"{os.fspath(filepath)} is not a DataProto file written by save_to_disk"
+            raise DataProtoError(msg)
+        if payload.get("version") != _FILE_VERSION:
+            msg = f"{os.fspath(filepath)} has DataProto file version {payload.get('version')!r}"
+            raise DataProtoError(msg)
+        return cls(
+            batch=payload["batch"],
+            non_tensor_batch={k: decode_safe(v) for k, v in payload["non_tensor_batch"].items()},
+            meta_info=decode_safe(payload["meta_info"]),
+        )
+
+    # --- internals -----------------------------------------------------------------------
+
+    def _new(self, batch: dict[str, torch.Tensor], non_tensors: dict[str, np.ndarray]) -> Self:
+        # Derived rows of a consistent DataProto are consistent: skip the checks.
+        new = type(self).__new__(type(self))
+        new.batch = batch
+        new.non_tensor_batch = non_tensors
+        new.meta_info = dict(self.meta_info)
+        return new
+
+
+# --- padding for data-parallel dispatch -----------------------------------------------------
+
+
+def pad_dataproto_to_divisor(data: DataProto, size_divisor: int) -> tuple[DataProto, int]:
+    """Pad ``data`` to a multiple of ``size_divisor`` rows by repeating rows from the start.
+
+    Returns ``(padded, pad_size)``; undo with ``unpad_dataproto(result, pad_size)``.
+    meta_info is kept as is (not merged with itself, so metrics are not duplicated).
+    """
+    if not isinstance(size_divisor, int) or size_divisor < 1:
+        msg = f"size_divisor must be a positive int, got {size_divisor!r}"
+        raise DataProtoError(msg)
+    n = len(data)
+    if n == 0:
+        log.warning("padding an empty DataProto: nothing to repeat, returned unchanged")
+        return data, 0
+    pad_size = -n % size_divisor
+    if pad_size == 0:
+        return data, 0
+    idx = np.concatenate([np.arange(n), np.arange(pad_size) % n])
+    return data.select_idxs(idx), pad_size
+
+
+def unpad_dataproto(data: DataProto, pad_size: int) -> DataProto:
+    """Drop the last ``pad_size`` rows added by :func:`pad_dataproto_to_divisor`."""
+    if not isinstance(pad_size, int) or not 0 <= pad_size <= len(data):
+        msg = f"pad_size must be an int in [0, {len(data)}], got {pad_size!r}"
+        raise DataProtoError(msg)
+    if pad_size == 0:
+        return data
+    return data[: len(data) - pad_size]  # type: ignore[no-any-return]
+
+
+# --- helpers ------------------------------------------------------------------------------
+
+
+def _as_row_array(value: Any, key: str) -> np.ndarray:
+    if isinstance(value, np.ndarray):
+        return value
+    if isinstance(value, list | tuple):
+        # One element per row, whatever the elements are (np.array would turn a list of
+        # equal-length lists into a 2-D array).
+        arr = np.empty(len(value), dtype=object)
+        for i, v in enumerate(value):
+            arr[i] = v
+        return arr
+    msg = f"non_tensor_batch[{key!r}] is a {type(value).__name__}; give a numpy array or list"
+    raise DataProtoError(msg)
+
+
+def _check_rows(
+    name: str, shape: tuple[int, ...], first: tuple[str, int] | None
+) -> tuple[str, int]:
+    if len(shape) == 0:
+        msg = f"{name} is 0-dimensional; every entry needs a row dimension"
+        raise DataProtoError(msg)
+    if first is not None and shape[0] != first[1]:
+        msg = f"{name} has {shape[0]} rows but {first[0]} has {first[1]}"
+        raise DataProtoError(msg)
+    return first or (name, int(shape[0]))
+
+
+def _keys(keys: Keys) -> list[str]:
+    if keys is None:
+        return []
+    if isinstance(keys, str):
+        return [keys]
+    return list(keys)
+
+
+def _require_keys(d: dict[str, Any], keys: list[str], name: str) -> None:
+    missing = [k for k in keys if k not in d]
+    if missing:
+        msg = f"{name} has no keys {missing}; present: {sorted(d)}"
+        raise DataProtoError(msg)
+
+
+def _pick(d: dict[str, Any], keys: Keys, name: str) -> dict[str, Any]:
+    if keys is None:
+        return dict(d)
+    wanted = _keys(keys)
+    _require_keys(d, wanted, name)
+    return {k: d[k] for k in wanted}
+
+
+def _normalize_indices(idxs: Index, n: int) -> np.ndarray:
+    """Int64 indices in [0, n) from ints, a bool mask, a list, an array or a tensor."""
+    if isinstance(idxs, torch.Tensor):
+        idxs = idxs.detach().cpu().numpy()
+    arr = np.asarray(idxs)
+    if arr.dtype == np.bool_:
+        if arr.shape != (n,):
+            msg = f"boolean mask has shape {arr.shape}; expected ({n},)"
+            raise DataProtoError(msg)
+        return np.flatnonzero(arr).astype(np.int64)
+    if arr.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
+        msg = f"row indices must be a 1-D integer or boolean sequence, got {arr.dtype} {arr.shape}"
+        raise DataProtoError(msg)
+    if arr.min() < -n or arr.max() >= n:
+        msg = f"row index out of range for a DataProto of {n} rows"
+        raise DataProtoIndexError(msg)
+    return np.where(arr < 0, arr + n, arr).astype(np.int64)
+
+
+def _values_equal(a: Any, b: Any) -> bool:
+    """Equality for union/concat conflicts: tensors, arrays (NaN equals NaN), anything else."""
+    if a is b:
+        return True
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+            return False
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        if a.is_floating_point() or a.is_complex():
+            return bool(torch.allclose(a, b, rtol=0.0, atol=0.0, equal_nan=True))
+        return bool(torch.equal(a, b))
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)) or a.shape != b.shape:
+            return False
+        if a.dtype.hasobject or b.dtype.hasobject:
+            return all(_values_equal(x, y) for x, y in zip(a.reshape(-1), b.reshape(-1)))
+        return bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc" and b.dtype.kind in "fc"))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_values_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return (
+            type(a) is type(b)
+            and len(a) == len(b)
+            and all(_values_equal(x, y) for x, y in zip(a, b))
+        )
+    try:
+        return bool(a == b) or (a != a and b != b)  # NaN == NaN here
+    except (TypeError, ValueError):
+        return False
+
+
+def _merge_meta(data: Sequence[DataProto]) -> dict[str, Any]:
+    merged: dict[str, Any] = {}
+    metrics: dict[str, list[Any]] = {}
+    has_metrics = False
+    for i, d in enumerate(data):
+        for key, val in d.meta_info.items():
+            if key == "metrics":
+                if val is None:
+                    continue
+                has_metrics = True
+                for worker_metrics in val if isinstance(val, list) else [val]:
+                    if not isinstance(worker_metrics, dict):
+                        msg = f"concat: part {i} meta_info['metrics'] holds a {type(worker_metrics).__name__}, not a dict"  # noqa: E501
+                        raise DataProtoError(msg)
+                    for name, v in worker_metrics.items():
+                        bucket = metrics.setdefault(name, [])
+                        if isinstance(v, list):
+                            bucket.extend(v)
+                        else:
+                            bucket.append(v)
+            elif key in merged:
+                if not _values_equal(merged[key], val):
+                    msg = f"concat conflict: meta_info[{key!r}] differs between parts 0..{i}"
+                    raise DataProtoError(msg)
+            else:
+                merged[key] = val
+    if has_metrics:
+        merged["metrics"] = metrics
+    return merged

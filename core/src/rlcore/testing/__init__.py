@@ -1,0 +1,1 @@
+"""Test support for rlcore and plugin authors (never imported by ``rlcore/__init__``)."""

@@ -1,0 +1,139 @@
+"""A tiny Qwen2 causal LM and a character-level tokenizer, built offline for tests and demos.
+
+There is no model hub here, so tests, the quickstart and benchmarks build a model from a
+config and ``save_pretrained`` it to a folder that ``AutoModelForCausalLM.from_pretrained`` and
+``AutoTokenizer.from_pretrained`` load like any Hugging Face checkpoint::
+
+    from rlcore.testing.tiny_model import build_tiny_model
+    path = build_tiny_model(tmp_path / "tiny")          # ~0.1 M parameters, CPU-friendly
+    model = AutoModelForCausalLM.from_pretrained(path)
+
+The tokenizer is byte-level with no merges: every ASCII character is one token and any text
+round-trips through ``encode``/``decode`` exactly. It carries a ChatML chat
+template (``<|im_start|>role\\n...<|im_end|>\\n``), ``eos_token = "<|im_end|>"`` and
+``pad_token = "<|endoftext|>"``, like Qwen2.5-Instruct, so code written against the real model
+runs unchanged. The model's ``eos_token_id``/``pad_token_id``/``bos_token_id`` and its
+``generation_config`` agree with the tokenizer.
+
+torch and transformers are imported inside the function: importing this module is cheap.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["CHAT_TEMPLATE", "SPECIAL_TOKENS", "build_tiny_model", "char_vocab"]
+
+# Special tokens first, so their ids are stable: pad 0, im_start 1, im_end 2 (= eos).
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+
+# ChatML, as Qwen2.5 uses it (without the default system prompt).
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte -> printable-unicode map that byte-level BPE vocabularies are written in."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1)]
+    keep += range(ord("®"), ord("ÿ") + 1)
+    table, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return table
+
+
+def char_vocab() -> dict[str, int]:
+    """Token -> id: the three special tokens, then one token per byte (259 tokens).
+
+    Byte-level with no merges: every ASCII character is exactly one token, and any UTF-8
+    text round-trips. This is the shape transformers' ``Qwen2Tokenizer`` rebuilds from
+    ``tokenizer.json`` (it forces that class for ``model_type = "qwen2"``), so the tokenizer
+    behaves identically whichever class loads it.
+    """
+    table = _bytes_to_unicode()
+    tokens = [*SPECIAL_TOKENS, *(table[b] for b in range(256))]
+    return {tok: i for i, tok in enumerate(tokens)}
+
+
+def build_tiny_model(
+    path: str | os.PathLike[str],
+    *,
+    vocab: str = "chars",
+    hidden: int = 128,
+    layers: int = 2,
+    heads: int = 4,
+    kv_heads: int = 2,
+    seed: int = 0,
+    tie_word_embeddings: bool = False,
+    max_position_embeddings: int = 2048,
+) -> Path:
+    """Build and save a random ``Qwen2ForCausalLM`` plus its tokenizer under ``path``.
+
+    ``hidden / heads`` is the head size and must be >= 32 (smaller heads hit slow/unsupported
+    attention paths); the intermediate size is ``2 * hidden``. Weights are float32, drawn with
+    ``torch.manual_seed(seed)``, so the same arguments give bit-identical folders. Returns
+    ``Path(path)``. ``vocab`` selects the tokenizer; only ``"chars"`` exists today.
+    """
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen2Tokenizer
+
+    if vocab != "chars":
+        msg = f"build_tiny_model: unknown vocab {vocab!r}; only 'chars' is available"
+        raise ValueError(msg)
+    if hidden % heads or hidden // heads < 32:
+        msg = f"build_tiny_model: hidden={hidden} / heads={heads} must be a whole head size >= 32"
+        raise ValueError(msg)
+    if heads % kv_heads:
+        msg = f"build_tiny_model: heads={heads} must be a multiple of kv_heads={kv_heads}"
+        raise ValueError(msg)
+
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+
+    # --- tokenizer: byte-level BPE without merges (one token per ASCII character)
+    token_to_id = char_vocab()
+    hf_tok = Qwen2Tokenizer(
+        vocab=token_to_id,
+        merges=[],
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token="<|endoftext|>",
+        padding_side="left",
+        clean_up_tokenization_spaces=False,
+        additional_special_tokens=["<|im_start|>"],
+    )
+    hf_tok.chat_template = CHAT_TEMPLATE
+    hf_tok.save_pretrained(out)
+
+    # --- model
+    pad_id, eos_id = token_to_id["<|endoftext|>"], token_to_id["<|im_end|>"]
+    config = Qwen2Config(
+        vocab_size=len(token_to_id),
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=max_position_embeddings,
+        tie_word_embeddings=tie_word_embeddings,
+        bos_token_id=pad_id,
+        eos_token_id=eos_id,
+        pad_token_id=pad_id,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen2ForCausalLM(config)
+    model.generation_config.eos_token_id = eos_id
+    model.generation_config.pad_token_id = pad_id
+    model.generation_config.bos_token_id = pad_id
+    model.save_pretrained(out, safe_serialization=True)
+    return out

@@ -1,0 +1,502 @@
+"""FSDP2Engine: one Hugging Face model (actor, critic or reference) sharded with ``fully_shard``.
+
+The same code runs on CPU (gloo) and GPU (NCCL): each decoder layer and then the root module
+are wrapped with ``fully_shard`` over a device mesh of all ranks of the default process group
+(a 2-D replicate x shard mesh when ``fsdp_size`` is smaller than the world: HSDP).
+
+Loss normalisation (see :class:`rlcore.interfaces.BatchTotals`): the engine computes the
+mini-batch totals across micro-batches and ranks, the loss function divides by them, and the
+engine backpropagates ``loss * dp_size`` because FSDP averages gradients over ranks. The sum of
+the micro-batch gradients is then exactly the gradient of the global loss, however the
+mini-batch was split.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+import attrs
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from rlcore.errors import ConfigError, RlcoreError
+from rlcore.interfaces import BaseEngine, BatchTotals, EngineSpec, LossFn, ModelOutputs
+from rlcore.protocol import DataProto
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_state_dict,
+    set_state_dict,
+)
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
+
+from rlcore_fsdp2.batching import split_micro_batches, trim_left_padding
+from rlcore_fsdp2.logprob import entropy_from_logits, log_probs_from_logits, response_logits
+from rlcore_fsdp2.schedule import lr_multiplier
+
+log = logging.getLogger(__name__)
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+)
+
+
+class FSDP2Error(RlcoreError):
+    """The FSDP2 engine cannot do what was asked (missing checkpoint, wrong role, ...)."""
+
+
+class FSDP2Engine(BaseEngine):
+    """A :class:`~rlcore.interfaces.BaseEngine` on torch FSDP2 (``fully_shard``).
+
+    Extra public surface beyond the contract: ``lr`` (current learning rate), ``global_step``
+    (optimizer steps taken), ``skipped_steps`` (steps skipped for a non-finite grad norm),
+    ``dp_rank``/``dp_size``, ``model`` (the sharded module) and ``device``.
+    """
+
+    @attrs.frozen(kw_only=True)
+    class Config(BaseEngine.Config):
+        """Options of ``[actor.engine]`` (also ``[critic.engine]``, ``[ref.engine]``)."""
+
+        # With an optimizer and spec.dtype below float32: keep float32 master weights and
+        # compute in spec.dtype (FSDP2 MixedPrecisionPolicy). False trains in spec.dtype.
+        mixed_precision: bool = True
+        reduce_dtype: Literal["float32", "bfloat16"] = "float32"
+        reshard_after_forward: bool = True
+        # Keep the parameter shards (and so the optimizer step) on CPU (GPU runs only).
+        offload_params: bool = False
+        # Ranks per shard group; -1 shards over all ranks. Smaller: HSDP (replicate x shard).
+        fsdp_size: int = attrs.field(default=-1)
+        attn_implementation: str = "sdpa"
+
+        @fsdp_size.validator
+        def _check_fsdp_size(self, attribute: Any, value: int) -> None:
+            if value != -1 and value < 1:
+                msg = f"fsdp_size must be -1 (all ranks) or >= 1, got {value}"
+                raise ValueError(msg)
+
+    def __init__(self, spec: EngineSpec, config: FSDP2Engine.Config | None = None) -> None:
+        super().__init__(spec, config if config is not None else FSDP2Engine.Config())
+        self.config: FSDP2Engine.Config
+        if spec.micro_batch_size is None and spec.max_tokens_per_micro_batch is None:
+            msg = f"[{spec.role}] set micro_batch_size or max_tokens_per_micro_batch"
+            raise ConfigError(msg)
+        self.device = _init_distributed(spec.device)
+        self.dp_rank, self.dp_size = dist.get_rank(), dist.get_world_size()
+        self.mesh = self._build_mesh()
+        self.global_step = 0
+        self.skipped_steps = 0
+
+        torch.manual_seed(spec.seed)  # the critic's fresh value head is identical on all ranks
+        self.model = self._load_model()
+        self._shard(self.model)
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.scheduler: torch.optim.lr_scheduler.LambdaLR | None = None
+        if spec.optim is not None and spec.role != "ref":
+            self._build_optimizer()
+        self._offloaded = False
+
+    # --- construction ---------------------------------------------------------------------
+
+    def _build_mesh(self) -> DeviceMesh:
+        size = self.config.fsdp_size
+        if size in (-1, self.dp_size):
+            return init_device_mesh(self.device.type, (self.dp_size,), mesh_dim_names=("fsdp",))
+        if self.dp_size % size:
+            msg = f"fsdp_size={size} must divide the world size {self.dp_size}"
+            raise ConfigError(msg)
+        return init_device_mesh(
+            self.device.type, (self.dp_size // size, size), mesh_dim_names=("ddp", "fsdp")
+        )
+
+    def _load_model(self) -> torch.nn.Module:
+        from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
+
+        spec = self.spec
+        trains = spec.optim is not None and spec.role != "ref"
+        master = torch.float32 if trains and self.config.mixed_precision else _DTYPES[spec.dtype]
+        kwargs: dict[str, Any] = {
+            "dtype": master,
+            "trust_remote_code": spec.trust_remote_code,
+            "attn_implementation": self.config.attn_implementation,
+        }
+        try:
+            if spec.value_head:
+                # verl's critic: the causal LM's backbone plus a fresh 1-output score head.
+                model = AutoModelForTokenClassification.from_pretrained(
+                    spec.model_path, num_labels=1, classifier_dropout=0.0, **kwargs
+                )
+            else:
+                model = AutoModelForCausalLM.from_pretrained(spec.model_path, **kwargs)
+        except OSError as err:
+            msg = f"[{spec.role}] cannot load a model from model_path={spec.model_path!r}: {err}"
+            raise ConfigError(msg) from err
+        model.config.use_cache = False
+        if spec.gradient_checkpointing:
+            model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False}
+            )
+        return model
+
+    def _shard(self, model: torch.nn.Module) -> None:
+        spec, cfg = self.spec, self.config
+        kwargs: dict[str, Any] = {
+            "mesh": self.mesh,
+            "reshard_after_forward": cfg.reshard_after_forward,
+        }
+        compute = _DTYPES[spec.dtype]
+        if cfg.mixed_precision and compute != torch.float32 and spec.optim is not None:
+            kwargs["mp_policy"] = MixedPrecisionPolicy(
+                param_dtype=compute, reduce_dtype=_DTYPES[cfg.reduce_dtype]
+            )
+        if cfg.offload_params and self.device.type == "cuda":
+            kwargs["offload_policy"] = CPUOffloadPolicy()
+        layer_classes = set(getattr(model, "_no_split_modules", None) or [])
+        layers = [m for m in model.modules() if type(m).__name__ in layer_classes]
+        if not layers:
+            msg = f"[{spec.role}] found no decoder layers ({layer_classes}) to shard in the model"
+            raise FSDP2Error(msg)
+        for layer in layers:
+            fully_shard(layer, **kwargs)
+        fully_shard(model, **kwargs)
+
+    def _build_optimizer(self) -> None:
+        optim = self.spec.optim
+        assert optim is not None
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(),
+            lr=optim.lr,
+            betas=optim.betas,
+            eps=optim.eps,
+            weight_decay=optim.weight_decay,
+        )
+
+        def multiplier(step: int) -> float:
+            return lr_multiplier(
+                step,
+                warmup_steps=optim.warmup_steps,
+                total_steps=self.spec.total_steps,
+                schedule=optim.schedule,
+                min_lr_ratio=optim.min_lr_ratio,
+            )
+
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, multiplier)
+
+    # --- modes ----------------------------------------------------------------------------
+
+    def train_mode(self) -> None:
+        self.model.train()
+
+    def eval_mode(self) -> None:
+        self.model.eval()
+
+    @property
+    def lr(self) -> float:
+        """The learning rate the next optimizer step uses (0 for a reference engine)."""
+        return float(self.scheduler.get_last_lr()[0]) if self.scheduler is not None else 0.0
+
+    # --- forward passes -------------------------------------------------------------------
+
+    def _forward(self, mb: DataProto, *, with_entropy: bool, entropy_grad: bool) -> ModelOutputs:
+        """One micro-batch forward; (b, R) outputs on ``self.device``."""
+        ids, mask, pos = trim_left_padding(
+            mb.batch["input_ids"], mb.batch["attention_mask"], mb.batch["position_ids"]
+        )
+        ids, mask, pos = ids.to(self.device), mask.to(self.device), pos.to(self.device)
+        responses = mb.batch["responses"].to(self.device)  # (b, R)
+        r = responses.shape[1]
+        if self.spec.value_head:
+            out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False)
+            # The value of the state before response token j sits at position P-1+j.
+            values = out.logits[:, -(r + 1) : -1, 0].float()  # (b, R)
+            return ModelOutputs(values=values)
+        # Only the R+1 last positions go through lm_head: (b, R+1, V) instead of (b, P+R, V).
+        out = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=pos,
+            use_cache=False,
+            logits_to_keep=r + 1,
+        )
+        logits = response_logits(out.logits, r)  # (b, R, V)
+        temperature = float(mb.meta_info.get("temperature", 1.0))
+        if temperature != 1.0:
+            # Sampling used logits / T; log-probs of the same distribution need the same scaling.
+            logits = logits / temperature
+        outputs = ModelOutputs(log_probs=log_probs_from_logits(logits, responses))
+        if with_entropy:
+            if entropy_grad:
+                outputs.entropy = entropy_from_logits(logits)
+            else:
+                with torch.no_grad():
+                    outputs.entropy = entropy_from_logits(logits.detach())
+        return outputs
+
+    def _micro_batches(self, batch: DataProto) -> tuple[list[DataProto], int]:
+        """This rank's micro-batches and the largest count over ranks (for collective parity)."""
+        if len(batch) == 0:
+            msg = f"[{self.spec.role}] rank {self.dp_rank} got an empty batch"
+            raise FSDP2Error(msg)
+        mbs = split_micro_batches(
+            batch,
+            micro_batch_size=batch.meta_info.get("micro_batch_size", self.spec.micro_batch_size),
+            max_tokens=self.spec.max_tokens_per_micro_batch,
+        )
+        count = torch.tensor([len(mbs)], device=self.device)
+        dist.all_reduce(count, op=dist.ReduceOp.MAX)
+        return mbs, int(count.item())
+
+    def _totals(self, batch: DataProto) -> BatchTotals:
+        mask = batch.batch["response_mask"]
+        sums = torch.tensor(
+            [int(mask.sum().item()), len(batch)], dtype=torch.int64, device=self.device
+        )
+        dist.all_reduce(sums)
+        longest = torch.tensor([mask.shape[1]], dtype=torch.int64, device=self.device)
+        dist.all_reduce(longest, op=dist.ReduceOp.MAX)
+        return BatchTotals(
+            tokens=int(sums[0]), sequences=int(sums[1]), max_response_length=int(longest[0])
+        )
+
+    def forward_backward(self, batch: DataProto, loss_fn: LossFn) -> dict[str, float]:
+        """Accumulate gradients of ``loss_fn`` over this rank's share of a mini-batch.
+
+        Metrics are averaged over micro-batches weighted by their valid response tokens.
+        Ranks with fewer micro-batches (dynamic batching) run zero-weight passes on one of
+        their rows so every rank issues the same FSDP collectives.
+        """
+        if self.optimizer is None:
+            msg = f"[{self.spec.role}] engine has no optimizer (role 'ref' or optim unset)"
+            raise FSDP2Error(msg)
+        self.onload()
+        self.model.train()
+        totals = self._totals(batch)
+        mbs, count = self._micro_batches(batch)
+        with_entropy = bool(batch.meta_info.get("calculate_entropy", False))
+        sums: dict[str, float] = {}
+        weight_total = 0.0
+        for i in range(count):
+            real = i < len(mbs)
+            mb = _to_device(mbs[i] if real else batch.slice(0, 1), self.device)
+            outputs = self._forward(mb, with_entropy=True, entropy_grad=with_entropy)
+            if real:
+                loss, metrics = loss_fn(outputs, mb, totals)
+                weight = float(mb.batch["response_mask"].sum().item()) or 1e-9
+                for key, value in metrics.items():
+                    sums[key] = sums.get(key, 0.0) + float(value) * weight
+                weight_total += weight
+            else:
+                tensor = outputs.values if outputs.values is not None else outputs.log_probs
+                assert tensor is not None
+                loss = tensor.sum() * 0.0
+            # FSDP averages gradients over ranks; the loss is already normalised globally.
+            (loss * self.dp_size).backward()
+        return {key: value / weight_total for key, value in sums.items()}
+
+    def optimizer_step(self) -> float:
+        if self.optimizer is None or self.scheduler is None:
+            msg = f"[{self.spec.role}] engine has no optimizer (role 'ref' or optim unset)"
+            raise FSDP2Error(msg)
+        max_norm = self.spec.grad_clip if self.spec.grad_clip > 0 else math.inf
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        if isinstance(norm, DTensor):
+            norm = norm.full_tensor()
+        grad_norm = float(norm)
+        if not math.isfinite(grad_norm):
+            self.skipped_steps += 1
+            log.warning(
+                "[%s] grad norm is %s at step %d: update skipped",
+                self.spec.role,
+                grad_norm,
+                self.global_step,
+            )
+        else:
+            self.optimizer.step()
+            self.scheduler.step()
+            self.global_step += 1
+        self.optimizer.zero_grad(set_to_none=True)
+        return grad_norm
+
+    @torch.no_grad()
+    def _inference(self, batch: DataProto, *, with_entropy: bool) -> list[ModelOutputs]:
+        self.onload()
+        self.model.eval()
+        mbs, count = self._micro_batches(batch)
+        results = []
+        for i in range(count):
+            mb = _to_device(mbs[i] if i < len(mbs) else batch.slice(0, 1), self.device)
+            out = self._forward(mb, with_entropy=with_entropy, entropy_grad=False)
+            if i < len(mbs):
+                results.append(out)
+        return results
+
+    def compute_log_prob(self, batch: DataProto, *, with_entropy: bool = False) -> ModelOutputs:
+        if self.spec.value_head:
+            msg = f"[{self.spec.role}] a value-head engine has no log-probs; use compute_values"
+            raise FSDP2Error(msg)
+        outs = self._inference(batch, with_entropy=with_entropy)
+        log_probs = torch.cat([o.log_probs for o in outs if o.log_probs is not None]).cpu()
+        entropy = (
+            torch.cat([o.entropy for o in outs if o.entropy is not None]).cpu()
+            if with_entropy
+            else None
+        )
+        return ModelOutputs(log_probs=log_probs, entropy=entropy)
+
+    def compute_values(self, batch: DataProto) -> torch.Tensor:
+        if not self.spec.value_head:
+            return super().compute_values(batch)
+        outs = self._inference(batch, with_entropy=False)
+        return torch.cat([o.values for o in outs if o.values is not None]).cpu()
+
+    # --- weights out ----------------------------------------------------------------------
+
+    def named_parameters_for_sync(
+        self, dtype: torch.dtype | None = None
+    ) -> Iterator[tuple[str, torch.Tensor]]:
+        """Full tensors in HF naming, gathered one at a time (collective on every rank).
+
+        Tensors stay on the engine's device (cast to ``dtype`` when given); tied weights come
+        under both names (``lm_head.weight`` and ``model.embed_tokens.weight``).
+        """
+        self.onload()
+        for name, tensor in self.model.state_dict().items():
+            if isinstance(tensor, DTensor):
+                if tensor.device != self.device:  # CPU-offloaded shards: gather on the device
+                    tensor = tensor.to(self.device)
+                tensor = tensor.full_tensor()
+            yield name, tensor if dtype is None else tensor.to(dtype)
+
+    def export_hf(self, path: str) -> None:
+        """Rank 0 writes config, safetensors and the tokenizer files of ``model_path``."""
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        state = get_model_state_dict(self.model, options=options)
+        if self.dp_rank == 0:
+            out = Path(path)
+            out.mkdir(parents=True, exist_ok=True)
+            self.model.save_pretrained(out, state_dict=state, safe_serialization=True)
+            source = Path(self.spec.model_path)
+            for name in _TOKENIZER_FILES:
+                if (source / name).is_file():
+                    shutil.copy2(source / name, out / name)
+        dist.barrier()
+
+    # --- checkpoints ----------------------------------------------------------------------
+
+    def _state(self) -> dict[str, Any]:
+        if self.optimizer is None:
+            return {"model": get_model_state_dict(self.model)}
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+        return {"model": model_sd, "optim": optim_sd}
+
+    def save_checkpoint(self, path: str) -> None:
+        """Sharded model + optimizer (torch.distributed.checkpoint) and per-rank extra state."""
+        self.onload()
+        Path(path).mkdir(parents=True, exist_ok=True)
+        dcp.save(self._state(), checkpoint_id=path)
+        extra = {
+            "global_step": self.global_step,
+            "skipped_steps": self.skipped_steps,
+            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+            "rng": torch.get_rng_state(),
+        }
+        torch.save(extra, Path(path) / f"extra_state_rank{self.dp_rank}.pt")
+        dist.barrier()
+
+    def load_checkpoint(self, path: str) -> None:
+        extra_file = Path(path) / f"extra_state_rank{self.dp_rank}.pt"
+        if not extra_file.is_file():
+            msg = f"[{self.spec.role}] no engine checkpoint at {path!r} (missing {extra_file.name})"
+            raise FSDP2Error(msg)
+        self.onload()
+        state = self._state()
+        dcp.load(state, checkpoint_id=path)
+        set_state_dict(
+            self.model,
+            self.optimizer if self.optimizer is not None else [],
+            model_state_dict=state["model"],
+            optim_state_dict=state.get("optim", {}),
+        )
+        extra = torch.load(extra_file, weights_only=False)
+        self.global_step = int(extra["global_step"])
+        self.skipped_steps = int(extra["skipped_steps"])
+        if self.scheduler is not None and extra["scheduler"] is not None:
+            self.scheduler.load_state_dict(extra["scheduler"])
+        torch.set_rng_state(extra["rng"])
+
+    # --- offload (colocated with a GPU rollout) ---------------------------------------------
+
+    def offload(self) -> None:
+        """Move parameter shards and optimizer state to CPU (GPU only; no-op on CPU)."""
+        if self.device.type != "cuda" or self._offloaded:
+            return
+        self.model.to("cpu")
+        _move_optimizer_state(self.optimizer, torch.device("cpu"))
+        torch.cuda.empty_cache()
+        self._offloaded = True
+
+    def onload(self) -> None:
+        if not self._offloaded:
+            return
+        self.model.to(self.device)
+        _move_optimizer_state(self.optimizer, self.device)
+        self._offloaded = False
+
+
+# --- helpers ------------------------------------------------------------------------------
+
+
+def _init_distributed(device: str) -> torch.device:
+    """Join (or, for single-process use, create) the default process group; pick the device.
+
+    A worker has initialised the group already (env ``MASTER_ADDR``/``RANK``/``WORLD_SIZE``).
+    Otherwise a launcher's env is used when present, else a private 1-rank group.
+    """
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            msg = "device = 'cuda' but torch sees no CUDA device; use device = 'cpu'"
+            raise ConfigError(msg)
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dev = torch.device("cuda", torch.cuda.current_device())
+    else:
+        dev = torch.device("cpu")
+    if not dist.is_initialized():
+        backend = "nccl" if dev.type == "cuda" else "gloo"
+        if "MASTER_ADDR" in os.environ and "WORLD_SIZE" in os.environ:
+            dist.init_process_group(backend, device_id=dev if dev.type == "cuda" else None)
+        else:
+            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+        log.info("initialised a %s process group of %d rank(s)", backend, dist.get_world_size())
+    return dev
+
+
+def _to_device(mb: DataProto, device: torch.device) -> DataProto:
+    """A shallow copy of ``mb`` with its tensors on ``device`` (the caller's batch untouched)."""
+    if device.type == "cpu":
+        return mb
+    return DataProto(
+        batch=dict(mb.batch), non_tensor_batch=mb.non_tensor_batch, meta_info=mb.meta_info
+    ).to(device)
+
+
+def _move_optimizer_state(optimizer: torch.optim.Optimizer | None, device: torch.device) -> None:
+    if optimizer is None:
+        return
+    for state in optimizer.state.values():
+        for key, value in state.items():
+            if isinstance(value, torch.Tensor):
+                state[key] = value.to(device, non_blocking=True)

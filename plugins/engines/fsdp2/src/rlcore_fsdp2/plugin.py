@@ -1,0 +1,10 @@
+"""Registers the ``fsdp2`` engine; imports nothing heavy (discovery stays fast)."""
+
+from __future__ import annotations
+
+from rlcore.hookspecs import hookimpl
+
+
+@hookimpl
+def register_engines() -> dict[str, str]:
+    return {"fsdp2": "rlcore_fsdp2.engine:FSDP2Engine"}

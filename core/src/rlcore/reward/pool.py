@@ -1,0 +1,254 @@
+"""A process pool for scoring, with a per-task time limit that survives stuck workers.
+
+Why not ``concurrent.futures.ProcessPoolExecutor``: it cannot cancel one running task, and a
+worker stuck in C code (or with signals blocked) would hold the whole pool. Here each worker
+streams one result per task back, so the driver knows which task each worker is on and since
+when; a worker past ``timeout_s + grace_s`` on one task is killed and replaced, that task
+scores 0 as a timeout and the rest of its chunk goes back to the queue.
+
+Inside a worker the ordinary limit is ``SIGALRM`` (a worker's loop runs on its main thread),
+so the kill is only for what a signal cannot interrupt. Workers start with ``forkserver``
+(``spawn`` where that is missing), never ``fork``: the driver holds Ray and torch threads.
+Rewards travel to workers pickled, so their classes must be importable by module path.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import multiprocessing
+import multiprocessing.connection
+import pickle
+import signal
+import time
+import weakref
+from collections.abc import Mapping, Sequence
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+from rlcore.interfaces import BaseReward
+from rlcore.reward._scoring import Outcome, Task, alarm_handler, call_reward
+
+__all__ = ["PoolBrokenError", "ScoringPool"]
+
+log = logging.getLogger(__name__)
+
+STARTUP_TIMEOUT_S = 120.0  # a worker unpickles rewards, which may import sympy & co.
+
+
+class PoolBrokenError(RuntimeError):
+    """Workers cannot start (a reward fails to unpickle or import in a fresh process)."""
+
+
+def _worker_main(conn: Connection, rewards_blob: bytes, timeout_s: float) -> None:
+    # Ctrl-C is the driver's to handle; it kills the workers itself.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        rewards = pickle.loads(rewards_blob)
+    except Exception as err:
+        conn.send(("fatal", f"{type(err).__name__}: {err}"))
+        return
+    conn.send(("ready", ""))
+    with alarm_handler():
+        while True:
+            try:
+                chunk = conn.recv()
+            except EOFError:  # the driver went away
+                return
+            if chunk is None:
+                return
+            for task in chunk:
+                conn.send((task[0], call_reward(rewards, task, timeout_s)))
+
+
+class _Worker:
+    def __init__(self, proc: BaseProcess, conn: Connection) -> None:
+        self.proc = proc
+        self.conn = conn
+        self.ready = False
+        self.started = time.monotonic()
+        self.inflight: collections.deque[Task] = collections.deque()
+        self.task_since = 0.0  # when the task at inflight[0] began (monotonic)
+
+
+def _stop_workers(workers: list[_Worker]) -> None:
+    for w in workers:
+        if w.proc.is_alive():
+            w.proc.kill()
+        w.proc.join(timeout=5)
+        w.conn.close()
+
+
+class ScoringPool:
+    """``num_workers`` processes scoring tasks; see the module docstring.
+
+    ``run(tasks)`` returns one outcome per task, in order; ``None`` for tasks left undone
+    because the pool broke (the caller scores those itself). Workers start on first use and
+    persist across calls until :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        rewards: Mapping[str, BaseReward],
+        num_workers: int,
+        timeout_s: float,
+        grace_s: float | None = None,
+        start_method: str | None = None,
+    ) -> None:
+        self.num_workers = num_workers
+        self.timeout_s = timeout_s
+        # The worker's own alarm fires at timeout_s; the kill is the backstop.
+        self.grace_s = grace_s if grace_s is not None else max(1.0, 0.5 * timeout_s)
+        methods = multiprocessing.get_all_start_methods()
+        method = start_method or ("forkserver" if "forkserver" in methods else "spawn")
+        self._ctx = multiprocessing.get_context(method)
+        self._blob = pickle.dumps(dict(rewards))  # fails here, in the driver, if unpicklable
+        self._workers: list[_Worker] = []
+        self.broken: str | None = None
+        self.restarts = 0
+        self._finalizer = weakref.finalize(self, _stop_workers, self._workers)
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    def _spawn(self) -> _Worker:
+        parent, child = self._ctx.Pipe(duplex=True)
+        proc = self._ctx.Process(  # type: ignore[attr-defined]
+            target=_worker_main,
+            args=(child, self._blob, self.timeout_s),
+            name="rlcore-reward-worker",
+            daemon=True,
+        )
+        proc.start()
+        child.close()
+        return _Worker(proc, parent)
+
+    def _replace(self, w: _Worker) -> _Worker:
+        _stop_workers([w])
+        fresh = self._spawn()
+        self._workers[self._workers.index(w)] = fresh
+        self.restarts += 1
+        return fresh
+
+    def close(self) -> None:
+        """Stop the workers (also done at garbage collection and interpreter exit)."""
+        for w in self._workers:
+            if w.proc.is_alive():
+                with contextlib.suppress(OSError):  # already gone: killed below
+                    w.conn.send(None)
+        for w in self._workers:
+            w.proc.join(timeout=2)
+        _stop_workers(self._workers)
+        self._workers.clear()
+
+    # --- scoring ----------------------------------------------------------------------------
+
+    def run(self, tasks: Sequence[Task], chunk_size: int | None = None) -> list[Outcome | None]:
+        """Score ``tasks`` (their ids are positions 0..n-1 in ``tasks``)."""
+        n = len(tasks)
+        results: list[Outcome | None] = [None] * n
+        if n == 0 or self.broken:
+            return results
+        while len(self._workers) < self.num_workers:
+            self._workers.append(self._spawn())
+        if chunk_size is None:
+            # ~4 chunks per worker balances load; small chunks keep the queue responsive.
+            chunk_size = max(1, min(256, -(-n // (4 * self.num_workers))))
+        queue: collections.deque[list[Task]] = collections.deque(
+            list(tasks[i : i + chunk_size]) for i in range(0, n, chunk_size)
+        )
+        remaining = n
+        limit = self.timeout_s + self.grace_s
+        try:
+            while remaining:
+                now = time.monotonic()
+                for w in self._workers:  # hand out work
+                    if w.ready and not w.inflight and queue:
+                        chunk = queue.popleft()
+                        w.conn.send(chunk)
+                        w.inflight.extend(chunk)
+                        w.task_since = now
+                waits = [
+                    (w.task_since + limit) if w.ready else (w.started + STARTUP_TIMEOUT_S)
+                    for w in self._workers
+                    if w.inflight or not w.ready
+                ]
+                wait_s = max(0.0, min(waits) - now) if waits else None
+                handles: list[Any] = [w.conn for w in self._workers]
+                handles += [w.proc.sentinel for w in self._workers]
+                ready = set(multiprocessing.connection.wait(handles, timeout=wait_s))
+                for w in list(self._workers):
+                    remaining -= self._drain(w, ready, results, queue)
+                    now = time.monotonic()
+                    if w.ready and w.inflight and now - w.task_since > limit:
+                        remaining -= self._fail_current(w, results, queue, "timeout")
+                    elif not w.ready and now - w.started > STARTUP_TIMEOUT_S:
+                        self.broken = f"a reward worker did not start in {STARTUP_TIMEOUT_S} s"
+                if self.broken:
+                    raise PoolBrokenError(self.broken)
+        except PoolBrokenError:
+            log.warning("reward pool disabled, scoring in the driver: %s", self.broken)
+            self.close()
+        return results
+
+    def _drain(
+        self,
+        w: _Worker,
+        ready: set[Any],
+        results: list[Outcome | None],
+        queue: collections.deque[list[Task]],
+    ) -> int:
+        """Read what ``w`` sent; handle its death. Returns the number of tasks finished."""
+        done = 0
+        if w.conn in ready or w.proc.sentinel in ready:
+            try:
+                while w.conn.poll():
+                    msg = w.conn.recv()
+                    if msg[0] == "ready":
+                        w.ready = True
+                        w.task_since = time.monotonic()
+                    elif msg[0] == "fatal":
+                        self.broken = f"a reward could not be rebuilt in a worker: {msg[1]}"
+                        return done
+                    else:
+                        task_id, outcome = msg
+                        head = w.inflight.popleft()
+                        if head[0] != task_id:  # pragma: no cover - protocol invariant
+                            msg_ = f"reward worker answered task {task_id}, expected {head[0]}"
+                            raise RuntimeError(msg_)
+                        results[task_id] = outcome
+                        w.task_since = time.monotonic()
+                        done += 1
+            except (EOFError, OSError):
+                pass  # the process died; its sentinel says so below
+        if w.proc.sentinel in ready and not w.proc.is_alive():
+            if not w.ready:
+                self.broken = f"a reward worker exited at start (code {w.proc.exitcode})"
+            elif w.inflight:
+                done += self._fail_current(w, results, queue, "error")
+            else:
+                self._replace(w)
+        return done
+
+    def _fail_current(
+        self,
+        w: _Worker,
+        results: list[Outcome | None],
+        queue: collections.deque[list[Task]],
+        status: str,
+    ) -> int:
+        """Score ``w``'s current task 0, requeue the rest of its chunk, replace ``w``."""
+        task = w.inflight.popleft()
+        elapsed = time.monotonic() - w.task_since
+        if status == "timeout":
+            message = f"reward {task[1]!r} ran past {self.timeout_s} s; its worker was killed"
+            results[task[0]] = ("timeout", 0.0, {}, message, elapsed)
+        else:
+            message = f"reward {task[1]!r}: its worker died (exit code {w.proc.exitcode})"
+            results[task[0]] = ("error", 0.0, {}, message, elapsed)
+        if w.inflight:
+            queue.appendleft(list(w.inflight))
+            w.inflight.clear()
+        self._replace(w)
+        return 1

@@ -1,0 +1,11 @@
+"""Prompt data: datasets from parquet/jsonl in verl's schema and a resumable dataloader.
+
+torch and transformers are imported only when a batch is built or a tokenizer is loaded.
+"""
+
+from __future__ import annotations
+
+from rlcore.data.dataset import PromptDataset, load_tokenizer, read_rows
+from rlcore.data.loader import PromptDataLoader, collate_prompts
+
+__all__ = ["PromptDataLoader", "PromptDataset", "collate_prompts", "load_tokenizer", "read_rows"]

@@ -1,0 +1,13 @@
+"""Registers ``grpo`` and ``reinforce_plus_plus``. Imports nothing heavy: classes are named."""
+
+from __future__ import annotations
+
+from rlcore.hookspecs import hookimpl
+
+
+@hookimpl
+def register_algorithms() -> dict[str, str]:
+    return {
+        "grpo": "rlcore_grpo.algorithm:GRPO",
+        "reinforce_plus_plus": "rlcore_grpo.algorithm:ReinforcePlusPlus",
+    }

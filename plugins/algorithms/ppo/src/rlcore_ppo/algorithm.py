@@ -1,0 +1,94 @@
+"""PPO: GAE advantages from a critic, the clipped policy loss, and the clipped value loss."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import attrs
+import torch
+from rlcore.interfaces import BatchTotals, ModelOutputs
+from rlcore.rl.advantages import compute_gae_advantage_return
+from rlcore.rl.algorithm import PolicyGradientAlgorithm, require
+from rlcore.rl.losses import LOSS_AGG_MODES, LossAggMode, compute_value_loss
+from rlcore.rl.masked import masked_mean
+
+if TYPE_CHECKING:
+    from rlcore.protocol import DataProto
+
+__all__ = ["PPO"]
+
+_v = attrs.validators
+
+
+class PPO(PolicyGradientAlgorithm):
+    """Proximal policy optimisation with a learned critic (``needs_critic``)."""
+
+    @attrs.frozen(kw_only=True)
+    class Config(PolicyGradientAlgorithm.Config):
+        """PPO's options on top of the shared ones.
+
+        - ``gamma`` / ``lam``: GAE discount and lambda (1.0 / 1.0: verl's defaults for LLMs).
+        - ``cliprange_value``: how far the new value may move from the old one in the loss.
+        - ``value_loss_agg_mode``: aggregation of the value loss (``token-mean`` as verl).
+        """
+
+        gamma: float = attrs.field(default=1.0, validator=[_v.ge(0.0), _v.le(1.0)])
+        lam: float = attrs.field(default=1.0, validator=[_v.ge(0.0), _v.le(1.0)])
+        cliprange_value: float = attrs.field(default=0.5, validator=_v.gt(0.0))
+        value_loss_agg_mode: LossAggMode = attrs.field(
+            default="token-mean", validator=_v.in_(LOSS_AGG_MODES)
+        )
+
+    config: PPO.Config
+
+    @property
+    def needs_critic(self) -> bool:
+        return True
+
+    def compute_advantages(self, batch: DataProto) -> DataProto:
+        advantages, returns = compute_gae_advantage_return(
+            require(batch, "token_level_rewards"),
+            require(batch, "values"),
+            require(batch, "response_mask"),
+            gamma=self.config.gamma,
+            lam=self.config.lam,
+        )
+        batch.batch["advantages"] = advantages
+        batch.batch["returns"] = returns
+        return batch
+
+    def value_loss(
+        self, outputs: ModelOutputs, batch: DataProto, totals: BatchTotals
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """``0.5 * agg(max((v - R)^2, (v_clip - R)^2))`` over the mini-batch ``totals``."""
+        if outputs.values is None:
+            msg = "value_loss needs outputs.values (with gradient)"
+            raise ValueError(msg)
+        vpreds = outputs.values  # (b, R)
+        mask = require(batch, "response_mask")
+        mode = self.config.value_loss_agg_mode
+        loss, clipfrac = compute_value_loss(
+            vpreds,
+            require(batch, "returns").to(vpreds.dtype),
+            require(batch, "values").to(vpreds.dtype),
+            mask,
+            cliprange_value=self.config.cliprange_value,
+            loss_agg_mode=mode,
+            totals=totals,
+        )
+        # This micro-batch's own aggregate, for logging (the loss is over mini-batch totals).
+        with torch.no_grad():
+            local = compute_value_loss(
+                vpreds.detach(),
+                require(batch, "returns").to(vpreds.dtype),
+                require(batch, "values").to(vpreds.dtype),
+                mask,
+                cliprange_value=self.config.cliprange_value,
+                loss_agg_mode=mode,
+            )[0]
+        metrics = {
+            "critic/vf_loss": float(local.item()),
+            "critic/vf_clipfrac": float(clipfrac.item()),
+            "critic/vpred_mean": float(masked_mean(vpreds.detach(), mask).item()),
+        }
+        return loss, metrics

@@ -1,0 +1,10 @@
+"""Registers the ``ppo`` algorithm. Imports nothing heavy: the class is named, not imported."""
+
+from __future__ import annotations
+
+from rlcore.hookspecs import hookimpl
+
+
+@hookimpl
+def register_algorithms() -> dict[str, str]:
+    return {"ppo": "rlcore_ppo.algorithm:PPO"}

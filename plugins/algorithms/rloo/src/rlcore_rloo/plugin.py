@@ -1,0 +1,10 @@
+"""Registers the ``rloo`` algorithm. Imports nothing heavy: the class is named, not imported."""
+
+from __future__ import annotations
+
+from rlcore.hookspecs import hookimpl
+
+
+@hookimpl
+def register_algorithms() -> dict[str, str]:
+    return {"rloo": "rlcore_rloo.algorithm:RLOO"}

@@ -1,0 +1,486 @@
+"""TOML file + command-line overrides -> a validated, fully resolved :class:`RunConfig`.
+
+Order of work, so that one run reports every error it can: apply overrides, take the
+plugin-owned keys out of their tables, structure each core section on its own, validate each
+selected plugin's keys with that plugin's ``Config``, then check cross-key rules and the batch
+arithmetic. Only a config without any error gets its defaults resolved.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import tomllib
+from collections.abc import Mapping, Sequence
+from pathlib import Path as FilePath
+from typing import Any
+
+import attrs
+
+from rlcore.config.convert import Path, Problem, render_path, structure, unknown_key
+from rlcore.config.schema import (
+    ActorConfig,
+    AlgorithmConfig,
+    CriticConfig,
+    DataConfig,
+    ModelConfig,
+    PluginSection,
+    RefConfig,
+    ResourcesConfig,
+    RewardConfig,
+    RolloutConfig,
+    RunConfig,
+    TrainerConfig,
+)
+from rlcore.errors import ConfigError, PluginError
+from rlcore.plugins import PluginRegistry, default_registry
+
+__all__ = [
+    "ConfigValidationError",
+    "apply_overrides",
+    "build_config",
+    "load_config",
+    "load_config_text",
+    "read_toml",
+    "validate",
+]
+
+_SECTIONS: dict[str, type] = {
+    "data": DataConfig,
+    "model": ModelConfig,
+    "actor": ActorConfig,
+    "rollout": RolloutConfig,
+    "ref": RefConfig,
+    "critic": CriticConfig,
+    "reward": RewardConfig,
+    "algorithm": AlgorithmConfig,
+    "trainer": TrainerConfig,
+    "resources": ResourcesConfig,
+}
+_ROLLOUT_CORE_KEYS = frozenset(f.name for f in attrs.fields(RolloutConfig)) - {"options"}
+_DEFAULT_ENGINE = "fsdp2"
+_DEFAULT_ROLLOUT = "hf"
+_DEFAULT_ALGORITHM = "grpo"
+
+
+class ConfigValidationError(ConfigError):
+    """Every problem of one config, one line each (``key.path: what is wrong``)."""
+
+    def __init__(self, source: str, errors: Sequence[str]) -> None:
+        self.source = source
+        self.errors = tuple(errors)
+        if len(self.errors) == 1:
+            text = f"{source}: {self.errors[0]}"
+        else:
+            text = f"{source}: {len(self.errors)} errors\n" + "\n".join(
+                f"  {e}" for e in self.errors
+            )
+        super().__init__(text)
+
+
+# --- files and overrides ----------------------------------------------------------------------
+
+
+def read_toml(path: str | FilePath) -> dict[str, Any]:
+    """Parse a TOML file; a missing file or a syntax error is one line naming the file."""
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError as err:
+        msg = f"config file '{path}' not found"
+        raise ConfigError(msg) from err
+    except OSError as err:
+        msg = f"cannot read config file '{path}': {err.strerror or err}"
+        raise ConfigError(msg) from err
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(_toml_error(str(path), err)) from err
+
+
+def _toml_error(source: str, err: tomllib.TOMLDecodeError) -> str:
+    text = str(err)
+    m = re.fullmatch(r"(.*) \(at line (\d+), column (\d+)\)", text)
+    if m:
+        return f"invalid TOML in {source} at line {m[2]}, column {m[3]}: {m[1]}"
+    return f"invalid TOML in {source}: {text}"
+
+
+def _parse_override(text: str) -> tuple[tuple[str, ...], Any]:
+    key, sep, value = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        msg = f"override {text!r}: expected KEY=VALUE, e.g. actor.optim.lr=1e-5"
+        raise ConfigError(msg)
+    try:
+        # TOML's own dotted-key grammar, quoted keys included: reward.sources."openai/gsm8k"
+        parsed: Any = tomllib.loads(f"{key} = 0")
+    except tomllib.TOMLDecodeError as err:
+        msg = f"override {text!r}: {key!r} is not a valid key path"
+        raise ConfigError(msg) from err
+    parts: list[str] = []
+    while isinstance(parsed, dict):
+        ((name, parsed),) = parsed.items()
+        parts.append(name)
+    try:
+        parsed_value = tomllib.loads(f"v = {value}")["v"]
+    except tomllib.TOMLDecodeError:
+        parsed_value = value  # a bare word: `rollout.name=vllm`
+    return tuple(parts), parsed_value
+
+
+def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> list[str]:
+    """Set ``a.b.c=value`` overrides in ``raw`` (in place); return one line per bad one."""
+    errors = []
+    for text in overrides:
+        try:
+            parts, value = _parse_override(text)
+        except ConfigError as err:
+            errors.append(str(err))
+            continue
+        table = raw
+        for i, part in enumerate(parts[:-1]):
+            nxt = table.setdefault(part, {})
+            if not isinstance(nxt, dict):
+                where = ".".join(parts[: i + 1])
+                errors.append(f"override {text!r}: {where} is not a table")
+                break
+            table = nxt
+        else:
+            table[parts[-1]] = value
+    return errors
+
+
+# --- plugin-owned keys ------------------------------------------------------------------------
+
+
+@attrs.frozen
+class _Choice:
+    """A plugin selected by a section, with the keys its ``Config`` must accept."""
+
+    kind: str
+    name: Any  # a str unless the user wrote something else (then the core reports it)
+    options: Any
+    path: Path  # where the options live
+    name_path: Path  # where the name was (or would be) written
+    candidates: frozenset[str] = frozenset({"name"})
+
+
+def _take_engine(raw: dict[str, Any], section: str, default: Any) -> _Choice | None:
+    table = raw.get(section)
+    if not isinstance(table, dict) or ("engine" not in table and default is None):
+        return None
+    engine = table.get("engine", {})
+    if not isinstance(engine, dict):
+        return None  # reported by the core: "expected a table"
+    name = engine.get("name", default)
+    table["engine"] = {"name": name}
+    options = {k: v for k, v in engine.items() if k != "name"}
+    path = (section, "engine")
+    return _Choice("engine", name, options, path, (*path, "name"))
+
+
+def _take_named(raw: dict[str, Any], section: str, kind: str, default: str) -> _Choice | None:
+    table = raw.setdefault(section, {})
+    if not isinstance(table, dict):
+        return None
+    core = _ROLLOUT_CORE_KEYS if section == "rollout" else frozenset({"name"})
+    name = table.get("name", default)
+    options = {k: v for k, v in table.items() if k not in core}
+    raw[section] = {k: v for k, v in table.items() if k in core}
+    return _Choice(kind, name, options, (section,), (section, "name"), core)
+
+
+def _extract_choices(raw: dict[str, Any]) -> tuple[list[_Choice], dict[str, Any], list[Problem]]:
+    choices = []
+    actor = _take_engine(raw, "actor", _DEFAULT_ENGINE)
+    if actor is not None:
+        choices.append(actor)
+    actor_name = actor.name if actor is not None else _DEFAULT_ENGINE
+    for section in ("ref", "critic"):
+        # Without its own [ref.engine] / [critic.engine], the role uses the actor's engine.
+        choice = _take_engine(raw, section, None)
+        if choice is not None:
+            if "name" not in raw[section]["engine"] or choice.name is None:
+                choice = attrs.evolve(choice, name=actor_name)
+                raw[section]["engine"] = {"name": actor_name}
+            choices.append(choice)
+    for section, kind, default in (
+        ("rollout", "rollout", _DEFAULT_ROLLOUT),
+        ("algorithm", "algorithm", _DEFAULT_ALGORITHM),
+    ):
+        choice = _take_named(raw, section, kind, default)
+        if choice is not None:
+            choices.append(choice)
+    reward_options: dict[str, Any] = {}
+    problems: list[Problem] = []
+    reward = raw.get("reward")
+    if isinstance(reward, dict) and "options" in reward:
+        given = reward.pop("options")
+        if isinstance(given, dict):
+            reward_options = given
+        else:
+            problems.append((("reward", "options"), "expected a table of [reward.options.NAME]"))
+    return choices, reward_options, problems
+
+
+def _resolve(
+    registry: PluginRegistry, kind: str, name: Any, name_path: Path
+) -> tuple[type | None, list[Problem]]:
+    if not isinstance(name, str):
+        return None, []
+    try:
+        return registry.resolve(kind, name), []
+    except PluginError as err:
+        return None, [(name_path, str(err))]
+
+
+def _plugin_config(registry: PluginRegistry, choice: _Choice) -> tuple[Any, list[Problem]]:
+    cls, problems = _resolve(registry, choice.kind, choice.name, choice.name_path)
+    if cls is None:
+        return None, problems
+    config_cls: type = cls.Config  # type: ignore[attr-defined]
+    return structure(choice.options, config_cls, choice.path, choice.candidates)
+
+
+def _reward_configs(
+    registry: PluginRegistry, reward: RewardConfig | None, given: dict[str, Any]
+) -> tuple[dict[str, Any], list[Problem]]:
+    problems: list[Problem] = []
+    wanted: dict[str, Path] = {}  # name -> where it was first selected
+    if reward is not None:
+        for name in reward.default:
+            wanted.setdefault(name, ("reward", "default"))
+        for source, names in reward.sources.items():
+            for name in names:
+                wanted.setdefault(name, ("reward", "sources", source))
+    for name in given:
+        wanted.setdefault(name, ("reward", "options", name))
+    configs: dict[str, Any] = {}
+    for name, where in wanted.items():
+        cls, found = _resolve(registry, "reward", name, where)
+        problems.extend(found)
+        if cls is None:
+            continue
+        table = given.get(name, {})
+        path: Path = ("reward", "options", name)
+        if not isinstance(table, dict):
+            problems.append((path, "expected a table"))
+            continue
+        config, found = structure(table, cls.Config, path)  # type: ignore[attr-defined]
+        problems.extend(found)
+        configs[name] = config
+    return configs, problems
+
+
+# --- rules across keys ------------------------------------------------------------------------
+
+
+def _micro_rule(section: str, cfg: Any) -> list[Problem]:
+    if cfg.micro_batch_size is not None and cfg.max_tokens_per_micro_batch is not None:
+        msg = "set micro_batch_size or max_tokens_per_micro_batch, not both"
+        return [((section, "max_tokens_per_micro_batch"), msg)]
+    return []
+
+
+def _cross_checks(s: dict[str, Any]) -> list[Problem]:
+    problems: list[Problem] = []
+    for section in ("actor", "ref", "critic"):
+        if s.get(section) is not None:
+            problems.extend(_micro_rule(section, s[section]))
+    trainer: TrainerConfig | None = s.get("trainer")
+    if trainer is not None and trainer.total_steps is not None and trainer.total_epochs:
+        problems.append((("trainer", "total_steps"), "set total_steps or total_epochs, not both"))
+    reward: RewardConfig | None = s.get("reward")
+    if reward is not None:
+        if not reward.selected():
+            msg = 'no reward selected; set reward.default = "NAME" or map [reward.sources]'
+            problems.append((("reward", "default"), msg))
+        for name in reward.weights:
+            if name not in reward.selected():
+                msg = f"reward {name!r} is not selected by reward.default or reward.sources"
+                problems.append((("reward", "weights", name), msg))
+    return problems
+
+
+def _batch_checks(s: dict[str, Any]) -> list[Problem]:
+    """verl's rules: a silent zero gradient-accumulation step turns the loss into NaN."""
+    data: DataConfig = s["data"]
+    rollout: RolloutConfig = s["rollout"]
+    resources: ResourcesConfig = s["resources"]
+    problems: list[Problem] = []
+    n, dp, train = rollout.n, resources.world_size, data.train_batch_size
+    dp_keys = "resources.nnodes × resources.processes_per_node"
+    dp_nums = f"{resources.nnodes} × {resources.processes_per_node}"
+    actor: ActorConfig = s["actor"]
+    critic: CriticConfig = s["critic"]
+    roles: list[tuple[str, Any, int]] = [("actor", actor, actor.ppo_mini_batch_size or train)]
+    if critic.ppo_mini_batch_size is not None or critic.micro_batch_size is not None:
+        roles.append(("critic", critic, critic.ppo_mini_batch_size or roles[0][2]))
+    for section, cfg, mini in roles:
+        if train % mini:
+            msg = (
+                f"data.train_batch_size ({train}) must be divisible by "
+                f"{section}.ppo_mini_batch_size ({mini})"
+            )
+            problems.append(((section, "ppo_mini_batch_size"), msg))
+            continue
+        rows = mini * n
+        rows_text = f"{section}.ppo_mini_batch_size × rollout.n ({mini} × {n} = {rows})"
+        if cfg.max_tokens_per_micro_batch is not None:
+            if rows % dp:
+                msg = f"{rows_text} must be divisible by {dp_keys} ({dp_nums} = {dp})"
+                problems.append(((section, "ppo_mini_batch_size"), msg))
+            continue
+        micro = cfg.micro_batch_size or (actor.micro_batch_size if section == "critic" else 1)
+        micro = micro or 1
+        if rows % (micro * dp):
+            msg = (
+                f"{rows_text} must be divisible by {section}.micro_batch_size × {dp_keys} "
+                f"({micro} × {dp_nums} = {micro * dp})"
+            )
+            problems.append(((section, "micro_batch_size"), msg))
+    return problems
+
+
+# --- defaults that depend on other keys -------------------------------------------------------
+
+
+def _resolved(s: dict[str, Any], reward_configs: dict[str, Any]) -> RunConfig:
+    data: DataConfig = s["data"]
+    model: ModelConfig = s["model"]
+    actor: ActorConfig = s["actor"]
+    if actor.micro_batch_size is None and actor.max_tokens_per_micro_batch is None:
+        actor = attrs.evolve(actor, micro_batch_size=1)
+    actor = attrs.evolve(
+        actor, ppo_mini_batch_size=actor.ppo_mini_batch_size or data.train_batch_size
+    )
+    micro: dict[str, Any] = {
+        "micro_batch_size": actor.micro_batch_size,
+        "max_tokens_per_micro_batch": actor.max_tokens_per_micro_batch,
+    }
+    ref: RefConfig = s["ref"]
+    ref = attrs.evolve(ref, engine=ref.engine or actor.engine)
+    if ref.micro_batch_size is None and ref.max_tokens_per_micro_batch is None:
+        ref = attrs.evolve(ref, **micro)
+    critic: CriticConfig = s["critic"]
+    critic = attrs.evolve(
+        critic,
+        model_path=critic.model_path or model.path,
+        engine=critic.engine or actor.engine,
+        ppo_mini_batch_size=critic.ppo_mini_batch_size or actor.ppo_mini_batch_size,
+        ppo_epochs=critic.ppo_epochs or actor.ppo_epochs,
+    )
+    if critic.micro_batch_size is None and critic.max_tokens_per_micro_batch is None:
+        critic = attrs.evolve(critic, **micro)
+    reward: RewardConfig = s["reward"]
+    weights = {name: reward.weights.get(name, 1.0) for name in reward.selected()}
+    reward = attrs.evolve(reward, weights=weights, options=reward_configs)
+    trainer: TrainerConfig = s["trainer"]
+    trainer = attrs.evolve(
+        trainer,
+        total_epochs=1
+        if trainer.total_steps is None and not trainer.total_epochs
+        else trainer.total_epochs,
+        run_dir=trainer.run_dir or f"runs/{trainer.experiment_name}",
+    )
+    return RunConfig(
+        data=data,
+        model=attrs.evolve(model, tokenizer_path=model.tokenizer_path or model.path),
+        actor=actor,
+        rollout=s["rollout"],
+        ref=ref,
+        critic=critic,
+        reward=reward,
+        algorithm=s["algorithm"],
+        trainer=trainer,
+        resources=s["resources"],
+    )
+
+
+# --- entry points -----------------------------------------------------------------------------
+
+
+def build_config(
+    raw: Mapping[str, Any],
+    *,
+    source: str = "<config>",
+    overrides: Sequence[str] = (),
+    registry: PluginRegistry | None = None,
+) -> RunConfig:
+    """Validate parsed TOML data; raise :class:`ConfigValidationError` listing every problem."""
+    registry = registry if registry is not None else default_registry()
+    data: dict[str, Any] = copy.deepcopy(dict(raw))
+    lines = apply_overrides(data, overrides)
+    problems: list[Problem] = [
+        ((key,), unknown_key(key, _SECTIONS, "section")) for key in data if key not in _SECTIONS
+    ]
+    choices, reward_given, found = _extract_choices(data)
+    problems.extend(found)
+
+    sections: dict[str, Any] = {}
+    for name, cls in _SECTIONS.items():
+        sections[name], found = structure(data.get(name, {}), cls, (name,))
+        problems.extend(found)
+
+    # Each selected plugin validates its own keys, even where a core key was wrong.
+    for choice in choices:
+        options, found = _plugin_config(registry, choice)
+        problems.extend(found)
+        owner_key = str(choice.path[0])
+        owner = sections.get(owner_key)
+        if owner is None or options is None:
+            continue
+        if choice.path[-1] == "engine":
+            section = PluginSection(name=choice.name, options=options)
+            sections[owner_key] = attrs.evolve(owner, engine=section)
+        else:
+            sections[owner_key] = attrs.evolve(owner, options=options)
+    reward_configs, found = _reward_configs(registry, sections["reward"], reward_given)
+    problems.extend(found)
+
+    problems.extend(_cross_checks(sections))
+    if all(sections[k] is not None for k in ("data", "actor", "critic", "rollout", "resources")):
+        problems.extend(_batch_checks(sections))
+
+    lines.extend(f"{render_path(p)}: {m}" if p else m for p, m in problems)
+    if lines:
+        raise ConfigValidationError(source, lines)
+    return _resolved(sections, reward_configs)
+
+
+def load_config_text(
+    text: str,
+    *,
+    source: str = "<string>",
+    overrides: Sequence[str] = (),
+    registry: PluginRegistry | None = None,
+) -> RunConfig:
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(_toml_error(source, err)) from err
+    return build_config(raw, source=source, overrides=overrides, registry=registry)
+
+
+def load_config(
+    path: str | FilePath,
+    overrides: Sequence[str] = (),
+    registry: PluginRegistry | None = None,
+) -> RunConfig:
+    """Read, override, validate and resolve the config at ``path``."""
+    raw = read_toml(path)
+    return build_config(raw, source=str(path), overrides=overrides, registry=registry)
+
+
+def validate(
+    path: str | FilePath,
+    overrides: Sequence[str] = (),
+    registry: PluginRegistry | None = None,
+) -> tuple[str, ...]:
+    """The problems of the config at ``path``, one line each; empty when it is valid."""
+    try:
+        load_config(path, overrides, registry)
+    except ConfigValidationError as err:
+        return err.errors
+    except ConfigError as err:
+        return (str(err),)
+    return ()

@@ -1,0 +1,262 @@
+"""The attrs classes of a run's configuration, one per TOML section.
+
+Plugin-selected sections (``[actor.engine]``, ``[rollout]``, ``[algorithm]``,
+``[reward.options.NAME]``) keep the selected plugin's own ``Config`` instance in an
+``options`` field; the loader builds it from the keys the core does not own. Fields documented
+as "resolved" are ``None`` only before :func:`rlcore.config.load_config` fills them in; a
+loaded ``RunConfig`` always has them set.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import attrs
+from attrs import validators as v
+
+from rlcore.interfaces import Device, Dtype, OptimConfig, SamplingParams
+
+__all__ = [
+    "LOGGERS",
+    "ActorConfig",
+    "AlgorithmConfig",
+    "CriticConfig",
+    "DataConfig",
+    "ModelConfig",
+    "PluginSection",
+    "RefConfig",
+    "ResourcesConfig",
+    "RewardConfig",
+    "RolloutConfig",
+    "RunConfig",
+    "TrainerConfig",
+    "ValSamplingConfig",
+]
+
+LOGGERS = ("console", "jsonl", "tensorboard")
+
+# Merged into the parent table when dumped: the plugin's options sit next to ``name``.
+_FLATTEN = {"flatten": True}
+
+_pos = v.ge(1)
+_opt_pos = v.optional(v.ge(1))
+
+
+def _nonempty(_inst: object, _attr: attrs.Attribute[Any], value: str | tuple[str, ...]) -> None:
+    if not value:
+        msg = "must not be empty"
+        raise ValueError(msg)
+
+
+def _loggers(_inst: object, _attr: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
+    for name in value:
+        if name not in LOGGERS:
+            msg = f"unknown logger {name!r}; choose from {', '.join(LOGGERS)}"
+            raise ValueError(msg)
+
+
+@attrs.frozen(kw_only=True)
+class PluginSection:
+    """A plugin choice: ``name`` plus an instance of that plugin's ``Config`` (``options``)."""
+
+    name: str = attrs.field(validator=_nonempty)
+    options: Any = attrs.field(default=None, metadata=_FLATTEN)
+
+
+@attrs.frozen(kw_only=True)
+class DataConfig:
+    """``[data]``: prompt files and batch sizes (in prompts, before ``rollout.n``)."""
+
+    train_files: tuple[str, ...] = attrs.field(validator=_nonempty)
+    val_files: tuple[str, ...] = ()
+    prompt_key: str = "prompt"
+    max_prompt_length: int = attrs.field(default=512, validator=_pos)
+    max_response_length: int = attrs.field(default=512, validator=_pos)
+    train_batch_size: int = attrs.field(default=8, validator=_pos)
+    val_batch_size: int | None = attrs.field(default=None, validator=_opt_pos)  # None: all
+    shuffle: bool = True
+    seed: int = 0
+    filter_overlong_prompts: bool = True
+    truncation: Literal["error", "left", "right"] = attrs.field(
+        default="error", validator=v.in_(("error", "left", "right"))
+    )
+
+
+@attrs.frozen(kw_only=True)
+class ModelConfig:
+    """``[model]``: the policy's local Hugging Face folder."""
+
+    path: str = attrs.field(validator=_nonempty)
+    tokenizer_path: str | None = None  # resolved: defaults to ``path``
+    dtype: Dtype = attrs.field(
+        default="float32", validator=v.in_(("float32", "bfloat16", "float16"))
+    )
+    trust_remote_code: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class ActorConfig:
+    """``[actor]``: PPO-style updates of the policy. Mini-batches count prompts (verl)."""
+
+    engine: PluginSection = attrs.Factory(lambda: PluginSection(name="fsdp2"))
+    optim: OptimConfig = attrs.Factory(OptimConfig)
+    ppo_mini_batch_size: int | None = attrs.field(default=None, validator=_opt_pos)  # resolved
+    # Rows per data-parallel rank per micro-batch, or a token budget; resolved: exactly one set.
+    micro_batch_size: int | None = attrs.field(default=None, validator=_opt_pos)
+    max_tokens_per_micro_batch: int | None = attrs.field(default=None, validator=_opt_pos)
+    ppo_epochs: int = attrs.field(default=1, validator=_pos)
+    grad_clip: float = attrs.field(default=1.0, validator=v.gt(0.0))
+    gradient_checkpointing: bool = False
+    shuffle: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class ValSamplingConfig:
+    """``[rollout.val]``: sampling for validation, greedy by default."""
+
+    n: int = attrs.field(default=1, validator=_pos)
+    temperature: float = attrs.field(default=0.0, validator=v.ge(0.0))
+    top_p: float = attrs.field(default=1.0, validator=[v.gt(0.0), v.le(1.0)])
+    top_k: int = attrs.field(default=-1, validator=v.ge(-1))
+    do_sample: bool = False
+
+    def sampling(self, max_new_tokens: int) -> SamplingParams:
+        return SamplingParams(
+            n=self.n,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            max_new_tokens=max_new_tokens,
+            do_sample=self.do_sample,
+        )
+
+
+@attrs.frozen(kw_only=True)
+class RolloutConfig:
+    """``[rollout]``: ``name``, the shared sampling keys, then the rollout plugin's options."""
+
+    name: str = attrs.field(default="hf", validator=_nonempty)
+    n: int = attrs.field(default=1, validator=_pos)
+    temperature: float = attrs.field(default=1.0, validator=v.ge(0.0))
+    top_p: float = attrs.field(default=1.0, validator=[v.gt(0.0), v.le(1.0)])
+    top_k: int = attrs.field(default=-1, validator=v.ge(-1))  # -1: off
+    val: ValSamplingConfig = attrs.Factory(ValSamplingConfig)
+    options: Any = attrs.field(default=None, metadata=_FLATTEN)
+
+    def sampling(self, max_new_tokens: int) -> SamplingParams:
+        """Training-time sampling (``do_sample=True``)."""
+        return SamplingParams(
+            n=self.n,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            max_new_tokens=max_new_tokens,
+            do_sample=True,
+        )
+
+
+@attrs.frozen(kw_only=True)
+class RefConfig:
+    """``[ref]``: the frozen reference policy (used when the algorithm needs KL)."""
+
+    engine: PluginSection | None = None  # resolved: the actor's engine, options included
+    micro_batch_size: int | None = attrs.field(default=None, validator=_opt_pos)  # resolved
+    max_tokens_per_micro_batch: int | None = attrs.field(default=None, validator=_opt_pos)
+
+
+@attrs.frozen(kw_only=True)
+class CriticConfig:
+    """``[critic]``: the value model (used when the algorithm needs a critic, e.g. PPO)."""
+
+    model_path: str | None = None  # resolved: model.path
+    engine: PluginSection | None = None  # resolved: the actor's engine, options included
+    optim: OptimConfig = attrs.Factory(lambda: OptimConfig(lr=1e-5))
+    ppo_mini_batch_size: int | None = attrs.field(default=None, validator=_opt_pos)  # resolved
+    micro_batch_size: int | None = attrs.field(default=None, validator=_opt_pos)  # resolved
+    max_tokens_per_micro_batch: int | None = attrs.field(default=None, validator=_opt_pos)
+    ppo_epochs: int | None = attrs.field(default=None, validator=_opt_pos)  # resolved
+    grad_clip: float = attrs.field(default=1.0, validator=v.gt(0.0))
+    gradient_checkpointing: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class RewardConfig:
+    """``[reward]``: which reward plugin(s) score which ``data_source``.
+
+    ``sources`` maps a data source to reward names; others use ``default``. Several names
+    are combined by ``weights`` (1.0 each unless given). ``options`` holds, for every selected
+    reward (and any given a ``[reward.options.NAME]`` table), that plugin's ``Config``.
+    """
+
+    default: tuple[str, ...] = ()
+    sources: dict[str, tuple[str, ...]] = attrs.Factory(dict)
+    weights: dict[str, float] = attrs.Factory(dict)  # resolved: every selected name
+    timeout_s: float = attrs.field(default=5.0, validator=v.gt(0.0))
+    num_workers: int = attrs.field(default=0, validator=v.ge(0))  # 0: one per CPU
+    options: dict[str, Any] = attrs.Factory(dict)
+
+    def names_for(self, data_source: str) -> tuple[str, ...]:
+        """The reward names that score rows of ``data_source``."""
+        return self.sources.get(data_source, self.default)
+
+    def selected(self) -> tuple[str, ...]:
+        """Every reward name selected by ``default`` or ``sources``, first use first."""
+        names = list(self.default) + [n for ns in self.sources.values() for n in ns]
+        return tuple(dict.fromkeys(names))
+
+
+@attrs.frozen(kw_only=True)
+class AlgorithmConfig:
+    """``[algorithm]``: ``name``, then the algorithm plugin's options."""
+
+    name: str = attrs.field(default="grpo", validator=_nonempty)
+    options: Any = attrs.field(default=None, metadata=_FLATTEN)
+
+
+@attrs.frozen(kw_only=True)
+class TrainerConfig:
+    """``[trainer]``: length, validation, checkpoints, logging."""
+
+    total_steps: int | None = attrs.field(default=None, validator=_opt_pos)
+    total_epochs: int | None = attrs.field(default=None, validator=_opt_pos)  # resolved: 1
+    test_freq: int = attrs.field(default=0, validator=v.ge(0))  # 0: no periodic validation
+    val_before_train: bool = True
+    save_freq: int = attrs.field(default=0, validator=v.ge(0))  # 0: only at the end
+    resume: str = attrs.field(default="auto", validator=_nonempty)  # "auto" | "off" | PATH
+    keep_last: int | None = attrs.field(default=None, validator=_opt_pos)  # None: keep all
+    experiment_name: str = attrs.field(default="rlcore", validator=_nonempty)
+    run_dir: str | None = None  # resolved: runs/<experiment_name>
+    seed: int = 0
+    loggers: tuple[str, ...] = attrs.field(default=("console", "jsonl"), validator=_loggers)
+    log_freq: int = attrs.field(default=1, validator=_pos)  # console table every N steps
+
+
+@attrs.frozen(kw_only=True)
+class ResourcesConfig:
+    """``[resources]``: where workers run. Data-parallel size = nnodes × processes_per_node."""
+
+    device: Device = attrs.field(default="cpu", validator=v.in_(("cpu", "cuda")))
+    nnodes: int = attrs.field(default=1, validator=_pos)
+    processes_per_node: int = attrs.field(default=1, validator=_pos)
+    ray_address: str | None = None  # None: RAY_ADDRESS, else a local Ray
+    cpus_per_process: float = attrs.field(default=1.0, validator=v.gt(0.0))
+
+    @property
+    def world_size(self) -> int:
+        return self.nnodes * self.processes_per_node
+
+
+@attrs.frozen(kw_only=True)
+class RunConfig:
+    """A whole run, as :func:`rlcore.config.load_config` returns it (defaults resolved)."""
+
+    data: DataConfig
+    model: ModelConfig
+    actor: ActorConfig = attrs.Factory(ActorConfig)
+    rollout: RolloutConfig = attrs.Factory(RolloutConfig)
+    ref: RefConfig = attrs.Factory(RefConfig)
+    critic: CriticConfig = attrs.Factory(CriticConfig)
+    reward: RewardConfig = attrs.Factory(RewardConfig)
+    algorithm: AlgorithmConfig = attrs.Factory(AlgorithmConfig)
+    trainer: TrainerConfig = attrs.Factory(TrainerConfig)
+    resources: ResourcesConfig = attrs.Factory(ResourcesConfig)

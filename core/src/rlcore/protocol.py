@@ -19,6 +19,7 @@ import copy
 import dataclasses
 import logging
 import os
+import pickle
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Self, TypeAlias
 
@@ -459,6 +460,12 @@ class DataProto:
         """Read a file written by :meth:`save_to_disk` (``torch.load(weights_only=True)``)."""
         try:
             payload = torch.load(filepath, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as err:
+            msg = (
+                f"cannot read a DataProto from {os.fspath(filepath)}: it holds objects that "
+                "weights_only loading refuses (not written by save_to_disk?)"
+            )
+            raise DataProtoError(msg) from err
         except (OSError, RuntimeError, EOFError) as err:
             msg = f"cannot read a DataProto from {os.fspath(filepath)}: {err}".splitlines()[0]
             raise DataProtoError(msg) from err

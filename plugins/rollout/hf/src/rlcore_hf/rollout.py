@@ -1,0 +1,278 @@
+"""HFRollout: generation with Hugging Face transformers ``generate`` (CPU or GPU).
+
+No inference engine beyond transformers: the reference rollout, the one that runs anywhere
+(tests, CPU quickstart, machines without vLLM). Layout follows :class:`BaseRollout`: prompt
+``i``'s ``n`` samples are rows ``i*n .. i*n+n-1`` (``num_return_sequences`` order), responses
+are right-padded to exactly ``max_new_tokens``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+import attrs
+import torch
+from rlcore.errors import ConfigError, RlcoreError
+from rlcore.interfaces import BaseRollout, RolloutSpec, SamplingParams
+from rlcore.protocol import DataProto
+
+log = logging.getLogger(__name__)
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class WeightSyncError(RlcoreError):
+    """A streamed tensor does not fit the rollout model (unknown name or wrong shape)."""
+
+
+class HFRollout(BaseRollout):
+    """A :class:`~rlcore.interfaces.BaseRollout` on ``model.generate``.
+
+    Extra public surface: ``model`` (the HF model), ``device``, ``eos_token_ids``,
+    ``pad_token_id``.
+    """
+
+    @attrs.frozen(kw_only=True)
+    class Config(BaseRollout.Config):
+        """Options of ``[rollout]`` for ``name = "hf"``."""
+
+        # Prompts per ``generate`` call (None: the whole batch at once).
+        max_batch_size: int | None = attrs.field(default=None)
+        attn_implementation: str = "sdpa"
+
+        @max_batch_size.validator
+        def _check_max_batch_size(self, attribute: Any, value: int | None) -> None:
+            if value is not None and value < 1:
+                msg = f"max_batch_size must be >= 1 or unset, got {value}"
+                raise ValueError(msg)
+
+    def __init__(self, spec: RolloutSpec, config: HFRollout.Config | None = None) -> None:
+        super().__init__(spec, config if config is not None else HFRollout.Config())
+        self.config: HFRollout.Config
+        from transformers import AutoModelForCausalLM, GenerationConfig
+
+        if spec.device == "cuda" and not torch.cuda.is_available():
+            msg = "[rollout] device = 'cuda' but torch sees no CUDA device; use device = 'cpu'"
+            raise ConfigError(msg)
+        self.device = (
+            torch.device("cuda", torch.cuda.current_device())
+            if spec.device == "cuda"
+            else torch.device("cpu")
+        )
+        try:
+            model = AutoModelForCausalLM.from_pretrained(
+                spec.model_path,
+                dtype=_DTYPES[spec.dtype],
+                trust_remote_code=spec.trust_remote_code,
+                attn_implementation=self.config.attn_implementation,
+            )
+        except OSError as err:
+            msg = f"[rollout] cannot load a model from model_path={spec.model_path!r}: {err}"
+            raise ConfigError(msg) from err
+        self.model = model.to(self.device).eval()
+        self.eos_token_ids, self.pad_token_id = _special_ids(spec, model)
+        # Own the sampling: a checkpoint's generation_config (Qwen's repetition_penalty=1.05,
+        # top_k=20, ...) would otherwise fill every knob a call leaves unset.
+        self.model.generation_config = GenerationConfig(
+            eos_token_id=self.eos_token_ids,
+            pad_token_id=self.pad_token_id,
+            bos_token_id=model.generation_config.bos_token_id,
+        )
+        self._calls = 0
+        self._asleep = False
+
+    # --- generation -----------------------------------------------------------------------
+
+    def _generate_kwargs(self, sampling: SamplingParams) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {
+            "max_new_tokens": sampling.max_new_tokens,
+            "num_return_sequences": sampling.n,
+            "eos_token_id": self.eos_token_ids,
+            "pad_token_id": self.pad_token_id,
+            "use_cache": True,
+        }
+        greedy = not sampling.do_sample or sampling.temperature == 0.0
+        if greedy:
+            kwargs["do_sample"] = False
+        else:
+            kwargs.update(
+                do_sample=True,
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+                top_k=sampling.top_k if sampling.top_k > 0 else 0,  # 0 disables top-k
+            )
+        if sampling.return_log_probs:
+            kwargs.update(return_dict_in_generate=True, output_logits=True)
+        return kwargs
+
+    @torch.no_grad()
+    def generate(self, prompts: DataProto, sampling: SamplingParams) -> DataProto:
+        """Sample ``sampling.n`` responses per prompt; see :class:`BaseRollout` for the layout.
+
+        Returns tensors only (``prompts``, ``responses``, ``response_mask``, ``input_ids``,
+        ``attention_mask``, ``position_ids``, optionally ``rollout_log_probs``), so the driver
+        can ``batch.repeat(n).union(gen)`` without key clashes.
+        """
+        self.wake_up()
+        if sampling.n > 1 and (not sampling.do_sample or sampling.temperature == 0.0):
+            log.warning(
+                "greedy generation with n=%d gives %d identical samples", sampling.n, sampling.n
+            )
+        input_ids = prompts.batch["input_ids"]  # (B, P), left-padded
+        attention_mask = prompts.batch["attention_mask"]
+        position_ids = prompts.batch.get("position_ids")
+        if position_ids is None:
+            position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+        step = self.config.max_batch_size or len(prompts)
+        seed = self.spec.seed + self._calls
+        self._calls += 1
+        kwargs = self._generate_kwargs(sampling)
+        responses, log_probs = [], []
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(seed)  # spec.seed + call counter: reruns reproduce
+            for start in range(0, len(prompts), step):
+                ids = input_ids[start : start + step].to(self.device)
+                mask = attention_mask[start : start + step].to(self.device)
+                out = self.model.generate(input_ids=ids, attention_mask=mask, **kwargs)
+                sequences = out.sequences if sampling.return_log_probs else out
+                resp = sequences[:, ids.shape[1] :]  # (b*n, <= R)
+                responses.append(_pad_right(resp, sampling.max_new_tokens, self.pad_token_id))
+                if sampling.return_log_probs:
+                    log_probs.append(
+                        _sampled_log_probs(out.logits, resp, sampling, sampling.max_new_tokens)
+                    )
+
+        n = sampling.n
+        response_ids = torch.cat(responses).cpu()  # (B*n, R)
+        response_mask = _response_mask(response_ids, self.eos_token_ids)  # (B*n, R)
+        prompt_ids = input_ids.repeat_interleave(n, dim=0)
+        prompt_mask = attention_mask.repeat_interleave(n, dim=0)
+        prompt_pos = position_ids.repeat_interleave(n, dim=0)
+        r = response_ids.shape[1]
+        # Response positions continue from the last prompt position (also past EOS: masked).
+        delta = torch.arange(1, r + 1, dtype=prompt_pos.dtype).unsqueeze(0)  # (1, R)
+        tensors = {
+            "prompts": prompt_ids,
+            "responses": response_ids,
+            "response_mask": response_mask,
+            "input_ids": torch.cat([prompt_ids, response_ids], dim=1),
+            "attention_mask": torch.cat([prompt_mask, response_mask.to(prompt_mask.dtype)], dim=1),
+            "position_ids": torch.cat([prompt_pos, prompt_pos[:, -1:] + delta], dim=1),
+        }
+        if sampling.return_log_probs:
+            tensors["rollout_log_probs"] = torch.cat(log_probs).cpu() * response_mask
+        return DataProto.from_dict(tensors=tensors)
+
+    # --- weights --------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Copy each streamed (HF name, full tensor) into the model, casting dtype/device.
+
+        Tied weights are reached under both names (``remove_duplicate=False``), so a stream
+        that sends either (or both) of ``lm_head.weight``/``model.embed_tokens.weight`` works.
+        """
+        targets = dict(self.model.named_parameters(remove_duplicate=False))
+        targets.update(dict(self.model.named_buffers(remove_duplicate=False)))
+        loaded = 0
+        for name, tensor in named_tensors:
+            target = targets.get(name)
+            if target is None:
+                msg = f"[rollout] weight sync sent {name!r}, which the rollout model does not have"
+                raise WeightSyncError(msg)
+            if target.shape != tensor.shape:
+                msg = (
+                    f"[rollout] weight sync: {name!r} has shape {tuple(tensor.shape)}, "
+                    f"the rollout model expects {tuple(target.shape)}"
+                )
+                raise WeightSyncError(msg)
+            target.data.copy_(tensor, non_blocking=True)
+            loaded += 1
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        log.debug("weight sync: %d tensors loaded", loaded)
+
+    def sleep(self) -> None:
+        """Move the model to CPU to free GPU memory for training (no-op on CPU)."""
+        if self.device.type == "cuda" and not self._asleep:
+            self.model.to("cpu")
+            torch.cuda.empty_cache()
+            self._asleep = True
+
+    def wake_up(self) -> None:
+        if self._asleep:
+            self.model.to(self.device)
+            self._asleep = False
+
+
+# --- helpers ------------------------------------------------------------------------------
+
+
+def _special_ids(spec: RolloutSpec, model: Any) -> tuple[list[int], int]:
+    """EOS ids (generation config + tokenizer) and the pad id, read from the model folder."""
+    eos: list[int] = []
+    for value in (model.generation_config.eos_token_id, model.config.eos_token_id):
+        eos.extend([value] if isinstance(value, int) else list(value or []))
+    pad = model.generation_config.pad_token_id
+    try:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(
+            spec.model_path, trust_remote_code=spec.trust_remote_code
+        )
+    except (OSError, ValueError) as err:
+        log.info(
+            "no tokenizer at %s (%s); using the model config's special ids", spec.model_path, err
+        )
+    else:
+        if tok.eos_token_id is not None:
+            eos.append(tok.eos_token_id)
+        if tok.pad_token_id is not None:
+            pad = tok.pad_token_id
+    eos = list(dict.fromkeys(eos))  # dedupe, keep order
+    if not eos:
+        msg = f"[rollout] no eos_token_id in {spec.model_path} (generation_config or tokenizer)"
+        raise ConfigError(msg)
+    return eos, pad if pad is not None else eos[0]
+
+
+def _pad_right(tokens: torch.Tensor, length: int, pad_id: int) -> torch.Tensor:
+    """(b, r) -> (b, length), filled with ``pad_id`` (generate stops early when all rows end)."""
+    if tokens.shape[1] == length:
+        return tokens
+    out = tokens.new_full((tokens.shape[0], length), pad_id)
+    out[:, : tokens.shape[1]] = tokens
+    return out
+
+
+def _response_mask(responses: torch.Tensor, eos_ids: list[int]) -> torch.Tensor:
+    """1 up to and including the first EOS, 0 after: (b, R) int64.
+
+    Computed from EOS, not from ``!= pad``, because pad and EOS may share an id.
+    """
+    is_eos = torch.isin(responses, torch.tensor(eos_ids, dtype=responses.dtype))
+    # Count of EOS strictly before each position: 0 means "still inside the response".
+    eos_before = torch.cumsum(is_eos.long(), dim=1) - is_eos.long()
+    return (eos_before == 0).long()
+
+
+def _sampled_log_probs(
+    logits: tuple[torch.Tensor, ...], responses: torch.Tensor, sampling: SamplingParams, length: int
+) -> torch.Tensor:
+    """log p(token) under softmax(logits / T), float32, padded to ``length``: (b, R).
+
+    Raw logits (not the top-k/top-p-filtered scores), so the value matches the training
+    engine's ``compute_log_prob`` with the same temperature.
+    """
+    stacked = torch.stack(logits, dim=1).float()  # (b, r, V)
+    greedy = not sampling.do_sample or sampling.temperature == 0.0
+    if not greedy and sampling.temperature != 1.0:
+        stacked = stacked / sampling.temperature
+    picked = torch.gather(stacked, -1, responses.unsqueeze(-1)).squeeze(-1)
+    lp = picked - torch.logsumexp(stacked, dim=-1)  # (b, r)
+    out = lp.new_zeros((lp.shape[0], length))
+    out[:, : lp.shape[1]] = lp
+    return out

@@ -117,7 +117,8 @@ class PluginProblem:
     distribution: str | None
     version: str | None
     plugin: str
-    status: str  # "disabled" or "error"
+    status: str  # "disabled", "duplicate" or "error"
+    reason: str  # short, for a table that already shows the distribution
     message: str  # one line, naming the distribution
 
 
@@ -126,6 +127,12 @@ class _Provenance:
     distribution: str | None
     version: str | None
     plugin: str
+
+    @property
+    def label(self) -> str:
+        if self.distribution is None:
+            return "in-process plugin"
+        return f"{self.distribution} {self.version}"
 
 
 class PluginRegistry:
@@ -161,16 +168,17 @@ class PluginRegistry:
         d = self._disabled
         return "*" in d or _normalize(dist_name) in d or _normalize(ep_name) in d
 
-    def _problem(self, prov: _Provenance, status: str, message: str) -> None:
-        if self.strict and status == "error":
+    def _problem(self, prov: _Provenance, status: str, reason: str, message: str) -> None:
+        if self.strict and status != "disabled":
             raise PluginError(message)
-        log.log(logging.WARNING if status == "error" else logging.DEBUG, "%s", message)
+        log.log(logging.DEBUG if status == "disabled" else logging.WARNING, "%s", message)
         self.problems.append(
             PluginProblem(
                 distribution=prov.distribution,
                 version=prov.version,
                 plugin=prov.plugin,
                 status=status,
+                reason=reason,
                 message=message,
             )
         )
@@ -195,8 +203,10 @@ class PluginRegistry:
                 seen.add(key)
                 prov = _Provenance(dist_name, dist.version, ep.name)
                 if self._is_disabled(dist_name, ep.name):
-                    msg = f"{dist_name} {dist.version}: plugin {ep.name!r} disabled by {DISABLE_ENV}"
-                    self._problem(prov, "disabled", msg)
+                    msg = (
+                        f"{dist_name} {dist.version}: plugin {ep.name!r} disabled by {DISABLE_ENV}"
+                    )
+                    self._problem(prov, "disabled", f"disabled by {DISABLE_ENV}", msg)
                     continue
                 try:
                     module = ep.load()
@@ -207,7 +217,7 @@ class PluginRegistry:
                     )
                     if self.strict:
                         raise PluginError(msg) from err
-                    self._problem(prov, "error", msg)
+                    self._problem(prov, "error", f"import error: {_describe(err)}", msg)
                     continue
                 self._register(module, prov)
 
@@ -217,12 +227,13 @@ class PluginRegistry:
         self._register(plugin, _Provenance(None, None, label))
 
     def _register(self, plugin: object, prov: _Provenance) -> None:
-        where = prov.distribution and f"{prov.distribution} {prov.version}" or "plugin"
+        where = prov.label
         try:
             # Entry-point names are unique only within a distribution.
             self.pm.register(plugin, name=f"{prov.distribution}:{prov.plugin}")
         except (ValueError, pluggy.PluginValidationError) as err:
-            self._problem(prov, "error", f"{where}: plugin {prov.plugin!r} is invalid: {err}")
+            msg = f"{where}: plugin {prov.plugin!r} is invalid: {err}"
+            self._problem(prov, "error", f"invalid plugin: {err}", msg)
             return
         self._provenance[id(plugin)] = prov
         for caller in self.pm.get_hookcallers(plugin) or []:
@@ -230,10 +241,11 @@ class PluginRegistry:
                 continue
             # A misspelled hook (register_engine) would otherwise be silently never called.
             hint = difflib.get_close_matches(caller.name, list(_HOOKS.values()), n=1)
-            msg = f"{where}: plugin {prov.plugin!r} implements unknown hook {caller.name!r}"
+            reason = f"unknown hook {caller.name!r}"
             if hint:
-                msg += f" (did you mean {hint[0]!r}?)"
-            self._problem(prov, "error", msg)
+                reason += f" (did you mean {hint[0]!r}?)"
+            msg = f"{where}: plugin {prov.plugin!r} implements {reason}"
+            self._problem(prov, "error", reason, msg)
         for kind, hook_name in _HOOKS.items():
             caller = getattr(self.pm.hook, hook_name)
             for impl in caller.get_hookimpls():
@@ -241,22 +253,23 @@ class PluginRegistry:
                     self._collect(kind, impl.function, prov)
 
     def _collect(self, kind: str, function: Any, prov: _Provenance) -> None:
-        where = prov.distribution and f"{prov.distribution} {prov.version}" or "plugin"
+        where = prov.label
         hook_name = _HOOKS[kind]
         try:
             result = function()
         except Exception as err:  # third-party hook code; recorded with its distribution
+            reason = f"{hook_name}() failed: {_describe(err)}"
             msg = f"{where}: {hook_name}() of plugin {prov.plugin!r} failed: {_describe(err)}"
             if self.strict:
                 raise PluginError(msg) from err
-            self._problem(prov, "error", msg)
+            self._problem(prov, "error", reason, msg)
             return
         if not isinstance(result, Mapping):
             msg = (
                 f"{where}: {hook_name}() of plugin {prov.plugin!r} must return a mapping "
                 f"name -> 'module:Class', got {type(result).__name__}"
             )
-            self._problem(prov, "error", msg)
+            self._problem(prov, "error", f"{hook_name}() returned no mapping", msg)
             return
         for name, target in result.items():
             bad_target = not isinstance(target, type) and not (
@@ -267,7 +280,7 @@ class PluginRegistry:
                     f"{where}: {hook_name}() of plugin {prov.plugin!r} registered "
                     f"{name!r} -> {target!r}; expected a name -> 'module:Class' string or class"
                 )
-                self._problem(prov, "error", msg)
+                self._problem(prov, "error", f"bad registration {name!r} -> {target!r}", msg)
                 continue
             entry = PluginEntry(
                 kind=kind,
@@ -281,7 +294,7 @@ class PluginRegistry:
             existing.append(entry)
             if len(existing) > 1:
                 msg = self._duplicate_message(kind, name)
-                self._problem(prov, "error", msg)
+                self._problem(prov, "duplicate", msg, msg)
 
     def _duplicate_message(self, kind: str, name: str) -> str:
         providers = [e.provider for e in self._entries[kind][name]]
@@ -390,4 +403,3 @@ class PluginRegistry:
 def default_registry() -> PluginRegistry:
     """The process-wide registry of installed plugins, loaded on first use."""
     return PluginRegistry()
-

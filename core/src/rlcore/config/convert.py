@@ -57,7 +57,12 @@ def render_path(path: Path) -> str:
 
 
 def unknown_key(key: str, candidates: Iterable[str], what: str = "key") -> str:
-    close = difflib.get_close_matches(key, sorted(set(candidates)), n=1, cutoff=0.6)
+    names = sorted(set(candidates))
+    close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
+    # Spelled-out abbreviations that difflib scores low: learning_rate -> lr.
+    initials = "".join(word[:1] for word in key.split("_"))
+    if not close and len(initials) > 1 and initials in names:
+        close = [initials]
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     return f"unknown {what}{hint}"
 

@@ -70,10 +70,12 @@ class DataConfig:
     train_files: tuple[str, ...] = attrs.field(validator=_nonempty)
     val_files: tuple[str, ...] = ()
     prompt_key: str = "prompt"
+    apply_chat_template: bool = True
     max_prompt_length: int = attrs.field(default=512, validator=_pos)
     max_response_length: int = attrs.field(default=512, validator=_pos)
     train_batch_size: int = attrs.field(default=8, validator=_pos)
     val_batch_size: int | None = attrs.field(default=None, validator=_opt_pos)  # None: all
+    val_max_samples: int | None = attrs.field(default=None, validator=_opt_pos)  # None: all
     shuffle: bool = True
     seed: int = 0
     filter_overlong_prompts: bool = True

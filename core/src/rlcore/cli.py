@@ -1,0 +1,200 @@
+"""The ``rlcore`` command: a dispatcher over subcommands that live in their own modules.
+
+Any :class:`~rlcore.errors.RlcoreError` becomes ``error: <message>`` on stderr and exit code
+2, without a traceback unless ``--debug``; anything else is a bug and keeps its traceback.
+Commands written elsewhere (``plot``, ``export``) are listed only when their module is
+installed and are imported only when run, so ``rlcore --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import logging
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, TextIO
+
+from rlcore import __version__
+from rlcore.errors import RlcoreError
+
+if TYPE_CHECKING:
+    from rlcore.plugins import PluginRegistry
+
+log = logging.getLogger(__name__)
+
+__all__ = ["main"]
+
+EXIT_USER_ERROR = 2
+
+# name -> (module with `main(argv: list[str]) -> int`, one-line help)
+_EXTERNAL: dict[str, tuple[str, str]] = {
+    "plot": ("rlcore.plotting", "plot the metrics of a run directory"),
+    "export": ("rlcore.export", "export a checkpoint (e.g. to a Hugging Face folder)"),
+}
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:
+        return False
+
+
+# --- commands -------------------------------------------------------------------------------
+
+
+def _cmd_plugins(args: argparse.Namespace) -> int:
+    from rlcore.plugins import default_registry
+
+    # The table shows every problem; the same lines as log warnings would only repeat it.
+    logging.getLogger("rlcore.plugins").setLevel(logging.ERROR)
+    registry = args.registry or default_registry()
+    rows = [("KIND", "NAME", "DISTRIBUTION", "VERSION", "STATUS")]
+    for e in registry.entries():
+        status = "duplicate" if registry.is_duplicate(e.kind, e.name) else "ok"
+        rows.append((e.kind, e.name, e.distribution or "-", e.version or "-", status))
+    for p in registry.problems:
+        if p.status == "duplicate":
+            continue  # already marked on both entries
+        rows.append(("-", p.plugin, p.distribution or "-", p.version or "-", p.reason))
+    _print_table(rows, sys.stdout)
+    return 0
+
+
+def _print_table(rows: Sequence[tuple[str, ...]], out: TextIO) -> None:
+    # The last column (status) is left unpadded: it may be a long error message.
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        cells = [c.ljust(w) for c, w in zip(row, widths)] + [row[-1]]
+        print("  ".join(cells).rstrip(), file=out)
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from rlcore.config import load_config
+
+    load_config(args.config, args.overrides, args.registry)
+    print(f"ok: {args.config} is valid")
+    return 0
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    from rlcore.config import config_to_dict, dump_toml, load_config
+
+    config = load_config(args.config, args.overrides, args.registry)
+    sys.stdout.write(dump_toml(config_to_dict(config)))
+    return 0
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from rlcore.config import load_config
+
+    # Validates every section and resolves every selected plugin (engine, rollout, rewards,
+    # algorithm): a missing plugin is reported with how to install it before Ray starts.
+    config = load_config(args.config, args.overrides, args.registry)
+    try:
+        from rlcore.trainer import run_training  # type: ignore[attr-defined,unused-ignore]
+    except ModuleNotFoundError as err:
+        if err.name not in ("rlcore.trainer",):
+            raise
+        msg = f"{args.config} is valid, but this rlcore installation has no trainer yet"
+        raise RlcoreError(msg) from err
+
+    from rlcore.ray_utils import start_ray
+
+    start_ray(config.resources)
+    result = run_training(config)
+    return result if isinstance(result, int) else 0
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rlcore", description="RL post-training for LLMs (verl's HybridFlow design)."
+    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks, log at DEBUG")
+    parser.add_argument("--version", action="version", version=f"rlcore {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def with_config(p: argparse.ArgumentParser) -> None:
+        p.add_argument("config", metavar="CONFIG", help="run configuration (TOML)")
+        p.add_argument(
+            "overrides",
+            nargs="*",
+            metavar="KEY=VALUE",
+            help="override a key, value parsed as TOML (actor.optim.lr=1e-5)",
+        )
+
+    train = sub.add_parser("train", help="train with a TOML config")
+    with_config(train)
+    train.set_defaults(func=_cmd_train)
+
+    plugins = sub.add_parser("plugins", help="list installed plugins and their status")
+    plugins.set_defaults(func=_cmd_plugins)
+
+    config = sub.add_parser("config", help="validate or show a configuration")
+    config_sub = config.add_subparsers(dest="config_command", required=True, metavar="ACTION")
+    validate = config_sub.add_parser("validate", help="check a config, report every error")
+    with_config(validate)
+    validate.set_defaults(func=_cmd_validate)
+    show = config_sub.add_parser("show", help="print the fully resolved config (defaults too)")
+    with_config(show)
+    show.set_defaults(func=_cmd_show)
+
+    for name, (module, help_text) in _EXTERNAL.items():
+        if _installed(module):
+            # Parsed by the module itself (see main); listed here for --help only.
+            sub.add_parser(name, help=help_text, add_help=False)
+    return parser
+
+
+def _configure_logging(debug: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+
+
+def _external(argv: list[str]) -> tuple[Callable[[list[str]], int], list[str]] | None:
+    """The ``main`` of an external command named by the first non-option argument."""
+    index = next((i for i, a in enumerate(argv) if not a.startswith("-")), None)
+    if index is None or argv[index] not in _EXTERNAL:
+        return None
+    module_name, _ = _EXTERNAL[argv[index]]
+    if not _installed(module_name):
+        return None  # argparse reports an invalid choice
+    func: Callable[[list[str]], int] = importlib.import_module(module_name).main
+    return func, argv[index + 1 :]
+
+
+def main(argv: Sequence[str] | None = None, *, registry: PluginRegistry | None = None) -> int:
+    """Entry point of the ``rlcore`` console script; returns the exit code.
+
+    ``registry`` replaces the installed plugins (tests); by default they are discovered.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    try:
+        external = _external(argv)
+        if external is not None:
+            _configure_logging(debug)
+            func, rest = external
+            return int(func(rest) or 0)
+        args = _build_parser().parse_args(argv)
+        args.registry = registry
+        _configure_logging(args.debug)
+        return int(args.func(args) or 0)
+    except RlcoreError as err:
+        if debug:
+            traceback.print_exc()
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

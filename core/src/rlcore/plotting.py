@@ -1,0 +1,127 @@
+"""``rlcore plot RUN_DIR``: PNG curves from a run's ``metrics.jsonl``.
+
+One PNG per panel that has data, written to ``RUN_DIR/plots`` by default:
+reward (``critic/score/mean``), validation accuracy (``val/*/acc``, else ``val/*/score``,
+one line per data source), KL (``actor/ppo_kl``, ``actor/kl_loss``), entropy
+(``actor/entropy``) and response length (``response_length/mean``).
+matplotlib is an optional dependency: ``pip install 'rlcore[plot]'``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from rlcore.errors import DataError, RlcoreError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["PANELS", "load_metrics", "main", "plot_run"]
+
+# (file stem, title, y label, metric keys or a "val/" selector)
+PANELS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
+    ("reward", "Training reward", "mean score", ("critic/score/mean",)),
+    ("val_accuracy", "Validation accuracy", "accuracy", ("val/",)),
+    ("kl", "KL divergence to the old / reference policy", "KL", ("actor/ppo_kl", "actor/kl_loss")),
+    ("entropy", "Policy entropy", "entropy", ("actor/entropy",)),
+    ("response_length", "Response length", "tokens", ("response_length/mean",)),
+)
+
+Series = dict[str, tuple[list[int], list[float]]]
+
+
+def load_metrics(path: str | os.PathLike[str]) -> Series:
+    """``metric -> (steps, values)`` sorted by step; a step logged twice (a resumed run) keeps
+    its last value, and lines that are not JSON (a crash mid-write) are skipped."""
+    file = Path(path)
+    if not file.is_file():
+        msg = f"no metrics file at {file}: is this a run directory (with metrics.jsonl)?"
+        raise DataError(msg)
+    by_key: dict[str, dict[int, float]] = {}
+    with file.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                log.warning("%s:%d: skipped a line that is not JSON", file, lineno)
+                continue
+            step = row.pop("step", None)
+            if not isinstance(step, int):
+                continue
+            for key, value in row.items():
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    by_key.setdefault(key, {})[step] = float(value)
+    return {
+        key: ([s for s in sorted(points)], [points[s] for s in sorted(points)])
+        for key, points in by_key.items()
+    }
+
+
+def _val_keys(series: Series) -> list[str]:
+    val = [k for k in series if k.startswith("val/")]
+    acc = sorted(k for k in val if k.endswith("/acc") or k.endswith("/acc/mean"))
+    return acc or sorted(k for k in val if k.endswith("/score") or k.endswith("/score/mean"))
+
+
+def plot_run(
+    run_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None
+) -> list[Path]:
+    """Write one PNG per panel that has data; return their paths (raises DataError if none)."""
+    try:
+        import matplotlib
+    except ImportError as err:
+        msg = "rlcore plot needs matplotlib: pip install 'rlcore[plot]' (or pip install matplotlib)"
+        raise RlcoreError(msg) from err
+    matplotlib.use("Agg")  # files only: no display on servers
+    import matplotlib.pyplot as plt
+
+    run = Path(run_dir)
+    series = load_metrics(run / "metrics.jsonl")
+    out = Path(out_dir) if out_dir is not None else run / "plots"
+    out.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    for stem, title, ylabel, selectors in PANELS:
+        keys = (
+            _val_keys(series) if selectors == ("val/",) else [k for k in selectors if k in series]
+        )
+        if not keys:
+            continue
+        fig, ax = plt.subplots(figsize=(6.4, 4.0))
+        for key in keys:
+            steps, values = series[key]
+            ax.plot(steps, values, marker="o" if len(steps) < 30 else None, ms=3, label=key)
+        ax.set(title=title, xlabel="step", ylabel=ylabel)
+        ax.grid(alpha=0.3)
+        if len(keys) > 1 or stem == "val_accuracy":
+            ax.legend(fontsize="small")
+        fig.tight_layout()
+        path = out / f"{stem}.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path)
+    if not written:
+        msg = f"{run / 'metrics.jsonl'} has none of the plotted metrics (reward, val, KL, ...)"
+        raise DataError(msg)
+    log.info("wrote %d plots to %s", len(written), out)
+    return written
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m rlcore.plotting RUN_DIR [--out DIR]``; the CLI's ``rlcore plot`` calls
+    :func:`plot_run` directly."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="rlcore plot", description="PNG curves of a run")
+    parser.add_argument("run_dir")
+    parser.add_argument("--out", default=None, help="folder for the PNGs (default RUN_DIR/plots)")
+    args = parser.parse_args(argv)
+    for path in plot_run(args.run_dir, args.out):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

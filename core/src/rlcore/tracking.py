@@ -1,0 +1,205 @@
+"""Where a run's metrics go: a progress bar and tables on the console, JSONL, TensorBoard.
+
+    tracker = Tracker(run_dir, ["console", "jsonl", "tensorboard"], total_steps=200)
+    for step in ...:
+        tracker.log(metrics, step)          # one flat dict of floats per step
+    tracker.close()
+
+``metrics.jsonl`` in the run directory gets one line per ``log`` call,
+``{"step": 3, "critic/score/mean": 0.41, ...}``, appended and flushed at once so a crashed or
+resumed run keeps what it had (readers take the last value of a key for a step).
+``rlcore plot RUN_DIR`` reads that file. TensorBoard event files go to ``run_dir/tensorboard``
+when the ``tensorboard`` package is installed; otherwise a note says how to get them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import math
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from rlcore.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["LOGGERS", "METRICS_FILE", "Tracker", "format_table"]
+
+LOGGERS = ("console", "jsonl", "tensorboard")
+METRICS_FILE = "metrics.jsonl"
+REWARD_KEY = "critic/score/mean"
+
+# (column title, metric key) for the console table; a column shows only when its key is logged.
+TABLE_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("reward", REWARD_KEY),
+    ("pg_loss", "actor/pg_loss"),
+    ("kl", "actor/ppo_kl"),
+    ("kl_loss", "actor/kl_loss"),
+    ("entropy", "actor/entropy"),
+    ("grad_norm", "actor/grad_norm"),
+    ("vf_loss", "critic/vf_loss"),
+    ("resp_len", "response_length/mean"),
+    ("clip", "response_length/clip_ratio"),
+    ("step_s", "timing_s/step"),
+    ("tok/s", "perf/tokens_per_s"),
+)
+
+
+def _scalar(value: Any) -> Any:
+    """A JSON-safe scalar: tensors/numpy -> Python numbers, NaN/inf -> None."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, bool | int | str) or value is None:
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    return number if math.isfinite(number) else None
+
+
+def _fmt(value: float) -> str:
+    if value == 0 or 1e-3 <= abs(value) < 1e5:
+        return f"{value:.4g}" if abs(value) < 1 else f"{value:.1f}"
+    return f"{value:.2e}"
+
+
+def format_table(step: int, metrics: Mapping[str, Any], total_steps: int | None = None) -> str:
+    """Two aligned lines (titles, values) of the key metrics, validation scores included."""
+    cols: list[tuple[str, str]] = [
+        ("step", f"{step}" if total_steps is None else f"{step}/{total_steps}")
+    ]
+    for title, key in TABLE_COLUMNS:
+        value = metrics.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            cols.append((title, _fmt(float(value))))
+    for key in sorted(metrics):
+        value = metrics[key]
+        if key.startswith("val/") and isinstance(value, int | float):
+            cols.append((key, _fmt(float(value))))
+    widths = [max(len(title), len(value)) for title, value in cols]
+    head = "  ".join(title.rjust(w) for (title, _), w in zip(cols, widths))
+    body = "  ".join(value.rjust(w) for (_, value), w in zip(cols, widths))
+    return f"{head}\n{body}"
+
+
+class Tracker:
+    """Sends each step's metrics to the selected loggers.
+
+    ``loggers``: any of ``"console"`` (tqdm bar with step, reward and ETA on stderr, plus a
+    table every ``console_every`` steps and on every step with validation scores), ``"jsonl"``
+    (``run_dir/metrics.jsonl``) and ``"tensorboard"`` (``run_dir/tensorboard``, skipped with
+    a note if the package is missing). ``start_step``: the last completed step when resuming,
+    so the bar and ETA start there.
+    """
+
+    def __init__(
+        self,
+        run_dir: str | os.PathLike[str],
+        loggers: Sequence[str] = LOGGERS,
+        *,
+        total_steps: int | None = None,
+        console_every: int = 10,
+        start_step: int = 0,
+        stream: TextIO | None = None,
+    ) -> None:
+        unknown = [name for name in loggers if name not in LOGGERS]
+        if unknown:
+            msg = (
+                f"unknown logger {unknown[0]!r} in [trainer] loggers; "
+                f"choose from: {', '.join(LOGGERS)}"
+            )
+            raise ConfigError(msg)
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.total_steps = total_steps
+        self.console_every = max(1, console_every)
+        self._stream = stream if stream is not None else sys.stderr
+        self._jsonl: TextIO | None = None
+        self._writer: Any = None
+        self._bar: Any = None
+        self._last_reward: float | None = None
+
+        if "jsonl" in loggers:
+            self._jsonl = (self.run_dir / METRICS_FILE).open("a", encoding="utf-8")
+        if "tensorboard" in loggers:
+            if importlib.util.find_spec("tensorboard") is None:
+                log.info("TensorBoard logging skipped: pip install tensorboard to enable it")
+            else:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._writer = SummaryWriter(log_dir=str(self.run_dir / "tensorboard"))
+        log.info("run directory: %s", self.run_dir.resolve())
+        if "console" in loggers:
+            from tqdm import tqdm
+
+            self._write(f"rlcore: run directory {self.run_dir.resolve()}")
+            self._bar = tqdm(
+                total=total_steps,
+                initial=start_step,
+                desc="train",
+                unit="step",
+                file=self._stream,
+                dynamic_ncols=True,
+                mininterval=0.5,
+                bar_format="{desc} {n_fmt}/{total_fmt} |{bar}| {elapsed}<{remaining}{postfix}",
+            )
+
+    def _write(self, text: str) -> None:
+        from tqdm import tqdm
+
+        tqdm.write(text, file=self._stream)
+
+    def log(self, metrics: Mapping[str, Any], step: int) -> None:
+        """Record ``metrics`` for ``step`` (the number of completed training steps)."""
+        row = {key: _scalar(value) for key, value in metrics.items()}
+        if self._jsonl is not None:
+            self._jsonl.write(json.dumps({"step": step, **row}) + "\n")
+            self._jsonl.flush()
+        if self._writer is not None:
+            for key, value in row.items():
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    self._writer.add_scalar(key, value, global_step=step)
+            self._writer.flush()
+        if self._bar is not None:
+            self._console(row, step)
+
+    def _console(self, row: Mapping[str, Any], step: int) -> None:
+        reward = row.get(REWARD_KEY)
+        if isinstance(reward, float):
+            self._last_reward = reward
+        postfix = {}
+        if self._last_reward is not None:
+            postfix["reward"] = f"{self._last_reward:.3f}"
+        if step > self._bar.n:
+            self._bar.update(step - self._bar.n)
+        if postfix:
+            self._bar.set_postfix(postfix, refresh=False)
+        self._bar.refresh()
+        has_val = any(key.startswith("val/") for key in row)
+        if has_val or step % self.console_every == 0:
+            self._write(format_table(step, row, self.total_steps))
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+        if self._jsonl is not None:
+            self._jsonl.close()
+            self._jsonl = None
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    def __enter__(self) -> Tracker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,72 @@
+"""rlcore plot: PNG curves from metrics.jsonl."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from rlcore.errors import DataError
+from rlcore.plotting import load_metrics, main, plot_run
+
+pytest.importorskip("matplotlib", reason="matplotlib is the optional rlcore[plot] dependency")
+
+
+def write_run(run, rows):
+    run.mkdir(parents=True, exist_ok=True)
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return run
+
+
+def test_plot_run_writes_a_png_per_panel(tmp_path):
+    rows = [
+        {
+            "step": s,
+            "critic/score/mean": s / 10,
+            "actor/ppo_kl": 0.01 * s,
+            "actor/entropy": 1.0 - s / 20,
+            "response_length/mean": 20 + s,
+        }
+        for s in range(1, 6)
+    ]
+    rows += [{"step": 0, "val/arithmetic/acc": 0.3}, {"step": 5, "val/arithmetic/acc": 0.55}]
+    run = write_run(tmp_path / "run", rows)
+    paths = plot_run(run)
+    names = sorted(p.name for p in paths)
+    assert names == [
+        "entropy.png",
+        "kl.png",
+        "response_length.png",
+        "reward.png",
+        "val_accuracy.png",
+    ]
+    for p in paths:
+        assert p.parent == run / "plots"
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert p.stat().st_size > 5000
+
+
+def test_partial_metrics_resumed_steps_and_out_dir(tmp_path, capsys):
+    rows = [
+        {"step": 1, "critic/score/mean": 0.1},
+        {"step": 2, "critic/score/mean": 0.2},
+        {"step": 2, "critic/score/mean": 0.25},  # resumed: the later value wins
+        {"step": 3, "val/gsm8k/score": 0.5},
+    ]
+    run = write_run(tmp_path / "run", rows)
+    with (run / "metrics.jsonl").open("a") as fh:
+        fh.write('{"step": 4, "critic/sc')  # a crash mid-write
+    assert load_metrics(run / "metrics.jsonl")["critic/score/mean"] == ([1, 2], [0.1, 0.25])
+    assert main([str(run), "--out", str(tmp_path / "png")]) == 0
+    printed = capsys.readouterr().out.split()
+    assert sorted(printed) == [
+        str(tmp_path / "png" / "reward.png"),
+        str(tmp_path / "png" / "val_accuracy.png"),
+    ]
+
+
+def test_errors_name_the_problem(tmp_path):
+    with pytest.raises(DataError, match=r"no metrics file at .*metrics\.jsonl"):
+        plot_run(tmp_path)
+    write_run(tmp_path / "r", [{"step": 1, "timing_s/gen": 1.0}])
+    with pytest.raises(DataError, match="none of the plotted metrics"):
+        plot_run(tmp_path / "r")

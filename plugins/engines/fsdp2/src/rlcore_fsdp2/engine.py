@@ -124,7 +124,11 @@ class FSDP2Engine(BaseEngine):
         )
 
     def _load_model(self) -> torch.nn.Module:
-        from transformers import AutoModelForCausalLM, AutoModelForTokenClassification
+        from transformers import (
+            AutoConfig,
+            AutoModelForCausalLM,
+            AutoModelForTokenClassification,
+        )
 
         spec = self.spec
         trains = spec.optim is not None and spec.role != "ref"
@@ -137,8 +141,13 @@ class FSDP2Engine(BaseEngine):
         try:
             if spec.value_head:
                 # verl's critic: the causal LM's backbone plus a fresh 1-output score head.
+                hf_config = AutoConfig.from_pretrained(
+                    spec.model_path, trust_remote_code=spec.trust_remote_code
+                )
+                hf_config.num_labels = 1
+                hf_config.classifier_dropout = 0.0  # deterministic values, as verl's critic
                 model = AutoModelForTokenClassification.from_pretrained(
-                    spec.model_path, num_labels=1, classifier_dropout=0.0, **kwargs
+                    spec.model_path, config=hf_config, **kwargs
                 )
             else:
                 model = AutoModelForCausalLM.from_pretrained(spec.model_path, **kwargs)

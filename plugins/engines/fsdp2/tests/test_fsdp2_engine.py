@@ -1,0 +1,280 @@
+"""FSDP2Engine in one process (a private 1-rank gloo group): numerics, batching, state."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+import torch.distributed as dist
+from rlcore.interfaces import EngineSpec, OptimConfig
+from rlcore.protocol import DataProto
+from rlcore_fsdp2.batching import split_micro_batches, trim_left_padding
+from rlcore_fsdp2.engine import FSDP2Engine, FSDP2Error
+from rlcore_fsdp2.schedule import lr_multiplier
+from torch.distributed.tensor import DTensor
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def tiny_path(tmp_path_factory):
+    from rlcore.testing.tiny_model import build_tiny_model
+
+    return str(
+        build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", hidden=64, heads=2, kv_heads=1)
+    )
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _private_process_group():
+    """The engine creates a 1-rank group on first use; leave the test process as found."""
+    yield
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def make_batch(rows: int = 8, prompt: int = 6, response: int = 5, seed: int = 0) -> DataProto:
+    """Left-padded prompts of varied length, right-padded responses with some masked tails."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, 250, (rows, prompt + response), generator=g)
+    attn = torch.ones(rows, prompt + response, dtype=torch.long)
+    resp_mask = torch.ones(rows, response, dtype=torch.long)
+    for i in range(rows):
+        attn[i, : i % prompt] = 0  # left padding 0..prompt-1
+        cut = response - (i % 3)  # 0-2 masked response tokens at the end
+        resp_mask[i, cut:] = 0
+        attn[i, prompt + cut :] = 0
+    ids = ids.masked_fill(attn == 0, 0)
+    pos = (attn.cumsum(-1) - 1).clamp(min=0)
+    return DataProto.from_dict(
+        tensors={
+            "input_ids": ids,
+            "attention_mask": attn,
+            "position_ids": pos,
+            "responses": ids[:, prompt:],
+            "response_mask": resp_mask,
+            "advantages": torch.randn(rows, response, generator=g),
+        }
+    )
+
+
+def token_mean_loss(outputs, mb, totals):
+    """Policy-gradient-shaped token-mean loss, normalised by the mini-batch's token count."""
+    mask = mb.batch["response_mask"].float()
+    loss = -(outputs.log_probs * mb.batch["advantages"] * mask).sum() / totals.tokens
+    return loss, {"loss": float(loss.detach())}
+
+
+def engine(path: str, **spec_kw) -> FSDP2Engine:
+    spec_kw.setdefault("optim", OptimConfig(lr=1e-3))
+    return FSDP2Engine(EngineSpec(role="actor", model_path=path, **spec_kw), FSDP2Engine.Config())
+
+
+def grads(e: FSDP2Engine) -> dict[str, torch.Tensor]:
+    out = {}
+    for name, p in e.model.named_parameters():
+        g = p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad
+        out[name] = g.clone()
+    return out
+
+
+def params(e: FSDP2Engine) -> dict[str, torch.Tensor]:
+    return {n: t.clone() for n, t in e.named_parameters_for_sync()}
+
+
+# --- pure helpers -----------------------------------------------------------------------
+
+
+def test_split_micro_batches_by_count_and_budget():
+    data = make_batch(rows=7)
+    by_count = split_micro_batches(data, micro_batch_size=3, max_tokens=None)
+    assert [len(m) for m in by_count] == [3, 3, 1]
+    lengths = data.batch["attention_mask"].sum(-1).tolist()
+    budget = 2 * max(lengths)
+    by_tokens = split_micro_batches(data, micro_batch_size=None, max_tokens=budget)
+    assert sum(len(m) for m in by_tokens) == 7
+    rows = torch.cat([m.batch["input_ids"] for m in by_tokens])
+    assert torch.equal(rows, data.batch["input_ids"])  # order kept
+    for m in by_tokens:
+        padded = len(m) * int(m.batch["attention_mask"].sum(-1).max())
+        assert padded <= budget or len(m) == 1
+    # A budget smaller than any row still makes progress: one row each.
+    assert len(split_micro_batches(data, micro_batch_size=None, max_tokens=1)) == 7
+
+
+def test_trim_left_padding_drops_only_all_pad_columns():
+    attn = torch.tensor([[0, 0, 1, 1], [0, 1, 1, 1]])
+    ids = torch.arange(8).reshape(2, 4)
+    i, a, _p = trim_left_padding(ids, attn, attn.cumsum(-1) - 1)
+    assert i.shape == (2, 3)
+    assert torch.equal(a, attn[:, 1:])
+    assert torch.equal(i, ids[:, 1:])
+
+
+def test_lr_schedule_warmup_constant_cosine():
+    kw = {"warmup_steps": 2, "total_steps": 6, "min_lr_ratio": 0.1}
+    assert [lr_multiplier(s, schedule="constant", **kw) for s in range(4)] == [0.5, 1.0, 1.0, 1.0]
+    cos = [lr_multiplier(s, schedule="cosine", **kw) for s in range(8)]
+    assert cos[:3] == [0.5, 1.0, 1.0]
+    assert cos[5] == pytest.approx(0.1)
+    assert cos[7] == pytest.approx(0.1)
+    assert all(a >= b for a, b in itertools.pairwise(cos[1:]))
+
+
+# --- numerics ---------------------------------------------------------------------------
+
+
+def test_log_probs_and_entropy_match_plain_transformers(tiny_path):
+    from transformers import AutoModelForCausalLM
+
+    e = engine(tiny_path, micro_batch_size=3)
+    data = make_batch()
+    data.meta_info["temperature"] = 0.7
+    out = e.compute_log_prob(data, with_entropy=True)
+    ref = AutoModelForCausalLM.from_pretrained(tiny_path).eval()
+    b = data.batch
+    with torch.no_grad():
+        logits = ref(
+            input_ids=b["input_ids"],
+            attention_mask=b["attention_mask"],
+            position_ids=b["position_ids"],
+        ).logits
+    r = b["responses"].shape[1]
+    logits = logits[:, -r - 1 : -1].float() / 0.7
+    logp = torch.log_softmax(logits, -1)
+    expected = logp.gather(-1, b["responses"].unsqueeze(-1)).squeeze(-1)
+    entropy = -(logp.exp() * logp).sum(-1)
+    assert out.log_probs.shape == out.entropy.shape == (8, r)
+    # Compare valid response tokens (masked ones follow padding and are never used).
+    m = b["response_mask"].bool()
+    torch.testing.assert_close(out.log_probs[m], expected[m], atol=1e-5, rtol=0)
+    torch.testing.assert_close(out.entropy[m], entropy[m], atol=1e-5, rtol=0)
+
+
+def test_token_mean_gradient_independent_of_micro_batching(tiny_path):
+    data = make_batch()
+    e = engine(tiny_path, micro_batch_size=1)
+    reference = None
+    for mbs in (1, 2, 4, 8):
+        data.meta_info["micro_batch_size"] = mbs
+        e.forward_backward(data, token_mean_loss)
+        g = grads(e)
+        e.optimizer.zero_grad(set_to_none=True)
+        if reference is None:
+            reference = g
+            continue
+        for name in reference:
+            torch.testing.assert_close(g[name], reference[name], atol=1e-6, rtol=1e-5, msg=name)
+    # Dynamic batching (token budget) gives the same gradient too.
+    lengths = data.batch["attention_mask"].sum(-1)
+    dyn = engine(
+        tiny_path, micro_batch_size=None, max_tokens_per_micro_batch=int(2 * lengths.max())
+    )
+    dyn.forward_backward(make_batch(), token_mean_loss)
+    g = grads(dyn)
+    for name in reference:
+        torch.testing.assert_close(g[name], reference[name], atol=1e-6, rtol=1e-5, msg=name)
+
+
+def test_optimizer_step_clips_and_skips_non_finite(tiny_path):
+    e = engine(tiny_path, micro_batch_size=4, grad_clip=1e-3)
+    data = make_batch()
+    before = params(e)
+    e.forward_backward(data, token_mean_loss)
+    norm = e.optimizer_step()
+    assert math.isfinite(norm)
+    assert norm > 1e-3
+    assert e.global_step == 1
+    assert e.lr == pytest.approx(1e-3)
+    after = params(e)
+    assert any(not torch.equal(before[n], after[n]) for n in before)
+
+    e.forward_backward(data, token_mean_loss)
+    next(iter(e.model.parameters())).grad.fill_(float("nan"))
+    norm = e.optimizer_step()
+    assert math.isnan(norm)
+    assert e.skipped_steps == 1
+    assert e.global_step == 1
+    for n, t in params(e).items():
+        assert torch.equal(t, after[n]), n  # the update was skipped
+    assert all(p.grad is None for p in e.model.parameters())
+
+
+def test_reference_engine_has_no_optimizer(tiny_path):
+    ref = FSDP2Engine(EngineSpec(role="ref", model_path=tiny_path), FSDP2Engine.Config())
+    assert ref.compute_log_prob(make_batch()).log_probs.shape == (8, 5)
+    with pytest.raises(FSDP2Error, match="no optimizer"):
+        ref.forward_backward(make_batch(), token_mean_loss)
+
+
+def test_critic_value_head_trains(tiny_path):
+    spec = EngineSpec(
+        role="critic",
+        model_path=tiny_path,
+        value_head=True,
+        optim=OptimConfig(lr=1e-2),
+        micro_batch_size=4,
+    )
+    critic = FSDP2Engine(spec, FSDP2Engine.Config())
+    data = make_batch()
+    values = critic.compute_values(data)
+    assert values.shape == (8, 5)
+    assert values.dtype == torch.float32
+
+    def value_loss(outputs, mb, totals):
+        mask = mb.batch["response_mask"].float()
+        loss = ((outputs.values - 1.0) ** 2 * mask).sum() / totals.tokens
+        return loss, {"critic/vf_loss": float(loss.detach())}
+
+    first = critic.forward_backward(data, value_loss)["critic/vf_loss"]
+    critic.optimizer_step()
+    for _ in range(3):
+        critic.forward_backward(data, value_loss)
+        critic.optimizer_step()
+    assert critic.forward_backward(data, value_loss)["critic/vf_loss"] < first
+    with pytest.raises(FSDP2Error, match="compute_values"):
+        critic.compute_log_prob(data)
+
+
+# --- state ------------------------------------------------------------------------------
+
+
+def test_checkpoint_roundtrip_resumes_identically(tiny_path, tmp_path):
+    data = make_batch()
+    opt = OptimConfig(lr=1e-3, warmup_steps=3)
+    e = engine(tiny_path, micro_batch_size=4, optim=opt, total_steps=10)
+    e.forward_backward(data, token_mean_loss)
+    e.optimizer_step()
+    e.save_checkpoint(str(tmp_path / "ckpt"))
+    e.forward_backward(data, token_mean_loss)
+    e.optimizer_step()
+    expected, expected_lr = params(e), e.lr
+
+    fresh = engine(tiny_path, micro_batch_size=4, optim=opt, total_steps=10)
+    fresh.load_checkpoint(str(tmp_path / "ckpt"))
+    assert fresh.global_step == 1
+    fresh.forward_backward(data, token_mean_loss)
+    fresh.optimizer_step()
+    assert fresh.lr == pytest.approx(expected_lr)
+    for n, t in params(fresh).items():
+        torch.testing.assert_close(t, expected[n], atol=0, rtol=0, msg=n)
+    with pytest.raises(FSDP2Error, match="no engine checkpoint"):
+        fresh.load_checkpoint(str(tmp_path / "missing"))
+
+
+def test_export_hf_loads_in_transformers(tiny_path, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    e = engine(tiny_path, micro_batch_size=8, optim=OptimConfig(lr=1e-2))
+    data = make_batch()
+    e.forward_backward(data, token_mean_loss)
+    e.optimizer_step()
+    e.export_hf(str(tmp_path / "hf"))
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "hf")
+    assert type(model).__name__ == "Qwen2ForCausalLM"
+    assert AutoTokenizer.from_pretrained(tmp_path / "hf").eos_token == "<|im_end|>"
+    synced = params(e)
+    for name, tensor in model.state_dict().items():
+        torch.testing.assert_close(tensor, synced[name], atol=0, rtol=0, msg=name)

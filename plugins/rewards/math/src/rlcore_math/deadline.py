@@ -1,0 +1,106 @@
+"""Run a function under a wall-clock limit, from the main thread or any other thread.
+
+math-verify's own timeouts use ``signal.alarm`` (whole seconds, main thread only, and they
+raise in a thread). We call it with its timeouts off and impose ours:
+
+- main thread (a plain process, a process-pool worker, a Ray task): ``signal.setitimer``
+  with a handler that raises :class:`_DeadlineHit`, a ``BaseException`` so that sympy's
+  ``except Exception`` blocks cannot swallow it. A timer the caller had armed (pytest-timeout)
+  is re-armed afterwards with its remaining time.
+- other threads: the work runs in a daemon thread that we stop waiting for. Python cannot
+  kill a thread, so a runaway computation keeps a core busy until it ends; the input guards
+  in :mod:`rlcore_math.verify` keep such work short.
+
+Neither can interrupt one long C call (a huge ``int`` power holds the GIL), which is why
+:mod:`rlcore_math.verify` refuses such expressions before sympy sees them.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+__all__ = ["DeadlineExceeded", "call_with_deadline"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class DeadlineExceeded(TimeoutError):
+    """The function did not finish within its time limit."""
+
+
+class _DeadlineHit(BaseException):
+    """Raised by the SIGALRM handler; a BaseException so library code does not catch it."""
+
+
+def call_with_deadline(fn: Callable[[], T], timeout_s: float | None) -> T:
+    """``fn()``, or :class:`DeadlineExceeded` after ``timeout_s`` seconds (None: no limit)."""
+    if timeout_s is None or timeout_s <= 0:
+        return fn()
+    if threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer"):
+        return _call_with_alarm(fn, timeout_s)
+    return _call_in_thread(fn, timeout_s)
+
+
+def _call_with_alarm(fn: Callable[[], T], timeout_s: float) -> T:
+    armed = [True]
+
+    def on_alarm(signum: int, frame: object) -> None:
+        if armed[0]:
+            raise _DeadlineHit
+
+    start = time.monotonic()
+    old_handler = signal.signal(signal.SIGALRM, on_alarm)
+    old_delay, old_interval = signal.setitimer(signal.ITIMER_REAL, timeout_s)
+    try:
+        return fn()
+    except _DeadlineHit:
+        msg = f"gave up after {timeout_s:g} s"
+        raise DeadlineExceeded(msg) from None
+    finally:
+        _disarm(armed, old_handler, old_delay, old_interval, start)
+
+
+def _disarm(
+    armed: list[bool], old_handler: object, old_delay: float, old_interval: float, start: float
+) -> None:
+    # The alarm may fire between ``fn`` returning and ``armed`` turning False: retry then.
+    while True:
+        try:
+            armed[0] = False
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old_handler)  # type: ignore[arg-type]
+            if old_delay > 0:
+                # Give the caller's own alarm back what is left of it (at least a tick).
+                remaining = max(old_delay - (time.monotonic() - start), 1e-3)
+                signal.setitimer(signal.ITIMER_REAL, remaining, old_interval)
+            return
+        except _DeadlineHit:
+            continue
+
+
+def _call_in_thread(fn: Callable[[], T], timeout_s: float) -> T:
+    box: dict[str, object] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as err:  # handed to the caller below
+            box["error"] = err
+
+    worker = threading.Thread(target=target, name="rlcore-math-verify", daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if worker.is_alive():
+        log.warning("math answer check still running after %.3g s; abandoned it", timeout_s)
+        msg = f"gave up after {timeout_s:g} s"
+        raise DeadlineExceeded(msg)
+    if "error" in box:
+        raise box["error"]  # type: ignore[misc]
+    return box["value"]  # type: ignore[return-value]

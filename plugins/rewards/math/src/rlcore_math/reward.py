@@ -1,0 +1,86 @@
+"""The ``math`` rule reward: last ``\\boxed{}`` (or Minerva ``Answer:``) against the reference.
+
+Example::
+
+    reward = MathReward(MathReward.Config())
+    reward.score("math500", "... so $x = \\boxed{\\dfrac{1}{2}}$.", "\\frac12")
+    # -> {"score": 1.0, "acc": True, "pred": "\\dfrac{1}{2}"}
+
+Scoring never raises on model output and returns within about ``timeout_s`` (see
+:mod:`rlcore_math.verify` for how the comparison is bounded).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Literal
+
+import attrs
+from rlcore.interfaces import BaseReward
+
+from rlcore_math.extract import extract_answer, remove_boxed
+from rlcore_math.verify import check_equiv
+
+__all__ = ["MathReward"]
+
+log = logging.getLogger(__name__)
+
+
+class MathReward(BaseReward):
+    """Rule reward for competition maths: 1 for an answer equal to the reference, else 0."""
+
+    @attrs.frozen(kw_only=True)
+    class Config(BaseReward.Config):
+        # Where the answer is: the last \boxed{}, a Minerva "The final answer is X" line, or
+        # the box with the answer line as fallback.
+        extract: Literal["boxed", "answer", "both"] = attrs.field(
+            default="boxed", validator=attrs.validators.in_(("boxed", "answer", "both"))
+        )
+        score: float = 1.0  # for a correct answer
+        format_score: float = 0.0  # for an answer that was found but is wrong
+        # Wall-clock limit of the symbolic (math-verify) check of one answer.
+        timeout_s: float = attrs.field(default=2.0, validator=attrs.validators.gt(0.0))
+        use_math_verify: bool = True
+
+    config: MathReward.Config
+
+    def __init__(self, config: MathReward.Config | None = None) -> None:
+        super().__init__(config if config is not None else MathReward.Config())
+
+    def score(
+        self,
+        data_source: str,
+        solution_str: str,
+        ground_truth: str,
+        extra_info: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """``{"score", "acc", "pred"}`` for one decoded response; ``pred`` is None if none found."""
+        cfg = self.config
+        pred = extract_answer(solution_str if isinstance(solution_str, str) else "", cfg.extract)
+        if pred is None:
+            return {"score": 0.0, "acc": False, "pred": None}
+        acc = False
+        for ref in _ground_truth_texts(ground_truth):
+            acc, reason = check_equiv(
+                pred,
+                remove_boxed(ref),
+                use_math_verify=cfg.use_math_verify,
+                timeout_s=cfg.timeout_s,
+            )
+            if reason in ("timeout", "unsafe"):
+                log.debug("math reward for %s: %s answer judged wrong", data_source, reason)
+            if acc:
+                break
+        return {"score": cfg.score if acc else cfg.format_score, "acc": acc, "pred": pred}
+
+
+def _ground_truth_texts(ground_truth: Any) -> list[str]:
+    """References are strings, but AMC's are floats (27.0) and a list holds alternatives."""
+    items = list(ground_truth) if isinstance(ground_truth, list | tuple) else [ground_truth]
+    texts = []
+    for item in items[:8]:
+        if isinstance(item, float) and item.is_integer():
+            texts.append(str(int(item)))
+        else:
+            texts.append(str(item))
+    return texts

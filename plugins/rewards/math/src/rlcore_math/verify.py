@@ -1,0 +1,229 @@
+"""Is a predicted answer equal to the reference? Cheap exact checks first, then math-verify.
+
+Order of checks (the first that decides wins):
+
+1. both normalised strings equal (:func:`rlcore_math.normalize.normalize_answer`);
+2. both plain numbers (integer, decimal, ``1.6e-19``, ``3\\times10^{8}``, ``\\frac{a}{b}``,
+   ``a/b``): exact comparison as ``fractions.Fraction``; unequal numbers are final;
+3. both tuples/intervals of the same shape whose items are equal by 1-2;
+4. math-verify (HuggingFace): LaTeX -> sympy through ``latex2sympy2_extended``'s ANTLR
+   parser (it builds sympy objects from the parse tree and never calls ``eval``), then
+   ``math_verify.verify`` (numeric, symbolic, set/interval, relation comparison). Only the
+   ``LatexExtractionConfig`` is used: math-verify's ``ExprExtractionConfig`` goes through
+   ``sympy.parse_expr``, which uses ``eval``, so it is never enabled here.
+
+Safety of step 4: answers over ``MAX_ANSWER_CHARS`` or nested deeper than ``_MAX_DEPTH``
+are not parsed; the parsed (unevaluated) trees are walked before comparison and refused when
+they hold a huge number (``10^{10^{10}}``, ``(10^{10})!``, ``x^{100000}``) or an
+unevaluated sum/integral/limit: such values block inside C (big-int arithmetic holds the GIL)
+where no timer can interrupt them. Parse + compare run under
+:func:`rlcore_math.deadline.call_with_deadline`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from functools import lru_cache
+from typing import Any
+
+from rlcore_math.deadline import DeadlineExceeded, call_with_deadline
+from rlcore_math.normalize import (
+    MAX_ANSWER_CHARS,
+    normalize_answer,
+    parse_number,
+    split_top_level,
+)
+
+__all__ = ["check_equiv", "is_equiv"]
+
+log = logging.getLogger(__name__)
+
+_MAX_DEPTH = 40  # brace/paren nesting allowed into the LaTeX parser
+_MAX_NODES = 2000  # sympy tree size allowed into verify
+_MAX_EXPONENT_LOG10 = 4.0  # |exponent| <= 1e4
+_MAX_RESULT_LOG10 = 1e5  # values up to 100 000 digits
+_MAX_FACTORIAL_LOG10 = 3.5  # n! for n <= ~3000
+
+# Reasons returned by check_equiv.
+STRING, NUMBER, TUPLE, MATH_VERIFY = "string", "number", "tuple", "math_verify"
+DIFFERENT, EMPTY, TOO_LONG, UNSAFE, TIMEOUT = "different", "empty", "too_long", "unsafe", "timeout"
+
+
+def is_equiv(
+    pred: str | None, ref: str, *, use_math_verify: bool = True, timeout_s: float | None = 2.0
+) -> bool:
+    """True if answer ``pred`` equals reference ``ref`` (both without ``\\boxed``)."""
+    return check_equiv(pred, ref, use_math_verify=use_math_verify, timeout_s=timeout_s)[0]
+
+
+def check_equiv(
+    pred: str | None, ref: str, *, use_math_verify: bool = True, timeout_s: float | None = 2.0
+) -> tuple[bool, str]:
+    """``(equal, reason)``; ``reason`` names the check that decided (see module docstring)."""
+    if pred is None:
+        return False, EMPTY
+    pred, ref = str(pred).strip(), str(ref).strip()
+    if not pred or not ref:
+        return False, EMPTY
+    if len(pred) > MAX_ANSWER_CHARS or len(ref) > MAX_ANSWER_CHARS:
+        return False, TOO_LONG
+    fast = _fast_equiv(normalize_answer(pred), normalize_answer(ref))
+    if fast is not None:
+        return fast
+    if not use_math_verify:
+        return False, DIFFERENT
+    if _nesting_depth(pred) > _MAX_DEPTH or _nesting_depth(ref) > _MAX_DEPTH:
+        return False, UNSAFE
+    try:
+        verdict = call_with_deadline(lambda: _math_verify_equal(pred, ref), timeout_s)
+    except DeadlineExceeded:
+        return False, TIMEOUT
+    if verdict is None:
+        return False, UNSAFE
+    return verdict, MATH_VERIFY if verdict else DIFFERENT
+
+
+def _fast_equiv(pred: str, ref: str) -> tuple[bool, str] | None:
+    """A decision from normalised strings, or None to ask math-verify."""
+    if not pred or not ref:
+        return False, EMPTY
+    if pred == ref:
+        return True, STRING
+    p_num, r_num = parse_number(pred), parse_number(ref)
+    if p_num is not None and r_num is not None:
+        return (True, NUMBER) if p_num == r_num else (False, DIFFERENT)
+    p_tup, r_tup = split_top_level(pred), split_top_level(ref)
+    if p_tup is not None and r_tup is not None:
+        (p_open, p_items, p_close), (r_open, r_items, r_close) = p_tup, r_tup
+        if (p_open, p_close) == (r_open, r_close) and len(p_items) == len(r_items):
+            item_results = [_fast_equiv(p, r) for p, r in zip(p_items, r_items)]
+            if all(res is not None and res[0] for res in item_results):
+                return True, TUPLE
+    return None
+
+
+def _nesting_depth(s: str) -> int:
+    depth = deepest = 0
+    for ch in s:
+        if ch in "{([":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "})]":
+            depth -= 1
+    return deepest
+
+
+# --- math-verify ---------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=1)
+def _math_verify() -> tuple[Any, Any, Any]:
+    """Import math-verify lazily (sympy + ANTLR: ~0.5 s) and silence its timeout notice."""
+    import math_verify
+    from math_verify import grader, parser
+
+    # We pass parsing_timeout=None / timeout_seconds=None on purpose (our own deadline runs
+    # in any thread); math-verify would log a warning about that once per process.
+    parser.TIMEOUT_WARNING_SHOWN = True
+    grader.TIMEOUT_WARNING_SHOWN = True
+    config = [math_verify.LatexExtractionConfig(boxed_match_priority=0)]
+    return math_verify.parse, math_verify.verify, config
+
+
+@lru_cache(maxsize=4096)
+def _parse(answer: str) -> tuple[Any, ...]:
+    """Parse one answer (cached: a reference is scored against n samples)."""
+    parse, _, config = _math_verify()
+    # Boxing makes math-verify take the whole answer instead of searching the text for one.
+    parsed = parse(
+        "\\boxed{" + answer + "}",
+        extraction_config=config,
+        fallback_mode="no_fallback",
+        parsing_timeout=None,
+    )
+    return tuple(parsed)
+
+
+def _math_verify_equal(pred: str, ref: str) -> bool | None:
+    """math-verify's verdict, or None when an expression is unsafe to compare."""
+    gold, target = _parse(ref), _parse(pred)
+    if not gold or not target:
+        return False
+    if not all(_is_safe(expr) for expr in (*gold, *target)):
+        return None
+    _, verify, _ = _math_verify()
+    return bool(verify(list(gold), list(target), timeout_seconds=None))
+
+
+def _is_safe(expr: Any) -> bool:
+    """Whether comparing ``expr`` stays cheap: bounded size and bounded magnitudes."""
+    if isinstance(expr, str):
+        return True
+    budget = [_MAX_NODES]
+    try:
+        return _log10_bound(expr, budget) <= _MAX_RESULT_LOG10
+    except (_Unsafe, RecursionError):
+        return False
+
+
+class _Unsafe(Exception):
+    pass
+
+
+def _log10_bound(expr: Any, budget: list[int]) -> float:
+    """A generous upper bound of log10(|value| + 1), raising _Unsafe for runaway values.
+
+    Symbols count as small (1): what matters is that no power, factorial or exponential of
+    a big number gets evaluated or expanded.
+    """
+    import sympy
+
+    # Sums, integrals, limits: their doit() can loop over 10^10 terms.
+    unevaluated = (sympy.Sum, sympy.Product, sympy.Integral, sympy.Limit, sympy.Derivative)
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise _Unsafe
+    if isinstance(expr, sympy.MatrixBase):
+        return max((_log10_bound(e, budget) for e in expr), default=0.0)
+    if not isinstance(expr, sympy.Basic):
+        return 1.0
+    if isinstance(expr, sympy.Integer | sympy.Rational):
+        bits = max(int(expr.p).bit_length(), int(expr.q).bit_length())
+        return bits * 0.30103 + 1
+    if isinstance(expr, sympy.Float):
+        _, _, exp, bc = expr._mpf_  # mpmath (sign, mantissa, exponent, bit count)
+        return max(float(exp + bc) * 0.30103, 0.0) + 1
+    if isinstance(expr, unevaluated):
+        raise _Unsafe
+    if isinstance(expr, sympy.Pow | sympy.exp):
+        base, exponent = (
+            (expr.base, expr.exp) if isinstance(expr, sympy.Pow) else (sympy.E, expr.args[0])
+        )
+        return _power_bound(_log10_bound(base, budget), _log10_bound(exponent, budget))
+    if isinstance(expr, sympy.factorial | sympy.factorial2 | sympy.subfactorial | sympy.gamma):
+        arg = _log10_bound(expr.args[0], budget)
+        if arg > _MAX_FACTORIAL_LOG10:
+            raise _Unsafe
+        n = 10.0**arg
+        return n * math.log10(n + 1) + 1
+    if isinstance(expr, sympy.binomial | sympy.RisingFactorial | sympy.FallingFactorial):
+        bounds = [_log10_bound(a, budget) for a in expr.args]
+        if max(bounds) > _MAX_EXPONENT_LOG10:
+            raise _Unsafe
+        return 10.0 ** max(bounds) + 1
+    children = [_log10_bound(a, budget) for a in expr.args]
+    if not children:
+        return 1.0  # symbols, pi, E, I, infinity
+    if isinstance(expr, sympy.Mul):
+        return sum(children)
+    return max(children) + 1
+
+
+def _power_bound(base_log10: float, exponent_log10: float) -> float:
+    if exponent_log10 > _MAX_EXPONENT_LOG10:
+        raise _Unsafe
+    bound = base_log10 * 10.0**exponent_log10
+    if bound > _MAX_RESULT_LOG10:
+        raise _Unsafe
+    return bound + 1

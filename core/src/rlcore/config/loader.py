@@ -165,7 +165,7 @@ class _Choice:
 
 
 def _take_engine(raw: dict[str, Any], section: str, default: Any) -> _Choice | None:
-    table = raw.get(section)
+    table = raw.get(section) if default is None else raw.setdefault(section, {})
     if not isinstance(table, dict) or ("engine" not in table and default is None):
         return None
     engine = table.get("engine", {})

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 import rlcore_fake.good
 import rlcore_fake_dup
-
 from rlcore.config import ConfigValidationError, load_config, load_config_text
 from rlcore.errors import ConfigError
 from rlcore.plugins import PluginRegistry
@@ -65,12 +64,18 @@ CASES = [
     (["actor.ppo_epochs=1.5"], ["actor.ppo_epochs: expected an integer, got 1.5"]),
     (['actor.optim.lr="1e-5"'], ['actor.optim.lr: expected a number, got "1e-5"']),
     (["data.train_batch_size=true"], ["data.train_batch_size: expected an integer, got true"]),
-    (["actor.gradient_checkpointing=1"], ["actor.gradient_checkpointing: expected true or false, got 1"]),
+    (
+        ["actor.gradient_checkpointing=1"],
+        ["actor.gradient_checkpointing: expected true or false, got 1"],
+    ),
     (["actor.optim.betas=[0.9]"], ["actor.optim.betas: expected an array of 2 values, got [0.9]"]),
-    (["trainer.loggers=[\"console\", 3]"], ["trainer.loggers[1]: expected a string, got 3"]),
+    (['trainer.loggers=["console", 3]'], ["trainer.loggers[1]: expected a string, got 3"]),
     (["model=3"], ["model: expected a table, got 3"]),
     # --- unknown keys, with "did you mean" ---
-    (["actor.optim.learning_rate=1e-5"], ["actor.optim.learning_rate: unknown key (did you mean 'lr'?)"]),
+    (
+        ["actor.optim.learning_rate=1e-5"],
+        ["actor.optim.learning_rate: unknown key (did you mean 'lr'?)"],
+    ),
     (["rollout.temprature=0.5"], ["rollout.temprature: unknown key (did you mean 'temperature'?)"]),
     (["actr.ppo_epochs=2"], ["actr: unknown section (did you mean 'actor'?)"]),
     (["trainer.zzz=1"], ["trainer.zzz: unknown key"]),
@@ -78,7 +83,10 @@ CASES = [
     (["actor.engine.shard=2"], ["actor.engine.shard: unknown key (did you mean 'shards'?)"]),
     (["actor.engine.shards=0"], ["actor.engine.shards: must be >= 1, got 0"]),
     (["critic.engine.shards=0"], ["critic.engine.shards: must be >= 1, got 0"]),
-    (["rollout.gpu_memory_utilization=2.0"], ["rollout.gpu_memory_utilization: must be <= 1.0, got 2.0"]),
+    (
+        ["rollout.gpu_memory_utilization=2.0"],
+        ["rollout.gpu_memory_utilization: must be <= 1.0, got 2.0"],
+    ),
     (
         ["reward.options.fake.format_scor=1"],
         ["reward.options.fake.format_scor: unknown key (did you mean 'format_score'?)"],
@@ -97,7 +105,7 @@ CASES = [
     (
         ['reward.sources."openai/gsm8k"="gsm8k"'],
         [
-            'reward.sources."openai/gsm8k": reward \'gsm8k\' is not installed. '
+            "reward.sources.\"openai/gsm8k\": reward 'gsm8k' is not installed. "
             "Install it with: pip install rlcore-gsm8k"
         ],
     ),
@@ -170,7 +178,10 @@ CASES = [
         ],
     ),
     # --- overrides themselves ---
-    (["actor.optim.lr"], ["override 'actor.optim.lr': expected KEY=VALUE, e.g. actor.optim.lr=1e-5"]),
+    (
+        ["actor.optim.lr"],
+        ["override 'actor.optim.lr': expected KEY=VALUE, e.g. actor.optim.lr=1e-5"],
+    ),
     (["actor..lr=1"], ["override 'actor..lr=1': 'actor..lr' is not a valid key path"]),
     (["model.path.x=1"], ["override 'model.path.x=1': model.path is not a table"]),
 ]
@@ -211,7 +222,10 @@ def test_rendered_message_single_and_multi(registry):
     assert str(exc.value) == "run.toml: rollout.n: must be >= 1, got 0"
     with pytest.raises(ConfigError) as exc:
         load_config_text(
-            BASE, source="run.toml", overrides=["rollout.n=0", "rollout.top_k=-2"], registry=registry
+            BASE,
+            source="run.toml",
+            overrides=["rollout.n=0", "rollout.top_k=-2"],
+            registry=registry,
         )
     assert str(exc.value) == (
         "run.toml: 2 errors\n"
@@ -224,9 +238,11 @@ def test_missing_required_keys(registry):
     assert errors(registry, text='[reward]\ndefault = "fake"\n') == [
         "data.train_files: missing required key",
         "model.path: missing required key",
-        "actor.engine.name: engine 'fsdp2' is not installed. Install it with: pip install rlcore-fsdp2",
+        "actor.engine.name: engine 'fsdp2' is not installed. "
+        "Install it with: pip install rlcore-fsdp2",
         "rollout.name: rollout 'hf' is not installed. Install it with: pip install rlcore-hf",
-        "algorithm.name: algorithm 'grpo' is not installed. Install it with: pip install rlcore-grpo",
+        "algorithm.name: algorithm 'grpo' is not installed. "
+        "Install it with: pip install rlcore-grpo",
     ]
 
 

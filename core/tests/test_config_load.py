@@ -6,8 +6,6 @@ import tomllib
 
 import pytest
 import rlcore_fake.good
-from rlcore_fake.components import FakeAlgorithm, FakeEngine, FakeReward, FakeRollout
-
 from rlcore.config import (
     ConfigValidationError,
     RunConfig,
@@ -20,6 +18,7 @@ from rlcore.config import (
 )
 from rlcore.interfaces import OptimConfig, SamplingParams
 from rlcore.plugins import PluginRegistry
+from rlcore_fake.components import FakeAlgorithm, FakeEngine, FakeReward, FakeRollout
 
 QUICKSTART = """
 [data]
@@ -117,7 +116,10 @@ def test_sampling_params(cfg):
 
 
 def test_own_ref_and_critic_engine(registry):
-    text = QUICKSTART + "\n[ref.engine]\nreshard_after_forward = false\n[critic]\nmicro_batch_size = 2\n"
+    text = (
+        QUICKSTART
+        + "\n[ref.engine]\nreshard_after_forward = false\n[critic]\nmicro_batch_size = 2\n"
+    )
     cfg = load_config_text(text, registry=registry)
     assert cfg.ref.engine.name == "fake"  # the actor's plugin, its own options
     assert cfg.ref.engine.options == FakeEngine.Config(reshard_after_forward=False)

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 import rlcore_fake.good
 import rlcore_fake_dup
-
 from rlcore import hookspecs
 from rlcore.errors import PluginError
 from rlcore.hookspecs import hookimpl
@@ -51,7 +50,11 @@ def _fake_only() -> PluginRegistry:
 
 def test_good_plugin_is_found_with_its_distribution(registry):
     (engine,) = [e for e in registry.entries("engine") if e.name == "fake"]
-    assert (engine.distribution, engine.version, engine.plugin) == ("rlcore-fake", "0.1", "fake_good")
+    assert (engine.distribution, engine.version, engine.plugin) == (
+        "rlcore-fake",
+        "0.1",
+        "fake_good",
+    )
     assert engine.target == "rlcore_fake.components:FakeEngine"
     cls = registry.resolve("engine", "fake")
     assert cls.__name__ == "FakeEngine"
@@ -123,8 +126,7 @@ def test_unknown_name_lists_installed_and_suggests():
     with pytest.raises(PluginError) as exc:
         reg.resolve("engine", "fkae", where="[actor.engine] of run.toml")
     assert str(exc.value) == (
-        "unknown engine 'fkae' in [actor.engine] of run.toml. Installed: fake. "
-        "Did you mean 'fake'?"
+        "unknown engine 'fkae' in [actor.engine] of run.toml. Installed: fake. Did you mean 'fake'?"
     )
 
 

@@ -119,7 +119,9 @@ class SamplingParams:
 
     n: int = attrs.field(default=1, validator=attrs.validators.ge(1))
     temperature: float = attrs.field(default=1.0, validator=attrs.validators.ge(0.0))
-    top_p: float = attrs.field(default=1.0, validator=[attrs.validators.gt(0.0), attrs.validators.le(1.0)])
+    top_p: float = attrs.field(
+        default=1.0, validator=[attrs.validators.gt(0.0), attrs.validators.le(1.0)]
+    )
     top_k: int = -1  # -1: off
     max_new_tokens: int = attrs.field(default=512, validator=attrs.validators.ge(1))
     do_sample: bool = True
@@ -152,7 +154,9 @@ class BatchTotals:
 
 
 # loss_fn(outputs, micro_batch, totals) -> (loss to backpropagate, metrics of this micro-batch)
-LossFn = Callable[["ModelOutputs", "DataProto", BatchTotals], "tuple[torch.Tensor, dict[str, float]]"]
+LossFn = Callable[
+    ["ModelOutputs", "DataProto", BatchTotals], "tuple[torch.Tensor, dict[str, float]]"
+]
 
 
 # --- the four contracts ---------------------------------------------------------------------

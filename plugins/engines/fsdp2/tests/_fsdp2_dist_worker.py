@@ -1,0 +1,112 @@
+"""One rank of the 2-rank vs 1-rank FSDP2 comparison (run as a script, or imported by the test).
+
+``python _fsdp2_dist_worker.py MODEL_PATH OUT_FILE`` with ``RANK``/``WORLD_SIZE``/
+``MASTER_ADDR``/``MASTER_PORT`` set joins a gloo group, trains one step on its share of a fixed
+batch in two scenarios (micro-batches by count; by token budget with uneven micro-batch counts
+across ranks) and rank 0 saves loss, grad norm, full gradients and parameters to OUT_FILE.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+import torch.distributed as dist
+from rlcore.interfaces import EngineSpec, OptimConfig
+from rlcore.protocol import DataProto
+from rlcore_fsdp2.batching import split_micro_batches
+from rlcore_fsdp2.engine import FSDP2Engine
+from torch.distributed.tensor import DTensor
+
+ROWS, PROMPT, RESPONSE = 8, 10, 6
+
+
+def make_batch() -> DataProto:
+    """8 rows, longest first, so rank 0 (rows 0-3) gets long rows and rank 1 short ones."""
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(3, 250, (ROWS, PROMPT + RESPONSE), generator=g)
+    attn = torch.ones(ROWS, PROMPT + RESPONSE, dtype=torch.long)
+    resp_mask = torch.ones(ROWS, RESPONSE, dtype=torch.long)
+    for i in range(ROWS):
+        attn[i, : i + 1] = 0  # left padding grows with i: row lengths decrease
+        resp_mask[i, RESPONSE - (i % 3) :] = 0
+        attn[i, PROMPT + RESPONSE - (i % 3) :] = 0
+    ids = ids.masked_fill(attn == 0, 0)
+    return DataProto.from_dict(
+        tensors={
+            "input_ids": ids,
+            "attention_mask": attn,
+            "position_ids": (attn.cumsum(-1) - 1).clamp(min=0),
+            "responses": ids[:, PROMPT:],
+            "response_mask": resp_mask,
+            "advantages": torch.randn(ROWS, RESPONSE, generator=g),
+        }
+    )
+
+
+# Token budget: the long rows of rank 0 (14-16 tokens) pack one per micro-batch, the short
+# rows of rank 1 (8-11 tokens) two per micro-batch, so ranks run 4 and 2 micro-batches.
+TOKEN_BUDGET = 22
+SCENARIOS = {
+    "count": {"micro_batch_size": 2},
+    "tokens": {"micro_batch_size": None, "max_tokens_per_micro_batch": TOKEN_BUDGET},
+}
+
+
+def run(model_path: str) -> dict[str, dict[str, object]]:
+    """Both scenarios on this rank's share; returns rank-independent results (all ranks)."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    share = make_batch().chunk(world)[rank]
+    results: dict[str, dict[str, object]] = {}
+    for name, batching in SCENARIOS.items():
+        spec = EngineSpec(
+            role="actor", model_path=model_path, optim=OptimConfig(lr=1e-4), **batching
+        )
+        engine = FSDP2Engine(spec, FSDP2Engine.Config())
+        losses: list[torch.Tensor] = []
+
+        def loss_fn(outputs, mb, totals, losses=losses):
+            mask = mb.batch["response_mask"].float()
+            loss = -(outputs.log_probs * mb.batch["advantages"] * mask).sum() / totals.tokens
+            losses.append(loss.detach())
+            return loss, {"loss": float(loss.detach())}
+
+        engine.forward_backward(share, loss_fn)
+        loss = torch.stack(losses).sum().reshape(1)
+        dist.all_reduce(loss)  # the global token-mean loss
+        counts = torch.zeros(world, dtype=torch.long)
+        counts[rank] = len(
+            split_micro_batches(
+                share,
+                micro_batch_size=spec.micro_batch_size,
+                max_tokens=spec.max_tokens_per_micro_batch,
+            )
+        )
+        dist.all_reduce(counts)
+        grads = {}
+        for pname, p in engine.model.named_parameters():
+            grads[pname] = (p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad).clone()
+        grad_norm = engine.optimizer_step()
+        params = {n: t.clone() for n, t in engine.named_parameters_for_sync()}
+        results[name] = {
+            "loss": float(loss),
+            "grad_norm": grad_norm,
+            "grads": grads,
+            "params": params,
+            "micro_batches_per_rank": counts.tolist(),
+        }
+    return results
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    model_path, out_file = sys.argv[1], sys.argv[2]
+    dist.init_process_group("gloo")
+    results = run(model_path)
+    if dist.get_rank() == 0:
+        torch.save(results, out_file)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,416 @@
+"""A driver-side proxy over a group of Ray actors: one call becomes split -> RPC -> gather.
+
+``RayWorkerGroup(resource_pool, ClassWithInitArgs(MyWorker, cfg), role="actor")`` places one
+actor per slot of the pool (``ray.remote`` is applied here, to an undecorated ``Worker``
+subclass), with ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``/``MASTER_ADDR``/``MASTER_PORT`` in each
+actor's environment and torch pinned to the actor's CPU share. Every method marked with
+``rlcore.dispatch.register`` (looked up along the class MRO) becomes a method of the group::
+
+    wg = RayWorkerGroup(pool, ClassWithInitArgs(ActorWorker, cfg), role="actor")
+    out = wg.compute_log_prob(batch)          # DataProto in, DataProto out
+    fut = wg.generate(batch)                  # registered with blocking=False -> GroupFuture
+    out = wg.compute_log_prob(fut)            # chunks go worker to worker, not via the driver
+
+A failure in a worker reaches the driver as one ``WorkerError`` whose first line reads
+``role actor rank 1 failed in compute_log_prob: ValueError: ...`` followed by the remote
+traceback; a dead actor gives ``role actor rank 1 (node 10.0.0.2, pid 123) died in ...``.
+
+For colocated roles (``create_colocated_worker_cls``), methods appear as ``<role>_<method>``
+and ``wg.spawn()`` returns ``{role: view}`` with each role's methods under their own names.
+
+Other helpers: ``execute_all(name, *args)`` (call any method on every rank, same arguments),
+``execute_rank(rank, name, *args)``, ``process_info`` (pid and node per rank), ``shutdown()``.
+
+Worker modules must be importable in the actor processes; Ray puts the driver's working
+directory on their path. For modules elsewhere (e.g. test helpers), pass
+``runtime_env={"env_vars": {"PYTHONPATH": folder}}``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from rlcore.dispatch import (
+    DEFAULT_MESH,
+    DispatchCall,
+    DispatchError,
+    DispatchInfo,
+    Execute,
+    GroupFuture,
+    MethodSpec,
+    get_dispatch_mode,
+    get_method_spec,
+)
+from rlcore.errors import WorkerError
+from rlcore.resources import ResourcePool
+from rlcore.workers.colocate import ClassWithInitArgs, ColocatedWorker
+from rlcore.workers.worker import Worker, find_free_port, node_ip_address
+
+log = logging.getLogger(__name__)
+
+__all__ = ["RayWorkerGroup", "registered_methods"]
+
+_RESERVED = frozenset(
+    {
+        "world_size",
+        "role",
+        "spawn",
+        "shutdown",
+        "execute_all",
+        "execute_rank",
+        "dispatch_info",
+        "process_info",
+        "workers",
+        "method_names",
+    }
+)
+
+
+def registered_methods(cls: type[Any]) -> dict[str, MethodSpec]:
+    """Every ``register``-ed method of ``cls``, found along its MRO (subclass wins)."""
+    out: dict[str, MethodSpec] = {}
+    for name in dir(cls):
+        if name.startswith("__"):
+            continue
+        spec = get_method_spec(getattr(cls, name, None))
+        if spec is not None:
+            out[name] = spec
+    return out
+
+
+def _plain(err: BaseException) -> str:
+    """Ray's message without its terminal colour codes."""
+    return re.sub(r"\x1b\[[0-9;]*m", "", str(err))
+
+
+def _first_line(text: str) -> str:
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return lines[0] if lines else ""
+
+
+class RayWorkerGroup:
+    """Ray actors of one worker class placed on a resource pool (see the module docstring)."""
+
+    def __init__(
+        self,
+        resource_pool: ResourcePool,
+        ray_cls_with_init: ClassWithInitArgs,
+        *,
+        role: str = "worker",
+        runtime_env: Mapping[str, Any] | None = None,
+        who: str | None = None,
+    ) -> None:
+        import ray
+
+        cls = ray_cls_with_init.cls
+        if not (isinstance(cls, type) and issubclass(cls, Worker)):
+            msg = (
+                f"role {role}: {cls!r} must be an undecorated subclass of rlcore.workers.Worker "
+                "(the group applies ray.remote itself)"
+            )
+            raise TypeError(msg)
+        self._role = role
+        self._route: str | None = None  # set on per-role views of a colocated group
+        self._cls = cls
+        self._info_cache: dict[str, list[DispatchInfo]] = {}
+        self._owner = True
+        self.method_names: list[str] = []
+        # Unknown dispatch modes fail here, before anything is placed.
+        roles: Mapping[str, ClassWithInitArgs] = {}
+        if issubclass(cls, ColocatedWorker):
+            roles = (
+                ray_cls_with_init.args[0]
+                if ray_cls_with_init.args
+                else ray_cls_with_init.kwargs["roles"]
+            )
+        for c in [cls, *(spec.cls for spec in roles.values())]:
+            for mspec in registered_methods(c).values():
+                get_dispatch_mode(mspec.dispatch_mode)
+
+        locations = resource_pool.locations(who=who or f"role {role}")
+        self._world_size = len(locations)
+        threads = max(1, math.floor(resource_pool.cpus_per_process))
+        base_env = dict(runtime_env or {})
+        user_vars = dict(base_env.pop("env_vars", {}) or {})
+        remote_cls = ray.remote(cls)
+
+        def start(rank: int, addr: str | None, port: int | None) -> Any:
+            loc = locations[rank]
+            env = {
+                **user_vars,
+                "RANK": str(rank),
+                "WORLD_SIZE": str(self._world_size),
+                "LOCAL_RANK": str(loc.local_rank),
+                "LOCAL_WORLD_SIZE": str(loc.local_world_size),
+                "RLCORE_ROLE": role,
+                "RLCORE_NUM_THREADS": str(threads),
+                "OMP_NUM_THREADS": str(threads),
+                "MKL_NUM_THREADS": str(threads),
+            }
+            if addr is not None and port is not None:
+                env |= {"MASTER_ADDR": addr, "MASTER_PORT": str(port)}
+            strategy = ray.util.scheduling_strategies.PlacementGroupSchedulingStrategy(
+                placement_group=loc.placement_group,
+                placement_group_bundle_index=loc.bundle_index,
+            )
+            return remote_cls.options(  # type: ignore[attr-defined]
+                num_cpus=resource_pool.cpus_per_process,
+                num_gpus=1 if resource_pool.use_gpu else 0,
+                scheduling_strategy=strategy,
+                runtime_env={**base_env, "env_vars": env},
+            ).remote(*ray_cls_with_init.args, **ray_cls_with_init.kwargs)
+
+        # torch.distributed needs rank 0's address and a free port there. When rank 0 lands on
+        # the driver's node the driver picks the port and all actors start at once; otherwise
+        # rank 0 starts first, picks it, and the others follow.
+        pg0 = locations[0].placement_group
+        bundle_nodes = ray.util.placement_group_table(pg0).get("bundles_to_node_id", {})
+        here = ray.get_runtime_context().get_node_id()
+        self._actors: list[Any] = []
+        if bundle_nodes.get(locations[0].bundle_index) == here:
+            addr, port = node_ip_address(), find_free_port()
+            self._actors = [start(r, addr, port) for r in range(self._world_size)]
+        else:
+            self._actors = [start(0, None, None)]
+            addr, port = self._gather(
+                [self._actors[0].rlcore_master_address.remote()], "__init__", [0]
+            )[0]
+            self._actors += [start(r, addr, port) for r in range(1, self._world_size)]
+        self.master_addr, self.master_port = addr, port
+        # Waits for every __init__, so construction errors surface here, with role and rank.
+        self.process_info: list[dict[str, Any]] = self._gather(
+            [a.rlcore_process_info.remote() for a in self._actors],
+            "__init__",
+            list(range(self._world_size)),
+        )
+
+        self._views: dict[str, RayWorkerGroup] = {}
+        if roles:
+            for role_name, spec in roles.items():
+                view = self._make_view(role_name, spec.cls)
+                self._views[role_name] = view
+                for m in view.method_names:
+                    self._bind(f"{role_name}_{m}", getattr(view, m))
+        else:
+            for name, mspec in registered_methods(cls).items():
+                self._bind(name, self._make_proxy(name, mspec))
+
+    # --- views for colocated roles ------------------------------------------------------
+
+    def _make_view(self, role_name: str, cls: type[Any]) -> RayWorkerGroup:
+        view = object.__new__(RayWorkerGroup)
+        view._role = f"{self._role}.{role_name}"
+        view._route = role_name
+        view._cls = cls
+        view._info_cache = {}
+        view._owner = False
+        view.method_names = []
+        view._world_size = self._world_size
+        view._actors = self._actors
+        view.master_addr, view.master_port = self.master_addr, self.master_port
+        view.process_info = self.process_info
+        view._views = {}
+        for name, mspec in registered_methods(cls).items():
+            view._bind(name, view._make_proxy(name, mspec))
+        return view
+
+    def spawn(self) -> dict[str, RayWorkerGroup]:
+        """Per-role views of a colocated group (they share this group's actors)."""
+        if not self._views:
+            msg = f"role {self._role}: spawn() needs a group built from create_colocated_worker_cls"
+            raise TypeError(msg)
+        return dict(self._views)
+
+    # --- properties -----------------------------------------------------------------------
+
+    @property
+    def world_size(self) -> int:
+        return self._world_size
+
+    @property
+    def role(self) -> str:
+        return self._role
+
+    @property
+    def workers(self) -> list[Any]:
+        """The Ray actor handles, in rank order."""
+        return list(self._actors)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for names that are not proxies: say which ones exist.
+        if name.startswith("_"):
+            raise AttributeError(name)
+        known = ", ".join(self.__dict__.get("method_names", [])) or "none"
+        role = self.__dict__.get("_role")
+        msg = f"worker group {role!r} has no method {name!r}; registered: {known}"
+        raise AttributeError(msg)
+
+    # --- calling --------------------------------------------------------------------------
+
+    def _bind(self, name: str, fn: Callable[..., Any]) -> None:
+        if name in _RESERVED or name in type(self).__dict__:
+            msg = f"role {self._role}: registered method {name!r} clashes with a group attribute"
+            raise DispatchError(msg)
+        setattr(self, name, fn)
+        self.method_names.append(name)
+
+    def _remote(
+        self, rank: int, method: str, args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> Any:
+        actor = self._actors[rank]
+        if self._route is None:
+            return getattr(actor, method).remote(*args, **kwargs)
+        return actor.rlcore_call_role.remote(self._route, method, *args, **kwargs)
+
+    def _make_proxy(self, name: str, spec: MethodSpec) -> Callable[..., Any]:
+        mode = get_dispatch_mode(spec.dispatch_mode)
+
+        def proxy(*args: Any, **kwargs: Any) -> Any:
+            call = DispatchCall(group=self, method=name)
+            arg_lists, kwarg_lists = mode.dispatch_fn(call, *args, **kwargs)
+            for i, items in [*enumerate(arg_lists), *kwarg_lists.items()]:
+                if len(items) != self._world_size:
+                    msg = (
+                        f"{name}: dispatch mode {mode.name} gave {len(items)} items for "
+                        f"argument {i}, expected one per rank ({self._world_size})"
+                    )
+                    raise DispatchError(msg)
+            ranks = [0] if spec.execute_mode == Execute.RANK_ZERO else list(range(self._world_size))
+            refs = [
+                self._remote(
+                    r, name, [a[r] for a in arg_lists], {k: v[r] for k, v in kwarg_lists.items()}
+                )
+                for r in ranks
+            ]
+
+            def resolve(rs: list[Any]) -> list[Any]:
+                return self._gather(rs, name, ranks)
+
+            if spec.execute_mode == Execute.RANK_ZERO:
+                fut = GroupFuture(refs=refs, resolve=resolve, collect=lambda outs: outs[0])
+            else:
+                fut = GroupFuture(
+                    refs=refs,
+                    resolve=resolve,
+                    collect=lambda outs: mode.collect_fn(call, outs),
+                    shards=mode.shards_fn(call, refs) if mode.shards_fn else None,
+                    shard_kind=mode.shard_kind,
+                    pad_size=call.pad_size,
+                )
+            return fut.get() if spec.blocking else fut
+
+        proxy.__name__ = name
+        proxy.__qualname__ = f"{type(self).__name__}.{name}"
+        proxy.__doc__ = getattr(getattr(self._cls, name, None), "__doc__", None)
+        return proxy
+
+    def execute_all(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+        """Call ``method`` on every rank with the same arguments; wait; list of outputs."""
+        ranks = list(range(self._world_size))
+        return self._gather([self._remote(r, method, args, kwargs) for r in ranks], method, ranks)
+
+    def execute_rank(self, rank: int, method: str, *args: Any, **kwargs: Any) -> Any:
+        return self._gather([self._remote(rank, method, args, kwargs)], method, [rank])[0]
+
+    def dispatch_info(self, mesh: str = DEFAULT_MESH) -> list[DispatchInfo]:
+        """Each rank's data-parallel place in ``mesh`` (cached once every rank declared one).
+
+        Ranks that never called ``Worker.set_dispatch_info`` each form their own
+        data-parallel group.
+        """
+        if mesh in self._info_cache:
+            return self._info_cache[mesh]
+        ranks = list(range(self._world_size))
+        if self._route is None:
+            refs = [a.rlcore_dispatch_info.remote(mesh) for a in self._actors]
+        else:
+            refs = [a.rlcore_role_dispatch_info.remote(self._route, mesh) for a in self._actors]
+        got: list[DispatchInfo | None] = self._gather(refs, "dispatch_info", ranks)
+        if all(g is None for g in got):
+            return [DispatchInfo(dp_rank=r, dp_size=self._world_size) for r in ranks]
+        if any(g is None for g in got):
+            missing = [r for r, g in enumerate(got) if g is None]
+            msg = (
+                f"role {self._role}: ranks {missing} did not call set_dispatch_info(mesh={mesh!r})"
+            )
+            raise DispatchError(msg)
+        infos = [g for g in got if g is not None]
+        _check_mesh(self._role, mesh, infos)
+        self._info_cache[mesh] = infos
+        return infos
+
+    # --- errors ---------------------------------------------------------------------------
+
+    def _gather(self, refs: list[Any], method: str, ranks: Sequence[int]) -> list[Any]:
+        import ray
+        from ray.exceptions import RayError
+
+        try:
+            return list(ray.get(refs))
+        except RayError as err:
+            # ray.get names no rank: look at the finished refs one by one for the culprit.
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            done = {r.hex() for r in ready}
+            for rank, ref in zip(ranks, refs, strict=True):
+                if ref.hex() not in done:
+                    continue
+                try:
+                    ray.get(ref)
+                except RayError as rank_err:
+                    raise self._worker_error(rank_err, rank, method) from rank_err
+            raise self._worker_error(err, None, method) from err
+
+    def _worker_error(self, err: Exception, rank: int | None, method: str) -> WorkerError:
+        from ray.exceptions import RayActorError, RayTaskError
+
+        who = f"role {self._role} rank {rank if rank is not None else '?'}"
+        info = self.__dict__.get("process_info")
+        where = ""
+        if rank is not None and info:
+            where = f" (node {info[rank]['node_ip']}, pid {info[rank]['pid']})"
+        if isinstance(err, RayTaskError):
+            # The raised object is Ray's dual class RayTaskError(Cause); str() holds the
+            # remote traceback, .cause the original exception.
+            cause = getattr(err, "cause", None)
+            if isinstance(cause, BaseException):
+                kind, text = type(cause).__name__, str(cause)
+            else:
+                kind, text = type(err).__name__, _first_line(str(err))
+            msg = f"{who} failed in {method}: {kind}: {text}\nremote traceback:\n{_plain(err)}"
+        elif isinstance(err, RayActorError):
+            plain = _plain(err)
+            msg = f"{who}{where} died in {method}: {_first_line(plain)}\n{plain}"
+        else:
+            msg = f"{who}{where} failed in {method}: {type(err).__name__}: {err}"
+        return WorkerError(msg)
+
+    # --- teardown -------------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """Kill this group's actors (views of a colocated group leave them to their owner)."""
+        if not self._owner:
+            return
+        import ray
+
+        for a in self._actors:
+            ray.kill(a, no_restart=True)
+        self._actors.clear()
+
+
+def _check_mesh(role: str, mesh: str, infos: list[DispatchInfo]) -> None:
+    sizes = {i.dp_size for i in infos}
+    if len(sizes) != 1:
+        msg = f"role {role}: ranks disagree on dp_size in mesh {mesh!r}: {sorted(sizes)}"
+        raise DispatchError(msg)
+    dp = sizes.pop()
+    collect = sorted(i.dp_rank for i in infos if i.is_collect)
+    if collect != list(range(dp)):
+        msg = (
+            f"role {role}: mesh {mesh!r} needs exactly one collect rank per data-parallel rank "
+            f"0..{dp - 1}, got collect ranks for dp ranks {collect}"
+        )
+        raise DispatchError(msg)

@@ -24,5 +24,5 @@ def ray_session():
             log_to_driver=True,
             configure_logging=False,
         )
-    yield ray
+    return ray
     # Left running on purpose: later tests in the session reuse it; ray shuts down at exit.

@@ -7,8 +7,9 @@ import pickle
 
 import numpy as np
 import pytest
-import rlcore
 import torch
+
+import rlcore
 from rlcore.errors import DataProtoError
 from rlcore.protocol import (
     DataProto,
@@ -518,3 +519,39 @@ def test_load_refuses_pickled_code_and_foreign_files(tmp_path):
         DataProto.load_from_disk(other)
     with pytest.raises(DataProtoError, match="cannot read"):
         DataProto.load_from_disk(tmp_path / "missing.pt")
+
+
+def _loads_read_only(d: DataProto) -> DataProto:
+    """Unpickle the way Ray does: out-of-band buffers that are read-only views."""
+    buffers: list[pickle.PickleBuffer] = []
+    blob = pickle.dumps(d, protocol=5, buffer_callback=buffers.append)
+    frozen = [memoryview(bytes(b.raw())).toreadonly() for b in buffers]
+    return pickle.loads(blob, buffers=frozen)
+
+
+def test_read_only_buffers_are_copied_on_first_batch_access_only():
+    from rlcore._serialize import _SHARED, is_shared
+
+    d = make(4)
+    out = _loads_read_only(d)
+    raw = out._batch["input_ids"]
+    assert is_shared(raw)
+    # read-only methods do not copy: concat/chunk/to/pickle keep working on the shared memory
+    parts = out.chunk(2)
+    assert is_shared(parts[0]._batch["logp"])
+    assert not is_shared(DataProto.concat(parts)._batch["logp"])
+    again = pickle.loads(pickle.dumps(out))
+    assert torch.equal(again.batch["logp"], d.batch["logp"])
+    # first access through .batch copies, so in-place writes are safe
+    tensors = out.batch
+    assert not any(is_shared(t) for t in tensors.values())
+    tensors["input_ids"][0, 0] = 7
+    assert raw[0, 0] == 0
+    assert out.batch["logp"].dtype == torch.bfloat16
+    assert parts[1].batch["input_ids"][0, 0] == 6  # views are copied when their own .batch is read
+    assert out[0].batch["input_ids"][0] == 7
+    del out, parts, raw, tensors, again
+    import gc
+
+    gc.collect()
+    assert not _SHARED  # registrations go with the last tensor viewing the buffer

@@ -8,9 +8,10 @@ import numpy as np
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from rlcore.protocol import DataProto, pad_dataproto_to_divisor, unpad_dataproto
 
-SETTINGS = settings(max_examples=40, deadline=None)
+SETTINGS = settings(max_examples=30, deadline=None)
 
 DTYPES = [torch.float32, torch.bfloat16, torch.int64, torch.bool, torch.float16]
 

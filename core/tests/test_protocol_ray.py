@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+
 from rlcore.protocol import DataProto, pad_dataproto_to_divisor, unpad_dataproto
 
 

@@ -13,6 +13,8 @@ pickled constructor. Anything else is refused when saving, naming where it sits.
 
 from __future__ import annotations
 
+import warnings
+import weakref
 from typing import Any
 
 import numpy as np
@@ -56,16 +58,57 @@ def tensor_to_numpy(t: torch.Tensor) -> tuple[np.ndarray, str | None]:
 
 
 def numpy_to_tensor(arr: np.ndarray, torch_dtype: str | None) -> torch.Tensor:
-    """Inverse of :func:`tensor_to_numpy`; zero-copy unless ``arr`` is read-only."""
-    if not arr.flags.writeable:
-        # Ray hands back read-only views into its shared-memory object store. A tensor has no
-        # read-only flag, so an in-place op on a zero-copy tensor would silently change the
-        # stored object for every other reader (a ONE_TO_ALL broadcast, say): copy instead.
-        arr = arr.copy()
-    t = torch.from_numpy(arr)
+    """Inverse of :func:`tensor_to_numpy`, zero-copy.
+
+    A read-only ``arr`` (Ray hands back read-only views into its shared-memory object store)
+    is registered as shared: a tensor has no read-only flag, so an in-place op on it would
+    silently change the stored object for every other reader (a ONE_TO_ALL broadcast, say).
+    ``DataProto.batch`` copies registered tensors on first access (:func:`materialize`); the
+    methods that only read them (concat, to(device), pickling again) do not pay for that copy.
+    """
+    if not arr.flags.writeable and arr.size > 0:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            t = torch.from_numpy(arr)
+        ptr = t.untyped_storage().data_ptr()
+        _SHARED[ptr] = _SHARED.get(ptr, 0) + 1
+        # The tensor (and every view of it) keeps ``arr`` alive; when the last one goes, so
+        # does the registration. A count: two gets of one object share one buffer.
+        weakref.finalize(arr, _unregister, ptr)
+    else:
+        t = torch.from_numpy(arr if arr.flags.writeable else arr.copy())
     if torch_dtype is not None:
         t = t.view(getattr(torch, torch_dtype))
     return t
+
+
+# Storage address -> number of live read-only numpy arrays there (Ray shared memory).
+_SHARED: dict[int, int] = {}
+
+
+def _unregister(ptr: int) -> None:
+    count = _SHARED.get(ptr, 0) - 1
+    if count > 0:
+        _SHARED[ptr] = count
+    else:
+        _SHARED.pop(ptr, None)
+
+
+def has_shared_memory() -> bool:
+    """Whether any tensor in this process may alias read-only shared memory (cheap check)."""
+    return bool(_SHARED)
+
+
+def is_shared(t: torch.Tensor) -> bool:
+    """Whether ``t`` (or the tensor it is a view of) aliases read-only shared memory."""
+    return t.device.type == "cpu" and t.untyped_storage().data_ptr() in _SHARED
+
+
+def materialize(batch: dict[str, torch.Tensor]) -> None:
+    """Replace, in place, every tensor of ``batch`` that aliases shared memory by a copy."""
+    for key, t in batch.items():
+        if is_shared(t):
+            batch[key] = t.clone()
 
 
 # --- disk: a tree that torch.load(weights_only=True) accepts ---------------------------------

@@ -30,6 +30,8 @@ from rlcore._serialize import (
     compact_tensor,
     decode_safe,
     encode_safe,
+    has_shared_memory,
+    materialize,
     numpy_to_tensor,
     tensor_to_numpy,
 )
@@ -70,7 +72,6 @@ class DataProtoItem:
 class DataProto:
     """Tensors and per-row values sharing dim 0, plus batch-wide ``meta_info`` (verl's API)."""
 
-    batch: dict[str, torch.Tensor]
     non_tensor_batch: dict[str, np.ndarray]
     meta_info: dict[str, Any]
 
@@ -80,7 +81,7 @@ class DataProto:
         non_tensor_batch: dict[str, Any] | None = None,
         meta_info: dict[str, Any] | None = None,
     ) -> None:
-        self.batch = dict(batch) if batch is not None else {}
+        self._batch = dict(batch) if batch is not None else {}
         self.non_tensor_batch = {
             k: _as_row_array(v, k) for k, v in (non_tensor_batch or {}).items()
         }
@@ -119,7 +120,7 @@ class DataProto:
     def check_consistency(self) -> None:
         """Raise DataProtoError unless every tensor and array has the same number of rows."""
         first: tuple[str, int] | None = None
-        for key, t in self.batch.items():
+        for key, t in self._batch.items():
             if not isinstance(t, torch.Tensor):
                 msg = f"batch[{key!r}] is a {type(t).__name__}; batch holds torch tensors only"
                 raise DataProtoError(msg)
@@ -135,8 +136,24 @@ class DataProto:
 
     # --- sizes and indexing -----------------------------------------------------------------
 
+    @property
+    def batch(self) -> dict[str, torch.Tensor]:
+        """The tensors, all with the same dim 0. A plain dict: ``data.batch["x"] = t`` works.
+
+        Tensors that arrived through Ray and still alias its read-only shared memory are
+        copied here, on first access, so in-place writes are safe. Methods of DataProto that
+        only read (concat, chunk, to(device), pickling) skip that copy.
+        """
+        if has_shared_memory():
+            materialize(self._batch)
+        return self._batch
+
+    @batch.setter
+    def batch(self, value: dict[str, torch.Tensor] | None) -> None:
+        self._batch = value if value is not None else {}
+
     def __len__(self) -> int:
-        for t in self.batch.values():
+        for t in self._batch.values():
             return int(t.shape[0])
         for arr in self.non_tensor_batch.values():
             return int(arr.shape[0])
@@ -146,7 +163,7 @@ class DataProto:
         tensors = ", ".join(
             f"{k}: {tuple(v.shape)} {str(v.dtype).removeprefix('torch.')}"
             + ("" if v.device.type == "cpu" else f" {v.device}")
-            for k, v in self.batch.items()
+            for k, v in self._batch.items()
         )
         arrays = ", ".join(f"{k}: {v.shape} {v.dtype}" for k, v in self.non_tensor_batch.items())
         return (
@@ -163,7 +180,7 @@ class DataProto:
                 msg = f"row {i} is out of range for a DataProto of {n} rows"
                 raise DataProtoIndexError(msg)
             return DataProtoItem(
-                batch={k: v[i] for k, v in self.batch.items()},
+                batch={k: v[i] for k, v in self.batch.items()},  # copies shared rows
                 non_tensor_batch={k: v[i] for k, v in self.non_tensor_batch.items()},
                 meta_info=self.meta_info,
             )
@@ -187,7 +204,7 @@ class DataProto:
             msg = "slice step cannot be zero"
             raise DataProtoError(msg)
         return self._new(
-            {k: v[s] for k, v in self.batch.items()},
+            {k: v[s] for k, v in self._batch.items()},
             {k: v[s] for k, v in self.non_tensor_batch.items()},
         )
 
@@ -196,7 +213,7 @@ class DataProto:
         idx = _normalize_indices(idxs, len(self))
         idx_t = torch.from_numpy(idx)
         batch = {}
-        for k, v in self.batch.items():
+        for k, v in self._batch.items():
             batch[k] = v.index_select(0, idx_t.to(v.device))
         return self._new(batch, {k: v[idx] for k, v in self.non_tensor_batch.items()})
 
@@ -213,7 +230,7 @@ class DataProto:
 
         Tensors are shared, not copied (as in verl); ``deepcopy`` copies the rest.
         """
-        batch = _pick(self.batch, batch_keys, "batch")
+        batch = _pick(self._batch, batch_keys, "batch")
         non_tensors = _pick(self.non_tensor_batch, non_tensor_batch_keys, "non_tensor_batch")
         meta = _pick(self.meta_info, meta_info_keys, "meta_info")
         if deepcopy:
@@ -229,7 +246,7 @@ class DataProto:
     ) -> Self:
         """Remove the named keys (``None`` removes none) and return them as a new DataProto."""
         parts = (
-            (self.batch, _keys(batch_keys), "batch"),
+            (self._batch, _keys(batch_keys), "batch"),
             (self.non_tensor_batch, _keys(non_tensor_batch_keys), "non_tensor_batch"),
             (self.meta_info, _keys(meta_info_keys), "meta_info"),
         )
@@ -244,25 +261,25 @@ class DataProto:
         if len(old) != len(new):
             msg = f"rename got {len(old)} old keys but {len(new)} new keys"
             raise DataProtoError(msg)
-        _require_keys(self.batch, old, "batch")
-        clash = [k for k in new if k in self.batch and k not in old]
+        _require_keys(self._batch, old, "batch")
+        clash = [k for k in new if k in self._batch and k not in old]
         if clash or len(set(new)) != len(new):
             msg = f"rename would overwrite batch keys {clash or new}"
             raise DataProtoError(msg)
-        moved = {n: self.batch.pop(o) for o, n in zip(old, new)}
-        self.batch.update(moved)
+        moved = {n: self._batch.pop(o) for o, n in zip(old, new)}
+        self._batch.update(moved)
         return self
 
     def union(self, other: DataProto) -> Self:
         """Add ``other``'s keys in place and return self; shared keys must hold equal values."""
-        both_have_rows = bool(self.batch or self.non_tensor_batch) and bool(
-            other.batch or other.non_tensor_batch
+        both_have_rows = bool(self._batch or self.non_tensor_batch) and bool(
+            other._batch or other.non_tensor_batch
         )
         if both_have_rows and len(self) != len(other):
             msg = f"union of DataProtos with {len(self)} and {len(other)} rows"
             raise DataProtoError(msg)
         for name, mine, theirs in (
-            ("batch", self.batch, other.batch),
+            ("batch", self._batch, other._batch),
             ("non_tensor_batch", self.non_tensor_batch, other.non_tensor_batch),
             ("meta_info", self.meta_info, other.meta_info),
         ):
@@ -270,7 +287,7 @@ class DataProto:
                 if not _values_equal(mine[key], theirs[key]):
                     msg = f"union conflict: {name}[{key!r}] differs between the two DataProtos"
                     raise DataProtoError(msg)
-        self.batch.update(other.batch)
+        self._batch.update(other._batch)
         self.non_tensor_batch.update(other.non_tensor_batch)
         self.meta_info.update(other.meta_info)
         return self
@@ -298,13 +315,13 @@ class DataProto:
         first = data[0]
         for i, d in enumerate(data[1:], start=1):
             for name, a, b in (
-                ("batch", first.batch, d.batch),
+                ("batch", first._batch, d._batch),
                 ("non_tensor_batch", first.non_tensor_batch, d.non_tensor_batch),
             ):
                 if a.keys() != b.keys():
                     msg = f"concat: part {i} has {name} keys {sorted(b)} but part 0 has {sorted(a)}"
                     raise DataProtoError(msg)
-        batch = {k: torch.cat([d.batch[k] for d in data], dim=0) for k in first.batch}
+        batch = {k: torch.cat([d._batch[k] for d in data], dim=0) for k in first._batch}
         non_tensors = {
             k: np.concatenate([d.non_tensor_batch[k] for d in data], axis=0)
             for k in first.non_tensor_batch
@@ -340,10 +357,10 @@ class DataProto:
             msg = f"repeat_times must be a positive int, got {k!r}"
             raise DataProtoError(msg)
         if interleave:
-            batch = {key: torch.repeat_interleave(v, k, dim=0) for key, v in self.batch.items()}
+            batch = {key: torch.repeat_interleave(v, k, dim=0) for key, v in self._batch.items()}
             non_tensors = {key: np.repeat(v, k, axis=0) for key, v in self.non_tensor_batch.items()}
         else:
-            batch = {key: v.repeat(k, *([1] * (v.dim() - 1))) for key, v in self.batch.items()}
+            batch = {key: v.repeat(k, *([1] * (v.dim() - 1))) for key, v in self._batch.items()}
             non_tensors = {
                 key: np.tile(v, (k,) + (1,) * (v.ndim - 1))
                 for key, v in self.non_tensor_batch.items()
@@ -353,7 +370,7 @@ class DataProto:
     def reorder(self, indices: torch.Tensor | np.ndarray | Sequence[int]) -> None:
         """Permute rows in place: row i becomes old row ``indices[i]``."""
         reordered = self.select_idxs(indices)
-        self.batch = reordered.batch
+        self._batch = reordered._batch
         self.non_tensor_batch = reordered.non_tensor_batch
 
     def make_iterator(
@@ -405,12 +422,12 @@ class DataProto:
 
     def to(self, device: str | torch.device, non_blocking: bool = False) -> Self:
         """Move every tensor to ``device`` in place; returns self."""
-        self.batch = {k: v.to(device, non_blocking=non_blocking) for k, v in self.batch.items()}
+        self._batch = {k: v.to(device, non_blocking=non_blocking) for k, v in self._batch.items()}
         return self
 
     def __copy__(self) -> Self:
         new = type(self).__new__(type(self))
-        new.batch = dict(self.batch)
+        new._batch = dict(self._batch)
         new.non_tensor_batch = dict(self.non_tensor_batch)
         new.meta_info = dict(self.meta_info)
         return new
@@ -418,7 +435,7 @@ class DataProto:
     def __deepcopy__(self, memo: dict[int, Any]) -> Self:
         new = type(self).__new__(type(self))
         memo[id(self)] = new
-        new.batch = {k: v.clone() for k, v in self.batch.items()}
+        new._batch = {k: v.clone() for k, v in self._batch.items()}
         new.non_tensor_batch = copy.deepcopy(self.non_tensor_batch, memo)
         new.meta_info = copy.deepcopy(self.meta_info, memo)
         return new
@@ -427,13 +444,13 @@ class DataProto:
         # Tensors as numpy arrays: Ray sends those as out-of-band buffers. Tensors come back
         # on CPU whatever device they left from; workers move them with .to(device).
         return {
-            "batch": {k: tensor_to_numpy(v) for k, v in self.batch.items()},
+            "batch": {k: tensor_to_numpy(v) for k, v in self._batch.items()},
             "non_tensor_batch": self.non_tensor_batch,
             "meta_info": self.meta_info,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.batch = {k: numpy_to_tensor(arr, dt) for k, (arr, dt) in state["batch"].items()}
+        self._batch = {k: numpy_to_tensor(arr, dt) for k, (arr, dt) in state["batch"].items()}
         self.non_tensor_batch = state["non_tensor_batch"]
         self.meta_info = state["meta_info"]
 
@@ -446,7 +463,7 @@ class DataProto:
         payload = {
             "format": _FILE_FORMAT,
             "version": _FILE_VERSION,
-            "batch": {k: compact_tensor(v) for k, v in self.batch.items()},
+            "batch": {k: compact_tensor(v) for k, v in self._batch.items()},
             "non_tensor_batch": {
                 k: encode_safe(v, f"non_tensor_batch[{k!r}]")
                 for k, v in self.non_tensor_batch.items()
@@ -486,7 +503,7 @@ class DataProto:
     def _new(self, batch: dict[str, torch.Tensor], non_tensors: dict[str, np.ndarray]) -> Self:
         # Derived rows of a consistent DataProto are consistent: skip the checks.
         new = type(self).__new__(type(self))
-        new.batch = batch
+        new._batch = batch
         new.non_tensor_batch = non_tensors
         new.meta_info = dict(self.meta_info)
         return new

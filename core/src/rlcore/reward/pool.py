@@ -2,9 +2,12 @@
 
 Why not ``concurrent.futures.ProcessPoolExecutor``: it cannot cancel one running task, and a
 worker stuck in C code (or with signals blocked) would hold the whole pool. Here each worker
-streams one result per task back, so the driver knows which task each worker is on and since
-when; a worker past ``timeout_s + grace_s`` on one task is killed and replaced, that task
-scores 0 as a timeout and the rest of its chunk goes back to the queue.
+publishes the id of the task it is on in shared memory (an 8-byte ``Value``, no message), and
+sends results in batches (at the end of a chunk, or every ``FLUSH_S``) so that cheap scorers
+are not dominated by messaging. The driver watches the published ids: a worker on the same task
+for longer than ``timeout_s + grace_s`` is killed and replaced; that task scores 0 as a timeout
+and the rest of its chunk goes back to the queue (results it had not sent yet are recomputed:
+rewards are deterministic).
 
 Inside a worker the ordinary limit is ``SIGALRM`` (a worker's loop runs on its main thread),
 so the kill is only for what a signal cannot interrupt. Workers start with ``forkserver``
@@ -36,13 +39,14 @@ __all__ = ["PoolBrokenError", "ScoringPool"]
 log = logging.getLogger(__name__)
 
 STARTUP_TIMEOUT_S = 120.0  # a worker unpickles rewards, which may import sympy & co.
+FLUSH_S = 0.05  # a worker sends what it has at least this often
 
 
 class PoolBrokenError(RuntimeError):
     """Workers cannot start (a reward fails to unpickle or import in a fresh process)."""
 
 
-def _worker_main(conn: Connection, rewards_blob: bytes, timeout_s: float) -> None:
+def _worker_main(conn: Connection, current: Any, rewards_blob: bytes, timeout_s: float) -> None:
     # Ctrl-C is the driver's to handle; it kills the workers itself.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
@@ -50,7 +54,7 @@ def _worker_main(conn: Connection, rewards_blob: bytes, timeout_s: float) -> Non
     except Exception as err:
         conn.send(("fatal", f"{type(err).__name__}: {err}"))
         return
-    conn.send(("ready", ""))
+    conn.send(("ready", None))
     with alarm_handler():
         while True:
             try:
@@ -59,18 +63,29 @@ def _worker_main(conn: Connection, rewards_blob: bytes, timeout_s: float) -> Non
                 return
             if chunk is None:
                 return
+            done: list[tuple[int, Outcome]] = []
+            last_flush = time.monotonic()
             for task in chunk:
-                conn.send((task[0], call_reward(rewards, task, timeout_s)))
+                current.value = task[0]
+                done.append((task[0], call_reward(rewards, task, timeout_s)))
+                if time.monotonic() - last_flush >= FLUSH_S:
+                    conn.send(("results", done))
+                    done, last_flush = [], time.monotonic()
+            current.value = -1
+            conn.send(("results", done))
 
 
 class _Worker:
-    def __init__(self, proc: BaseProcess, conn: Connection) -> None:
+    def __init__(self, proc: BaseProcess, conn: Connection, current: Any) -> None:
         self.proc = proc
         self.conn = conn
+        self.current = current  # shared int64: the task id being scored, -1 when idle
         self.ready = False
         self.started = time.monotonic()
         self.inflight: collections.deque[Task] = collections.deque()
-        self.task_since = 0.0  # when the task at inflight[0] began (monotonic)
+        # The task id last seen in ``current`` and since when (monotonic).
+        self.seen_task = -1
+        self.seen_since = 0.0
 
 
 def _stop_workers(workers: list[_Worker]) -> None:
@@ -114,22 +129,21 @@ class ScoringPool:
 
     def _spawn(self) -> _Worker:
         parent, child = self._ctx.Pipe(duplex=True)
+        current = self._ctx.Value("q", -1, lock=False)  # type: ignore[attr-defined]
         proc = self._ctx.Process(  # type: ignore[attr-defined]
             target=_worker_main,
-            args=(child, self._blob, self.timeout_s),
+            args=(child, current, self._blob, self.timeout_s),
             name="rlcore-reward-worker",
             daemon=True,
         )
         proc.start()
         child.close()
-        return _Worker(proc, parent)
+        return _Worker(proc, parent, current)
 
-    def _replace(self, w: _Worker) -> _Worker:
+    def _replace(self, w: _Worker) -> None:
         _stop_workers([w])
-        fresh = self._spawn()
-        self._workers[self._workers.index(w)] = fresh
+        self._workers[self._workers.index(w)] = self._spawn()
         self.restarts += 1
-        return fresh
 
     def close(self) -> None:
         """Stop the workers (also done at garbage collection and interpreter exit)."""
@@ -145,7 +159,7 @@ class ScoringPool:
     # --- scoring ----------------------------------------------------------------------------
 
     def run(self, tasks: Sequence[Task], chunk_size: int | None = None) -> list[Outcome | None]:
-        """Score ``tasks`` (their ids are positions 0..n-1 in ``tasks``)."""
+        """Score ``tasks`` (their ids must be their positions 0..n-1)."""
         n = len(tasks)
         results: list[Outcome | None] = [None] * n
         if n == 0 or self.broken:
@@ -153,7 +167,7 @@ class ScoringPool:
         while len(self._workers) < self.num_workers:
             self._workers.append(self._spawn())
         if chunk_size is None:
-            # ~4 chunks per worker balances load; small chunks keep the queue responsive.
+            # ~4 chunks per worker balances load; a cap keeps re-queued work small.
             chunk_size = max(1, min(256, -(-n // (4 * self.num_workers))))
         queue: collections.deque[list[Task]] = collections.deque(
             list(tasks[i : i + chunk_size]) for i in range(0, n, chunk_size)
@@ -168,9 +182,9 @@ class ScoringPool:
                         chunk = queue.popleft()
                         w.conn.send(chunk)
                         w.inflight.extend(chunk)
-                        w.task_since = now
+                        w.seen_task, w.seen_since = -1, now
                 waits = [
-                    (w.task_since + limit) if w.ready else (w.started + STARTUP_TIMEOUT_S)
+                    (w.seen_since + limit) if w.ready else (w.started + STARTUP_TIMEOUT_S)
                     for w in self._workers
                     if w.inflight or not w.ready
                 ]
@@ -180,11 +194,7 @@ class ScoringPool:
                 ready = set(multiprocessing.connection.wait(handles, timeout=wait_s))
                 for w in list(self._workers):
                     remaining -= self._drain(w, ready, results, queue)
-                    now = time.monotonic()
-                    if w.ready and w.inflight and now - w.task_since > limit:
-                        remaining -= self._fail_current(w, results, queue, "timeout")
-                    elif not w.ready and now - w.started > STARTUP_TIMEOUT_S:
-                        self.broken = f"a reward worker did not start in {STARTUP_TIMEOUT_S} s"
+                    remaining -= self._watch(w, results, queue, limit)
                 if self.broken:
                     raise PoolBrokenError(self.broken)
         except PoolBrokenError:
@@ -204,32 +214,55 @@ class ScoringPool:
         if w.conn in ready or w.proc.sentinel in ready:
             try:
                 while w.conn.poll():
-                    msg = w.conn.recv()
-                    if msg[0] == "ready":
+                    kind, payload = w.conn.recv()
+                    if kind == "ready":
                         w.ready = True
-                        w.task_since = time.monotonic()
-                    elif msg[0] == "fatal":
-                        self.broken = f"a reward could not be rebuilt in a worker: {msg[1]}"
+                    elif kind == "fatal":
+                        self.broken = f"a reward could not be rebuilt in a worker: {payload}"
                         return done
                     else:
-                        task_id, outcome = msg
-                        head = w.inflight.popleft()
-                        if head[0] != task_id:  # pragma: no cover - protocol invariant
-                            msg_ = f"reward worker answered task {task_id}, expected {head[0]}"
-                            raise RuntimeError(msg_)
-                        results[task_id] = outcome
-                        w.task_since = time.monotonic()
-                        done += 1
+                        for task_id, outcome in payload:
+                            head = w.inflight.popleft()
+                            if head[0] != task_id:  # pragma: no cover - protocol invariant
+                                msg = f"reward worker answered task {task_id}, not {head[0]}"
+                                raise RuntimeError(msg)
+                            results[task_id] = outcome
+                            done += 1
             except (EOFError, OSError):
                 pass  # the process died; its sentinel says so below
         if w.proc.sentinel in ready and not w.proc.is_alive():
             if not w.ready:
                 self.broken = f"a reward worker exited at start (code {w.proc.exitcode})"
             elif w.inflight:
-                done += self._fail_current(w, results, queue, "error")
+                message = f"its worker died (exit code {w.proc.exitcode})"
+                done += self._fail_current(w, results, queue, "error", message)
             else:
                 self._replace(w)
         return done
+
+    def _watch(
+        self,
+        w: _Worker,
+        results: list[Outcome | None],
+        queue: collections.deque[list[Task]],
+        limit: float,
+    ) -> int:
+        """Kill ``w`` if it has been on one task past ``limit``; returns tasks finished."""
+        now = time.monotonic()
+        if not w.ready:
+            if now - w.started > STARTUP_TIMEOUT_S:
+                self.broken = f"a reward worker did not start in {STARTUP_TIMEOUT_S} s"
+            return 0
+        if not w.inflight or not w.proc.is_alive():
+            return 0
+        current = int(w.current.value)
+        if current != w.seen_task:
+            w.seen_task, w.seen_since = current, now
+            return 0
+        if now - w.seen_since <= limit:
+            return 0
+        message = f"ran past {self.timeout_s} s; its worker was killed"
+        return self._fail_current(w, results, queue, "timeout", message)
 
     def _fail_current(
         self,
@@ -237,18 +270,21 @@ class ScoringPool:
         results: list[Outcome | None],
         queue: collections.deque[list[Task]],
         status: str,
+        message: str,
     ) -> int:
         """Score ``w``'s current task 0, requeue the rest of its chunk, replace ``w``."""
-        task = w.inflight.popleft()
-        elapsed = time.monotonic() - w.task_since
+        current = int(w.current.value)
+        ids = [t[0] for t in w.inflight]
+        task = w.inflight[ids.index(current)] if current in ids else w.inflight[0]
+        elapsed = time.monotonic() - w.seen_since
+        text = f"reward {task[1]!r}: {message}"
         if status == "timeout":
-            message = f"reward {task[1]!r} ran past {self.timeout_s} s; its worker was killed"
-            results[task[0]] = ("timeout", 0.0, {}, message, elapsed)
+            results[task[0]] = ("timeout", 0.0, {}, text, elapsed)
         else:
-            message = f"reward {task[1]!r}: its worker died (exit code {w.proc.exitcode})"
-            results[task[0]] = ("error", 0.0, {}, message, elapsed)
-        if w.inflight:
-            queue.appendleft(list(w.inflight))
-            w.inflight.clear()
+            results[task[0]] = ("error", 0.0, {}, text, elapsed)
+        rest = [t for t in w.inflight if t[0] != task[0]]
+        w.inflight.clear()
+        if rest:
+            queue.appendleft(rest)
         self._replace(w)
         return 1

@@ -8,6 +8,7 @@ import logging
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from rlcore.data import PromptDataset, load_tokenizer, read_rows
 from rlcore.errors import DataError
 

@@ -6,6 +6,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+
 from rlcore.data import PromptDataLoader, PromptDataset, load_tokenizer
 from rlcore.errors import DataError
 

@@ -7,6 +7,7 @@ import time
 import numpy as np
 import pytest
 import torch
+
 from rlcore.metrics import (
     Timer,
     append_to_dict,

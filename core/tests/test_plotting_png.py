@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from rlcore.errors import DataError
 from rlcore.plotting import load_metrics, main, plot_run
 

@@ -10,6 +10,7 @@ import math
 
 import pytest
 import torch
+
 from rlcore.errors import ConfigError
 from rlcore.tracking import Tracker, format_table
 

@@ -246,6 +246,10 @@ class RewardManager:
                 # The pool takes ids 0..n-1; renumber and map back.
                 renumbered = [(k, *t[1:]) for k, t in enumerate(rest)]
                 results[start:] = pool.run(renumbered)
+                # Keep the cost estimate current from the workers' own timings.
+                spent = [r[4] for r in results[start:] if r is not None]
+                if spent:
+                    self._update_estimate(sum(spent) / len(spent))
                 if pool.broken:
                     self._pool_failed = True
         missing = [k for k in range(start, len(tasks)) if results[k] is None]
@@ -296,10 +300,12 @@ class RewardManager:
                 )  # fmt: skip
                 self._warned_no_limit = True
             out = [call_reward(self.rewards, t, None) for t in tasks]
-        per_task = (time.perf_counter() - t0) / len(tasks)
+        self._update_estimate((time.perf_counter() - t0) / len(tasks))
+        return out
+
+    def _update_estimate(self, per_task: float) -> None:
         prev = self._seconds_per_task
         self._seconds_per_task = per_task if prev is None else 0.5 * prev + 0.5 * per_task
-        return out
 
 
 # --- helpers ----------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from rlcore_math.accuracy import evaluate, load_pairs
 
 DATA = Path(__file__).resolve().parents[4] / ".." / "shared" / "data"

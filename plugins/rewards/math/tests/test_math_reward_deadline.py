@@ -6,6 +6,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
 import pytest
+
 from rlcore_math import is_equiv
 from rlcore_math.deadline import DeadlineExceeded, call_with_deadline
 from rlcore_math.reward import MathReward

@@ -5,6 +5,7 @@ import sys
 
 import attrs
 import pytest
+
 from rlcore_math import check_equiv, is_equiv, normalize_answer
 from rlcore_math.reward import MathReward
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+
 from rlcore_math import extract_answer, last_boxed_only_string, remove_boxed
 
 

@@ -7,6 +7,7 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from rlcore_math import check_equiv, extract_answer, normalize_answer
 from rlcore_math.reward import MathReward
 

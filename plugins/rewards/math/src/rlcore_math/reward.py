@@ -16,8 +16,8 @@ import logging
 from typing import Any, Literal
 
 import attrs
-from rlcore.interfaces import BaseReward
 
+from rlcore.interfaces import BaseReward
 from rlcore_math.extract import extract_answer, remove_boxed
 from rlcore_math.verify import check_equiv
 

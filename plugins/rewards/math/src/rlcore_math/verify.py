@@ -174,7 +174,7 @@ class _Unsafe(Exception):
 def _log10_bound(expr: Any, budget: list[int]) -> float:
     """A generous upper bound of log10(|value| + 1), raising _Unsafe for runaway values.
 
-    Symbols count as small (1): what matters is that no power, factorial or exponential of
+    Symbols count as small (~1): what matters is that no power, factorial or exponential of
     a big number gets evaluated or expanded.
     """
     import sympy
@@ -189,8 +189,7 @@ def _log10_bound(expr: Any, budget: list[int]) -> float:
     if not isinstance(expr, sympy.Basic):
         return 1.0
     if isinstance(expr, sympy.Integer | sympy.Rational):
-        bits = max(int(expr.p).bit_length(), int(expr.q).bit_length())
-        return bits * 0.30103 + 1
+        return max(_int_log10(int(expr.p)), _int_log10(int(expr.q)))
     if isinstance(expr, sympy.Float):
         _, _, exp, bc = expr._mpf_  # mpmath (sign, mantissa, exponent, bit count)
         return max(float(exp + bc) * 0.30103, 0.0) + 1
@@ -214,10 +213,16 @@ def _log10_bound(expr: Any, budget: list[int]) -> float:
         return 10.0 ** max(bounds) + 1
     children = [_log10_bound(a, budget) for a in expr.args]
     if not children:
-        return 1.0  # symbols, pi, E, I, infinity
+        return 0.5  # symbols, pi, E, I, infinity: |value| ~ 1, never big by themselves
     if isinstance(expr, sympy.Mul):
         return sum(children)
-    return max(children) + 1
+    # Add and everything else: a sum of k terms is at most k times the largest.
+    return max(children) + math.log10(len(children))
+
+
+def _int_log10(n: int) -> float:
+    bits = abs(n).bit_length()
+    return math.log10(abs(n) + 1) if bits < 1000 else bits * 0.30103 + 1
 
 
 def _power_bound(base_log10: float, exponent_log10: float) -> float:
@@ -226,4 +231,4 @@ def _power_bound(base_log10: float, exponent_log10: float) -> float:
     bound = base_log10 * 10.0**exponent_log10
     if bound > _MAX_RESULT_LOG10:
         raise _Unsafe
-    return bound + 1
+    return bound

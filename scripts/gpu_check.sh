@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# GPU check for the FSDP2 engine (NCCL, bf16) and the HF rollout, without Ray or an install:
+#   bash scripts/gpu_check.sh [--steps N]
+# Exits 0 with a note where no CUDA device exists. Needs torch (CUDA), transformers, numpy and
+# attrs; where attrs is not installed, a folder ./.gpu_deps holding it (copied from a dev venv's
+# site-packages) is put on PYTHONPATH.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-python3}"
+
+if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+    echo "no CUDA device: skipping GPU check"
+    exit 0
+fi
+if [ -d .gpu_deps ]; then
+    export PYTHONPATH="$PWD/.gpu_deps${PYTHONPATH:+:$PYTHONPATH}"
+fi
+missing=$("$PY" - <<'PYEOF'
+import importlib.util
+print(" ".join(m for m in ("transformers", "numpy", "attrs", "safetensors") if importlib.util.find_spec(m) is None))
+PYEOF
+)
+if [ -n "$missing" ]; then
+    echo "GPU check needs: $missing (pip install $missing, or copy them into ./.gpu_deps)" >&2
+    exit 1
+fi
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-4}"
+exec "$PY" scripts/gpu_check.py --device cuda "$@"

@@ -12,6 +12,7 @@ import math
 import numpy as np
 import pytest
 import torch
+
 from rlcore.rl.advantages import (
     compute_gae_advantage_return,
     compute_grpo_outcome_advantage,
@@ -183,6 +184,15 @@ def test_masked_ops_match_reference(seed, holes):
     row = masked_mean(x, mask, dim=-1)
     assert float(row[0]) == 0.0
     assert torch.isfinite(row).all()
+
+
+@pytest.mark.parametrize("value", [0.1, 1 / 3, -2.2, 123.456])
+def test_masked_whiten_of_equal_float32_values_is_exactly_zero(value):
+    mask = torch.ones(64, 1000)
+    mask[::3, 500:] = 0
+    x = torch.full((64, 1000), value, dtype=torch.float32)
+    x[mask == 0] = 5.0  # padding must not matter
+    assert float((masked_whiten(x, mask) * mask).abs().max()) == 0.0
 
 
 def test_masked_whiten_degenerate_masks_are_finite():

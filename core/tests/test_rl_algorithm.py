@@ -11,6 +11,7 @@ import cattrs
 import numpy as np
 import pytest
 import torch
+
 from rlcore.interfaces import BatchTotals, ModelOutputs
 from rlcore.protocol import DataProto
 from rlcore.rl.advantages import compute_grpo_outcome_advantage

@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+
 from rlcore.rl.kl import KL_ESTIMATORS, KLController, apply_kl_penalty, kl_penalty
 
 TOL = 1e-6

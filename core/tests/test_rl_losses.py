@@ -11,6 +11,7 @@ import math
 
 import pytest
 import torch
+
 from rlcore.interfaces import BatchTotals
 from rlcore.rl.losses import (
     LOSS_AGG_MODES,

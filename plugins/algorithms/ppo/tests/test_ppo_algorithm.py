@@ -8,8 +8,9 @@ import subprocess
 import sys
 
 import pytest
-import rlcore_ppo.plugin
 import torch
+
+import rlcore_ppo.plugin
 from rlcore.config.convert import structure
 from rlcore.config.loader import ConfigValidationError, load_config_text
 from rlcore.interfaces import BaseAlgorithm, BatchTotals, ModelOutputs

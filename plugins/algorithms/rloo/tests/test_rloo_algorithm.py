@@ -8,8 +8,9 @@ import sys
 
 import numpy as np
 import pytest
-import rlcore_rloo.plugin
 import torch
+
+import rlcore_rloo.plugin
 from rlcore.config.convert import structure
 from rlcore.config.loader import ConfigValidationError, load_config_text
 from rlcore.interfaces import BaseAlgorithm

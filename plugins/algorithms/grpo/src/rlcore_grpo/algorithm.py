@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Literal
 
 import attrs
 import numpy as np
+
 from rlcore.rl.advantages import (
     compute_grpo_outcome_advantage,
     compute_reinforce_plus_plus_baseline_outcome_advantage,

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 import torch
+
 from rlcore.interfaces import BatchTotals, ModelOutputs
 from rlcore.rl.advantages import compute_gae_advantage_return
 from rlcore.rl.algorithm import PolicyGradientAlgorithm, require

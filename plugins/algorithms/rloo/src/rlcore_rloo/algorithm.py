@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import attrs
+
 from rlcore.rl.advantages import compute_rloo_outcome_advantage
 from rlcore.rl.algorithm import PolicyGradientAlgorithm, require
 

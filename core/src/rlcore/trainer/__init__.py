@@ -1,0 +1,122 @@
+"""The trainer: generic role workers, the driver loop and the run around it.
+
+``run_training(config)`` is what ``rlcore train`` calls once Ray is up: it creates the run
+directory (``trainer.run_dir``) with the resolved ``config.toml``, builds data, reward
+manager, algorithm and workers (:mod:`rlcore.trainer.builder`), runs
+:meth:`rlcore.trainer.fit.Trainer.fit`, plots the curves when matplotlib is installed and
+returns the exit code. Importing this package is cheap; torch and Ray load when a run starts.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rlcore.config import RunConfig
+
+log = logging.getLogger(__name__)
+
+__all__ = ["prepare_run_dir", "run_training"]
+
+CONFIG_FILE = "config.toml"
+
+
+def prepare_run_dir(config: RunConfig) -> Path:
+    """Create ``trainer.run_dir`` and write the resolved config into it.
+
+    There is no resume yet, so a ``metrics.jsonl`` left by an earlier run is renamed
+    (``metrics.<time>.jsonl``) rather than appended to.
+    """
+    from rlcore.config import config_to_dict, dump_toml
+    from rlcore.tracking import METRICS_FILE
+
+    assert config.trainer.run_dir is not None  # resolved by load_config
+    run_dir = Path(config.trainer.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / CONFIG_FILE).write_text(dump_toml(config_to_dict(config)), encoding="utf-8")
+    old = run_dir / METRICS_FILE
+    if old.exists():
+        kept = run_dir / f"metrics.{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
+        old.rename(kept)
+        log.warning("an earlier run's metrics were moved to %s", kept)
+    return run_dir
+
+
+def run_training(config: RunConfig) -> int:
+    """Train with ``config`` (Ray started or joined here if not yet); returns the exit code."""
+    import ray
+
+    from rlcore.data import load_tokenizer
+    from rlcore.ray_utils import start_ray
+    from rlcore.tracking import Tracker
+    from rlcore.trainer.builder import (
+        build_algorithm,
+        build_data,
+        build_reward_manager,
+        build_workers,
+        total_training_steps,
+    )
+    from rlcore.trainer.fit import Trainer
+    from rlcore.workers.worker import pin_torch_threads
+
+    pin_torch_threads()  # the driver scores rewards and advantages: one thread is plenty
+    run_dir = prepare_run_dir(config)
+    if not ray.is_initialized():
+        start_ray(config.resources)
+
+    assert config.model.tokenizer_path is not None  # resolved by load_config
+    tokenizer = load_tokenizer(
+        config.model.tokenizer_path, require_chat_template=config.data.apply_chat_template
+    )
+    train_loader, val_loader = build_data(config, tokenizer)
+    total_steps = total_training_steps(config, train_loader)
+    algorithm = build_algorithm(config)
+    reward_manager = build_reward_manager(config, tokenizer)
+    workers = build_workers(config, algorithm, total_steps)
+    tracker = Tracker(
+        run_dir,
+        config.trainer.loggers,
+        total_steps=total_steps,
+        console_every=config.trainer.log_freq,
+    )
+    try:
+        trainer = Trainer(
+            config,
+            policy=workers.policy,
+            critic=workers.critic,
+            algorithm=algorithm,
+            reward_manager=reward_manager,
+            train_loader=train_loader,
+            val_loader=val_loader,
+            tracker=tracker,
+            total_steps=total_steps,
+            world_size=workers.world_size,
+        )
+        trainer.fit()
+    finally:
+        tracker.close()
+        reward_manager.close()
+        workers.shutdown()
+    _plot(run_dir)
+    log.info("run directory: %s", run_dir.resolve())
+    return 0
+
+
+def _plot(run_dir: Path) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        log.info("no plots: pip install matplotlib, then rlcore plot %s", run_dir)
+        return
+    from rlcore.errors import RlcoreError
+    from rlcore.plotting import plot_run
+
+    try:
+        written = plot_run(run_dir)
+    except RlcoreError as err:
+        log.warning("plotting %s failed: %s", run_dir, err)
+        return
+    log.info("plots: %s", ", ".join(str(p) for p in written))

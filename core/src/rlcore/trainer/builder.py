@@ -1,0 +1,178 @@
+"""From a resolved :class:`RunConfig` to the objects a run needs.
+
+Driver side: tokenizer, train/validation dataloaders, the reward manager and the algorithm
+(for advantages). Worker side: one resource pool (``nnodes × processes_per_node``
+processes) holding every role, colocated in one process per device: the policy
+(``ActorRolloutRefWorker``) and, when the algorithm needs one, the critic. The algorithm
+decides which roles exist; nothing here branches on a plugin name.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from rlcore.plugins import PluginRegistry, default_registry
+
+if TYPE_CHECKING:
+    from rlcore.config import RunConfig
+    from rlcore.data import PromptDataLoader
+    from rlcore.interfaces import BaseAlgorithm
+    from rlcore.resources import ResourcePool
+    from rlcore.reward import RewardManager
+    from rlcore.workers import RayWorkerGroup
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "Workers",
+    "build_algorithm",
+    "build_data",
+    "build_reward_manager",
+    "build_workers",
+    "total_training_steps",
+]
+
+POLICY = "actor_rollout_ref"
+CRITIC = "critic"
+
+
+def build_algorithm(config: RunConfig, registry: PluginRegistry | None = None) -> BaseAlgorithm:
+    """The driver's copy of the algorithm (advantages, KL-in-reward state)."""
+    registry = registry or default_registry()
+    cls = registry.resolve("algorithm", config.algorithm.name, where="[algorithm]")
+    options = config.algorithm.options
+    algorithm: BaseAlgorithm = cls(options if options is not None else cls.Config())  # type: ignore[attr-defined]
+    return algorithm
+
+
+def build_data(
+    config: RunConfig, tokenizer: Any
+) -> tuple[PromptDataLoader, PromptDataLoader | None]:
+    """Train loader (full batches, shuffled per epoch) and validation loader (one pass)."""
+    from rlcore.data import PromptDataLoader, PromptDataset
+
+    data = config.data
+    common: dict[str, Any] = {
+        "prompt_key": data.prompt_key,
+        "max_prompt_length": data.max_prompt_length,
+        "filter_overlong_prompts": data.filter_overlong_prompts,
+        "truncation": data.truncation,
+        "apply_chat_template": data.apply_chat_template,
+    }
+    train_set = PromptDataset(data.train_files, tokenizer, name="train", **common)
+    train = PromptDataLoader(
+        train_set, data.train_batch_size, shuffle=data.shuffle, seed=data.seed, drop_last=True
+    )
+    if not data.val_files:
+        return train, None
+    val_set = PromptDataset(
+        data.val_files, tokenizer, name="val", max_samples=data.val_max_samples, **common
+    )
+    val = PromptDataLoader(
+        val_set, data.val_batch_size or len(val_set), shuffle=False, drop_last=False
+    )
+    return train, val
+
+
+def total_training_steps(config: RunConfig, train: PromptDataLoader) -> int:
+    """``trainer.total_steps``, else ``total_epochs`` × batches per epoch."""
+    trainer = config.trainer
+    if trainer.total_steps is not None:
+        return trainer.total_steps
+    return (trainer.total_epochs or 1) * len(train)
+
+
+def build_reward_manager(
+    config: RunConfig, tokenizer: Any, registry: PluginRegistry | None = None
+) -> RewardManager:
+    """Every selected reward plugin, built from its ``[reward.options.NAME]`` config."""
+    from rlcore.reward import RewardManager
+
+    registry = registry or default_registry()
+    reward = config.reward
+    rewards = {}
+    for name in reward.selected():
+        cls = registry.resolve("reward", name, where="[reward]")
+        options = reward.options.get(name)
+        rewards[name] = cls(options if options is not None else cls.Config())  # type: ignore[attr-defined]
+    return RewardManager(
+        tokenizer,
+        rewards,
+        sources=reward.sources,
+        default=reward.default,
+        weights=reward.weights,
+        timeout_s=reward.timeout_s,
+        num_workers=reward.num_workers,
+    )
+
+
+@attrs.define
+class Workers:
+    """The placed worker processes and the per-role views the driver calls."""
+
+    group: RayWorkerGroup
+    policy: RayWorkerGroup
+    critic: RayWorkerGroup | None
+    pool: ResourcePool
+
+    @property
+    def world_size(self) -> int:
+        return self.group.world_size
+
+    def shutdown(self) -> None:
+        """Kill the worker processes and release their placement groups."""
+        self.group.shutdown()
+        self.pool.remove()
+
+
+def build_workers(config: RunConfig, algorithm: BaseAlgorithm, total_steps: int) -> Workers:
+    """Check resources, place one process per slot holding every role, initialise models."""
+    from rlcore.resources import ResourcePool, ResourcePoolManager
+    from rlcore.trainer.roles import ActorRolloutRefWorker, CriticWorker
+    from rlcore.workers import ClassWithInitArgs, RayWorkerGroup, create_colocated_worker_cls
+
+    res = config.resources
+    pool = ResourcePool(
+        nnodes=res.nnodes,
+        processes_per_node=res.processes_per_node,
+        use_gpu=res.device == "cuda",
+        cpus_per_process=res.cpus_per_process,
+        # Placement-group names must not clash with an earlier run in the same Ray session.
+        name=f"{config.trainer.experiment_name}-{uuid.uuid4().hex[:8]}",
+    )
+    roles = {
+        POLICY: ClassWithInitArgs(
+            ActorRolloutRefWorker,
+            config,
+            with_ref=algorithm.needs_reference,
+            total_steps=total_steps,
+        )
+    }
+    if algorithm.needs_critic:
+        roles[CRITIC] = ClassWithInitArgs(CriticWorker, config, total_steps=total_steps)
+    # Every role shares the one pool: colocated in one process per device.
+    manager = ResourcePoolManager({"global_pool": pool}, {name: "global_pool" for name in roles})
+    manager.check_resources()
+    group = RayWorkerGroup(pool, create_colocated_worker_cls(roles), role="rlcore")
+    try:
+        views = group.spawn()
+        critic = views.get(CRITIC)
+        if critic is not None:
+            critic.init_model()
+        # The policy last: its rollout sizes inference memory from what is left.
+        views[POLICY].init_model()
+    except BaseException:
+        group.shutdown()
+        pool.remove()
+        raise
+    log.info(
+        "workers: %d process(es), roles %s%s",
+        group.world_size,
+        ", ".join(roles),
+        " (+ reference)" if algorithm.needs_reference else "",
+    )
+    return Workers(group=group, policy=views[POLICY], critic=critic, pool=pool)

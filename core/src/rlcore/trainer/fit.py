@@ -1,0 +1,273 @@
+"""The driver loop: one process writes the algorithm as a plain for-loop over batches.
+
+    for batch in dataloader:
+        gen      = policy.generate_sequences(batch)               # rollout engine
+        batch    = batch.repeat(n).union(gen)
+        batch   |= policy.compute_log_prob(batch)                 # old log π
+        batch   |= policy.compute_ref_log_prob(batch)             # if the algorithm needs KL
+        batch   |= critic.compute_values(batch)                   # if it needs a critic
+        batch   |= reward_manager(batch)                          # token-level scores
+        batch    = algorithm.compute_advantages(batch)            # on the driver
+        critic.update_critic(batch); policy.update_actor(batch)
+
+Validation (greedy by default, ``[rollout.val]``) runs before training and every
+``test_freq`` steps, and reports ``val/<data_source>/score`` and ``val/<data_source>/acc``.
+
+The loop's state lives in :class:`LoopState` and :meth:`Trainer.state_dict` (step,
+dataloader position, the algorithm's driver state): checkpoint/resume saves and restores that.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import numpy as np
+
+from rlcore.metrics import (
+    compute_data_metrics,
+    compute_throughput_metrics,
+    timed,
+    timing_metrics,
+)
+from rlcore.trainer.roles import POLICY_INPUT_KEYS
+
+if TYPE_CHECKING:
+    from rlcore.config import RunConfig
+    from rlcore.data import PromptDataLoader
+    from rlcore.interfaces import BaseAlgorithm
+    from rlcore.protocol import DataProto
+    from rlcore.reward import RewardManager
+    from rlcore.tracking import Tracker
+    from rlcore.workers import RayWorkerGroup
+
+log = logging.getLogger(__name__)
+
+__all__ = ["LoopState", "Trainer", "reduce_worker_metrics"]
+
+# The rollout's inputs, taken out of the prompt batch before it is repeated n times.
+_PROMPT_KEYS = ["input_ids", "attention_mask", "position_ids"]
+
+
+@attrs.define
+class LoopState:
+    """Everything the loop advances. ``step`` counts completed training steps."""
+
+    step: int = 0
+    total_steps: int = 0
+
+
+def reduce_worker_metrics(metrics: Mapping[str, Sequence[float] | float]) -> dict[str, float]:
+    """Per-rank (and per-mini-batch) lists -> one float: mean, but max for worker times.
+
+    The driver waits for the slowest rank, so its time is the one that adds up to the step.
+    """
+    out: dict[str, float] = {}
+    for key, values in metrics.items():
+        if isinstance(values, int | float):
+            out[key] = float(values)
+        elif values:
+            arr = np.asarray(values, dtype=np.float64)
+            out[key] = float(arr.max() if key.startswith("timing_s/") else arr.mean())
+    return out
+
+
+def _take_metrics(data: DataProto) -> dict[str, float]:
+    """Pop a worker output's merged metrics (so they do not travel on with the batch)."""
+    return reduce_worker_metrics(data.meta_info.pop("metrics", None) or {})
+
+
+def _add_timing(into: dict[str, float], new: Mapping[str, float]) -> None:
+    """Worker phase times of several calls in one step add up (e.g. two forward passes)."""
+    for key, value in new.items():
+        if key.startswith("timing_s/worker/"):
+            into[key] = into.get(key, 0.0) + value
+        else:
+            into[key] = value
+
+
+class Trainer:
+    """Runs :meth:`fit`; built by :func:`rlcore.trainer.run_training` from a config."""
+
+    def __init__(
+        self,
+        config: RunConfig,
+        *,
+        policy: RayWorkerGroup,
+        critic: RayWorkerGroup | None,
+        algorithm: BaseAlgorithm,
+        reward_manager: RewardManager,
+        train_loader: PromptDataLoader,
+        val_loader: PromptDataLoader | None,
+        tracker: Tracker,
+        total_steps: int,
+        world_size: int = 1,
+    ) -> None:
+        self.config = config
+        self.policy = policy
+        self.critic = critic
+        self.algorithm = algorithm
+        self.reward_manager = reward_manager
+        self.train_loader = train_loader
+        self.val_loader = val_loader
+        self.tracker = tracker
+        self.world_size = world_size
+        self.state = LoopState(step=0, total_steps=total_steps)
+        self.last_metrics: dict[str, float] = {}
+
+    # --- state (what a checkpoint holds) --------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """The driver's run state: step, dataloader position, the algorithm's state."""
+        algo_state = getattr(self.algorithm, "state_dict", None)
+        return {
+            "step": self.state.step,
+            "dataloader": self.train_loader.state_dict(),
+            "algorithm": algo_state() if callable(algo_state) else {},
+        }
+
+    # --- the loop -------------------------------------------------------------------------
+
+    def fit(self) -> dict[str, float]:
+        """Train for ``total_steps``; returns the last step's metrics."""
+        cfg = self.config.trainer
+        state = self.state
+        if cfg.val_before_train and self.val_loader is not None:
+            val = self.validate()
+            self.tracker.log(val, step=state.step)
+            log.info("validation before training: %s", _fmt(val))
+        while state.step < state.total_steps:
+            for batch in self.train_loader:
+                metrics = self.train_step(batch)
+                state.step += 1
+                last = state.step >= state.total_steps
+                if (
+                    self.val_loader is not None
+                    and cfg.test_freq
+                    and (state.step % cfg.test_freq == 0 or last)
+                ):
+                    metrics |= self.validate()
+                metrics["training/epoch"] = float(batch.meta_info.get("epoch", 0))
+                self.tracker.log(metrics, step=state.step)
+                self.last_metrics = metrics
+                if last:
+                    break
+        return self.last_metrics
+
+    def train_step(self, batch: DataProto) -> dict[str, float]:
+        """One step: generate, score, advantages, update. Returns the step's metrics."""
+        n = self.config.rollout.n
+        timing: dict[str, float] = {}
+        worker: dict[str, float] = {}
+        with timed("step", timing):
+            # --- generate n responses per prompt ---------------------------------------------
+            prompts = batch.pop(batch_keys=_PROMPT_KEYS)
+            with timed("gen", timing):
+                gen = self.policy.generate_sequences(prompts)
+            _add_timing(worker, _take_metrics(gen))
+            batch = batch.repeat(n, interleave=True).union(gen)
+            batch.meta_info["global_step"] = self.state.step
+            # Log-probs of the distribution that was sampled: logits / temperature.
+            batch.meta_info["temperature"] = self.config.rollout.temperature
+            needs_entropy = bool(getattr(self.algorithm, "needs_entropy", False))
+            batch.meta_info["calculate_entropy"] = needs_entropy
+            model_in = self._select(batch, POLICY_INPUT_KEYS)
+
+            # --- old log-probs, reference log-probs, values ----------------------------------
+            with timed("old_log_prob", timing):
+                out = self.policy.compute_log_prob(model_in)
+            _add_timing(worker, _take_metrics(out))
+            batch.union(out)
+            if self.algorithm.needs_reference:
+                with timed("ref", timing):
+                    out = self.policy.compute_ref_log_prob(model_in)
+                _add_timing(worker, _take_metrics(out))
+                batch.union(out)
+            if self.critic is not None:
+                with timed("values", timing):
+                    out = self.critic.compute_values(model_in)
+                _add_timing(worker, _take_metrics(out))
+                batch.union(out)
+
+            # --- reward (driver) -------------------------------------------------------------
+            with timed("reward", timing):
+                scores, reward_metrics = self.reward_manager(batch)
+                batch.union(scores)
+
+            # --- advantages (driver) ---------------------------------------------------------
+            with timed("adv", timing):
+                batch, kl_metrics = self.algorithm.compute_rewards(batch)
+                batch = self.algorithm.compute_advantages(batch)
+
+            # --- updates ---------------------------------------------------------------------
+            update_keys: tuple[str, ...] = (*POLICY_INPUT_KEYS, "old_log_probs", "advantages")
+            if self.critic is not None:
+                with timed("update_critic", timing):
+                    out = self.critic.update_critic(
+                        self._select(batch, (*POLICY_INPUT_KEYS, "values", "returns"))
+                    )
+                _add_timing(worker, _take_metrics(out))
+            if self.algorithm.needs_reference:
+                update_keys = (*update_keys, "ref_log_prob")
+            with timed("update_actor", timing):
+                out = self.policy.update_actor(self._select(batch, update_keys))
+            _add_timing(worker, _take_metrics(out))
+
+        return {
+            **worker,
+            **reward_metrics,
+            **kl_metrics,
+            **compute_data_metrics(batch),
+            **timing_metrics(timing),
+            **compute_throughput_metrics(batch, timing, n_workers=self.world_size),
+        }
+
+    @staticmethod
+    def _select(batch: DataProto, keys: Sequence[str]) -> DataProto:
+        """Only the tensors a worker call needs: per-row strings and dicts stay here."""
+        return batch.select(batch_keys=list(keys), non_tensor_batch_keys=[])
+
+    # --- validation -----------------------------------------------------------------------
+
+    def validate(self) -> dict[str, float]:
+        """Generate on the validation set (``[rollout.val]`` sampling) and score it.
+
+        Returns ``val/<data_source>/score`` and ``val/<data_source>/acc`` (means over all
+        samples of that source) and ``timing_s/validate``.
+        """
+        if self.val_loader is None:
+            return {}
+        timing: dict[str, float] = {}
+        sources: list[str] = []
+        scores: list[float] = []
+        accs: list[float] = []
+        lengths: list[float] = []
+        with timed("validate", timing):
+            for batch in self.val_loader:
+                prompts = batch.pop(batch_keys=_PROMPT_KEYS)
+                prompts.meta_info["validate"] = True
+                gen = self.policy.generate_sequences(prompts)
+                gen.meta_info.pop("metrics", None)
+                batch = batch.repeat(self.config.rollout.val.n, interleave=True).union(gen)
+                out, _ = self.reward_manager(batch)
+                sources += [str(s) for s in batch.non_tensor_batch["data_source"]]
+                scores += [float(s) for s in out.non_tensor_batch["score"]]
+                accs += [float(bool(a)) for a in out.non_tensor_batch["acc"]]
+                lengths += batch.batch["response_mask"].sum(-1).float().tolist()
+        src = np.asarray(sources, dtype=object)
+        score_arr, acc_arr = np.asarray(scores), np.asarray(accs)
+        metrics: dict[str, float] = {}
+        for ds in sorted(set(sources)):
+            sel = src == ds
+            metrics[f"val/{ds}/score"] = float(score_arr[sel].mean())
+            metrics[f"val/{ds}/acc"] = float(acc_arr[sel].mean())
+        if lengths:
+            metrics["val/response_length/mean"] = float(np.mean(lengths))
+        metrics |= timing_metrics(timing)
+        return metrics
+
+
+def _fmt(metrics: Mapping[str, float]) -> str:
+    return ", ".join(f"{k}={v:.4g}" for k, v in sorted(metrics.items()) if k.startswith("val/"))

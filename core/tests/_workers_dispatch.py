@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import torch
+
 from rlcore.dispatch import Dispatch, DispatchCall, Execute, register, register_dispatch_mode
 from rlcore.protocol import DataProto
 from rlcore.workers import Worker

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 from _workers_dispatch import DispatchWorker
+
 from rlcore.dispatch import Dispatch, mesh_dispatch_mode, register
 from rlcore.protocol import DataProto
 from rlcore.workers import Worker

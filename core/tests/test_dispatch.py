@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+
 from rlcore.dispatch import DispatchError, GroupFuture, register, register_dispatch_mode
 from rlcore.protocol import DataProto
 from rlcore.resources import ResourcePool

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+
 from rlcore.dispatch import DispatchError, GroupFuture
 from rlcore.errors import WorkerError
 from rlcore.protocol import DataProto

@@ -156,6 +156,10 @@ class ResourcePool:
         return f"ResourcePool({self.name!r}, {self.process_on_nodes}, {self.describe()})"
 
 
+def _needs(who: str) -> str:
+    return "need" if who.startswith("roles ") else "needs"
+
+
 def _cluster() -> tuple[dict[str, float], dict[str, float], list[dict[str, float]]]:
     import ray
 
@@ -191,7 +195,7 @@ def check_fits(requests: Sequence[tuple[str, ResourcePool]], *, settle_s: float 
             have_free = _cluster()[1].get(kind, 0.0)
         if need > have_free + 1e-9:
             parts = "; ".join(
-                f"{who} needs {p.describe()}" for who, p in pending if p.demand().get(kind)
+                f"{who} {_needs(who)} {p.describe()}" for who, p in pending if p.demand().get(kind)
             )
             msg = (
                 f"{parts} ({_fmt(need)} {kind} in all), the cluster has {_fmt(have_total)} "
@@ -206,7 +210,7 @@ def check_fits(requests: Sequence[tuple[str, ResourcePool]], *, settle_s: float 
             if not any(all(node.get(k, 0.0) >= v for k, v in want.items()) for node in caps):
                 biggest = caps[0] if caps else {}
                 msg = (
-                    f"{who} needs {n} processes on one node "
+                    f"{who} {_needs(who)} {n} processes on one node "
                     f"({', '.join(f'{_fmt(v)} {k}' for k, v in want.items())}), the largest "
                     f"node has {_fmt(biggest.get('CPU', 0.0))} CPU and "
                     f"{_fmt(biggest.get('GPU', 0.0))} GPU; use fewer processes per node"

@@ -123,7 +123,8 @@ class Worker:
         if backend is None:
             backend = "nccl" if torch.cuda.is_available() else "gloo"
         if backend == "nccl":
-            torch.cuda.set_device(self._local_rank)
+            # Ray usually narrows CUDA_VISIBLE_DEVICES to this actor's one GPU: device 0.
+            torch.cuda.set_device(self._local_rank % max(1, torch.cuda.device_count()))
         dist.init_process_group(
             backend=backend,
             init_method=f"tcp://{self._master_addr}:{self._master_port}",

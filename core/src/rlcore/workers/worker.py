@@ -27,7 +27,7 @@ from rlcore.dispatch import DEFAULT_MESH, DispatchInfo
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Worker", "find_free_port", "node_ip_address"]
+__all__ = ["Worker", "find_free_port", "node_ip_address", "pin_torch_threads"]
 
 
 def node_ip_address() -> str:

@@ -7,6 +7,7 @@ import io
 import json
 import logging
 import math
+import re
 
 import pytest
 import torch
@@ -38,7 +39,14 @@ def test_jsonl_lines_are_flushed_per_step_and_json_safe(tmp_path):
 def test_console_shows_run_dir_progress_reward_and_tables(tmp_path, caplog):
     stream = io.StringIO()
     with caplog.at_level(logging.INFO, logger="rlcore.tracking"):
-        tracker = Tracker(tmp_path, ["console"], total_steps=4, console_every=2, stream=stream)
+        tracker = Tracker(
+            tmp_path,
+            ["console"],
+            total_steps=4,
+            console_every=2,
+            stream=stream,
+            progress_bar=True,
+        )
     assert f"run directory: {tmp_path.resolve()}" in caplog.text
     for step in range(1, 5):
         metrics = {"critic/score/mean": 0.1 * step, "actor/entropy": 1.25, "timing_s/step": 3.0}
@@ -54,6 +62,20 @@ def test_console_shows_run_dir_progress_reward_and_tables(tmp_path, caplog):
     assert out.count("entropy") == 3
     assert "val/arithmetic/acc" in out
     assert not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_without_a_terminal_tables_carry_the_eta_and_no_bar_is_drawn(tmp_path):
+    stream = io.StringIO()  # not a TTY: as when the output goes to a log file
+    with Tracker(tmp_path, ["console"], total_steps=10, console_every=5, stream=stream) as t:
+        for step in range(1, 11):
+            t.log({"critic/score/mean": 0.5}, step)
+    lines = stream.getvalue().splitlines()
+    assert lines[0].startswith("rlcore: run directory")
+    assert "|" not in stream.getvalue()  # no bar
+    assert lines[1].split() == ["step", "eta", "reward"]
+    assert lines[2].split()[0] == "5/10"
+    assert re.fullmatch(r"\d+:\d\d", lines[2].split()[1])
+    assert lines[4].split()[:2] == ["10/10", "0:00"]
 
 
 def test_format_table_aligns_the_key_metrics():

@@ -20,6 +20,7 @@ import logging
 import math
 import os
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -71,11 +72,23 @@ def _fmt(value: float) -> str:
     return f"{value:.2e}"
 
 
-def format_table(step: int, metrics: Mapping[str, Any], total_steps: int | None = None) -> str:
+def _fmt_duration(seconds: float) -> str:
+    hours, rest = divmod(round(seconds), 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
+
+def format_table(
+    step: int,
+    metrics: Mapping[str, Any],
+    total_steps: int | None = None,
+    eta_s: float | None = None,
+) -> str:
     """Two aligned lines (titles, values) of the key metrics, validation scores included."""
     cols: list[tuple[str, str]] = [
         ("step", f"{step}" if total_steps is None else f"{step}/{total_steps}")
     ]
+    if eta_s is not None:
+        cols.append(("eta", _fmt_duration(eta_s)))
     for title, key in TABLE_COLUMNS:
         value = metrics.get(key)
         if isinstance(value, int | float) and not isinstance(value, bool):
@@ -97,7 +110,8 @@ class Tracker:
     table every ``console_every`` steps and on every step with validation scores), ``"jsonl"``
     (``run_dir/metrics.jsonl``) and ``"tensorboard"`` (``run_dir/tensorboard``, skipped with
     a note if the package is missing). ``start_step``: the last completed step when resuming,
-    so the bar and ETA start there.
+    so the bar and ETA start there. ``progress_bar``: None draws the bar only when the stream
+    is a terminal; in a log file the tables alone (with an ``eta`` column) keep it readable.
     """
 
     def __init__(
@@ -109,6 +123,7 @@ class Tracker:
         console_every: int = 10,
         start_step: int = 0,
         stream: TextIO | None = None,
+        progress_bar: bool | None = None,
     ) -> None:
         unknown = [name for name in loggers if name not in LOGGERS]
         if unknown:
@@ -126,6 +141,9 @@ class Tracker:
         self._writer: Any = None
         self._bar: Any = None
         self._last_reward: float | None = None
+        self._console_on = "console" in loggers
+        self._start_step = start_step
+        self._t0 = time.perf_counter()
 
         if "jsonl" in loggers:
             self._jsonl = (self.run_dir / METRICS_FILE).open("a", encoding="utf-8")
@@ -137,10 +155,13 @@ class Tracker:
 
                 self._writer = SummaryWriter(log_dir=str(self.run_dir / "tensorboard"))
         log.info("run directory: %s", self.run_dir.resolve())
-        if "console" in loggers:
+        if self._console_on:
+            self._write(f"rlcore: run directory {self.run_dir.resolve()}")
+        if progress_bar is None:
+            progress_bar = bool(getattr(self._stream, "isatty", lambda: False)())
+        if self._console_on and progress_bar:
             from tqdm import tqdm
 
-            self._write(f"rlcore: run directory {self.run_dir.resolve()}")
             self._bar = tqdm(
                 total=total_steps,
                 initial=start_step,
@@ -168,24 +189,30 @@ class Tracker:
                 if isinstance(value, int | float) and not isinstance(value, bool):
                     self._writer.add_scalar(key, value, global_step=step)
             self._writer.flush()
-        if self._bar is not None:
+        if self._console_on:
             self._console(row, step)
 
+    def _eta(self, step: int) -> float | None:
+        done = step - self._start_step
+        if self.total_steps is None or done <= 0:
+            return None
+        return (time.perf_counter() - self._t0) / done * max(self.total_steps - step, 0)
+
     def _console(self, row: Mapping[str, Any], step: int) -> None:
-        reward = row.get(REWARD_KEY)
-        if isinstance(reward, float):
-            self._last_reward = reward
-        postfix = {}
-        if self._last_reward is not None:
-            postfix["reward"] = f"{self._last_reward:.3f}"
-        if step > self._bar.n:
-            self._bar.update(step - self._bar.n)
-        if postfix:
-            self._bar.set_postfix(postfix, refresh=False)
-        self._bar.refresh()
+        if self._bar is not None:
+            reward = row.get(REWARD_KEY)
+            if isinstance(reward, float):
+                self._last_reward = reward
+            if step > self._bar.n:
+                self._bar.update(step - self._bar.n)
+            if self._last_reward is not None:
+                self._bar.set_postfix({"reward": f"{self._last_reward:.3f}"}, refresh=False)
+            self._bar.refresh()
         has_val = any(key.startswith("val/") for key in row)
         if has_val or step % self.console_every == 0:
-            self._write(format_table(step, row, self.total_steps))
+            # The bar already shows the ETA; a log file gets it in the table instead.
+            eta = None if self._bar is not None else self._eta(step)
+            self._write(format_table(step, row, self.total_steps, eta))
 
     def close(self) -> None:
         if self._bar is not None:

@@ -1,0 +1,212 @@
+"""The role workers in this process (one rank, no Ray): generation layout, weight sync after
+an update, mini-batch/epoch counts, the critic's loss, and the driver's metric reduction."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    from rlcore.testing.tiny_model import build_tiny_model
+
+    root = tmp_path_factory.mktemp("roles")
+    model = build_tiny_model(root / "model", hidden=64, layers=1, heads=2, kv_heads=1)
+    rows = [
+        {
+            "data_source": "arithmetic",
+            "prompt": [{"role": "user", "content": f"What is {a} + {b}?"}],
+            "reward_model": {"ground_truth": str(a + b)},
+            "extra_info": {"index": i},
+        }
+        for i, (a, b) in enumerate([(1, 2), (3, 4), (5, 6), (7, 8)])
+    ]
+    data = root / "train.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return model, data
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _private_process_group():
+    """The workers join a 1-rank gloo group; leave the test process as found."""
+    import torch.distributed as dist
+
+    was = dist.is_initialized()
+    mp = pytest.MonkeyPatch()
+    for key, value in {"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}.items():
+        mp.setenv(key, value)
+    from rlcore.workers.worker import find_free_port
+
+    mp.setenv("MASTER_PORT", str(find_free_port()))
+    yield
+    if dist.is_initialized() and not was:
+        dist.destroy_process_group()
+    mp.undo()
+
+
+def _config(assets, *, algorithm: str = "grpo", extra: str = ""):
+    from rlcore.config import load_config_text
+
+    model, data = assets
+    return load_config_text(
+        f"""
+[data]
+train_files = ["{data}"]
+max_prompt_length = 64
+max_response_length = 6
+train_batch_size = 4
+
+[model]
+path = "{model}"
+
+[actor]
+ppo_mini_batch_size = 2
+ppo_epochs = 2
+micro_batch_size = 2
+optim = {{ lr = 1e-2 }}
+
+[critic]
+optim = {{ lr = 1e-2 }}
+
+[rollout]
+n = 2
+
+[reward]
+default = ["gsm8k"]
+
+[algorithm]
+name = "{algorithm}"
+{extra}
+""",
+        source="roles.toml",
+    )
+
+
+def _prompts(config):
+    from rlcore.data import PromptDataLoader, PromptDataset, load_tokenizer
+
+    tok = load_tokenizer(config.model.path)
+    ds = PromptDataset(config.data.train_files, tok, max_prompt_length=64)
+    batch = next(iter(PromptDataLoader(ds, 4, shuffle=False)))
+    return batch.select(
+        batch_keys=["input_ids", "attention_mask", "position_ids"], non_tensor_batch_keys=[]
+    )
+
+
+@pytest.fixture(scope="module")
+def policy(assets):
+    from rlcore.trainer.roles import ActorRolloutRefWorker
+
+    config = _config(assets, extra="use_kl_loss = true")
+    worker = ActorRolloutRefWorker(config, with_ref=True, total_steps=3)
+    worker.init_model()
+    return worker
+
+
+def _rollout_params(worker) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in worker.rollout.model.state_dict().items()}
+
+
+def test_generate_layout_and_validation_sampling(policy):
+    prompts = _prompts(policy.config)
+    gen = policy.generate_sequences(prompts)
+    assert len(gen) == 4 * 2  # n samples per prompt
+    assert gen.batch["responses"].shape == (8, 6)
+    assert torch.equal(gen.batch["prompts"][0], gen.batch["prompts"][1])  # interleaved
+    assert "timing_s/worker/generate" in gen.meta_info["metrics"]
+    prompts.meta_info["validate"] = True
+    val = policy.generate_sequences(prompts)
+    # [rollout.val] defaults: greedy, one sample per prompt.
+    assert len(val) == 4
+    again = policy.generate_sequences(prompts)
+    assert torch.equal(val.batch["responses"], again.batch["responses"])
+
+
+def test_update_moves_the_actor_and_syncs_the_rollout(policy):
+    from rlcore.protocol import DataProto
+
+    gen = policy.generate_sequences(_prompts(policy.config))
+    gen.meta_info.pop("metrics")
+    batch = gen.select(
+        batch_keys=["input_ids", "attention_mask", "position_ids", "responses", "response_mask"]
+    )
+    old = policy.compute_log_prob(batch)
+    ref = policy.compute_ref_log_prob(batch)
+    assert old.batch["old_log_probs"].shape == (8, 6)
+    # Nothing trained yet: the reference and the actor agree.
+    torch.testing.assert_close(old.batch["old_log_probs"], ref.batch["ref_log_prob"])
+    before = _rollout_params(policy)
+
+    g = torch.Generator().manual_seed(0)
+    update = DataProto.from_dict(
+        tensors={
+            **batch.batch,
+            "old_log_probs": old.batch["old_log_probs"],
+            "ref_log_prob": ref.batch["ref_log_prob"],
+            "advantages": torch.randn(8, 6, generator=g),
+        },
+        meta_info={"global_step": 0},
+    )
+    out = policy.update_actor(update)
+    metrics = out.meta_info["metrics"]
+    # 4 prompts / mini-batches of 2 prompts x 2 epochs = 4 optimizer steps.
+    assert len(metrics["actor/grad_norm"]) == 4
+    assert all(v > 0 for v in metrics["actor/grad_norm"])
+    assert {"actor/pg_loss", "actor/kl_loss", "actor/lr"} <= set(metrics)
+    assert "timing_s/worker/weight_sync" in metrics
+
+    after = _rollout_params(policy)
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    synced = dict(policy.actor.named_parameters_for_sync())
+    for name, tensor in after.items():
+        if name in synced:
+            torch.testing.assert_close(tensor, synced[name].to(tensor.dtype), rtol=0, atol=0)
+    # The rollout's model now is the actor's: same log-probs as the engine computes.
+    new = policy.compute_log_prob(batch).batch["old_log_probs"]
+    assert not torch.allclose(new, old.batch["old_log_probs"])
+
+
+def test_critic_loss_falls_on_a_fixed_batch(assets):
+    from rlcore.protocol import DataProto
+    from rlcore.trainer.roles import CriticWorker
+
+    config = _config(assets, algorithm="ppo")
+    critic = CriticWorker(config, total_steps=10)
+    critic.init_model()
+    g = torch.Generator().manual_seed(1)
+    rows, prompt, response = 8, 5, 6
+    ids = torch.randint(3, 200, (rows, prompt + response), generator=g)
+    mask = torch.ones(rows, prompt + response, dtype=torch.long)
+    batch = DataProto.from_dict(
+        tensors={
+            "input_ids": ids,
+            "attention_mask": mask,
+            "position_ids": (mask.cumsum(-1) - 1),
+            "responses": ids[:, prompt:],
+            "response_mask": torch.ones(rows, response, dtype=torch.long),
+        }
+    )
+    returns = torch.full((rows, response), 1.0)
+    losses = []
+    for step in range(4):
+        values = critic.compute_values(batch).batch["values"]
+        assert values.shape == (rows, response)
+        data = DataProto.from_dict(
+            tensors={**batch.batch, "values": values, "returns": returns},
+            meta_info={"global_step": step},
+        )
+        metrics = critic.update_critic(data).meta_info["metrics"]
+        losses.append(sum(metrics["critic/vf_loss"]) / len(metrics["critic/vf_loss"]))
+    assert losses[-1] < losses[0]
+
+
+def test_reduce_worker_metrics_takes_the_slowest_rank_for_times():
+    from rlcore.trainer.fit import reduce_worker_metrics
+
+    out = reduce_worker_metrics(
+        {"timing_s/worker/generate": [1.0, 3.0], "actor/pg_loss": [1.0, 3.0], "x": 2, "e": []}
+    )
+    assert out == {"timing_s/worker/generate": 3.0, "actor/pg_loss": 2.0, "x": 2.0}

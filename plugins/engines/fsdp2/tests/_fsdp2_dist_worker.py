@@ -12,11 +12,12 @@ import sys
 
 import torch
 import torch.distributed as dist
+from torch.distributed.tensor import DTensor
+
 from rlcore.interfaces import EngineSpec, OptimConfig
 from rlcore.protocol import DataProto
 from rlcore_fsdp2.batching import split_micro_batches
 from rlcore_fsdp2.engine import FSDP2Engine
-from torch.distributed.tensor import DTensor
 
 ROWS, PROMPT, RESPONSE = 8, 10, 6
 
@@ -47,22 +48,24 @@ def make_batch() -> DataProto:
 # Token budget: the long rows of rank 0 (14-16 tokens) pack one per micro-batch, the short
 # rows of rank 1 (8-11 tokens) two per micro-batch, so ranks run 4 and 2 micro-batches.
 TOKEN_BUDGET = 22
-SCENARIOS = {
-    "count": {"micro_batch_size": 2},
-    "tokens": {"micro_batch_size": None, "max_tokens_per_micro_batch": TOKEN_BUDGET},
+SCENARIOS: dict[str, tuple[dict, dict]] = {
+    "count": ({"micro_batch_size": 2}, {}),
+    "tokens": ({"micro_batch_size": None, "max_tokens_per_micro_batch": TOKEN_BUDGET}, {}),
+    # HSDP: shard groups of 1 rank, replicated over 2 (a 1-rank run is plain FSDP).
+    "hsdp": ({"micro_batch_size": 2}, {"fsdp_size": 1}),
 }
 
 
 def run(model_path: str) -> dict[str, dict[str, object]]:
-    """Both scenarios on this rank's share; returns rank-independent results (all ranks)."""
+    """Every scenario on this rank's share; returns rank-independent results (all ranks)."""
     rank, world = dist.get_rank(), dist.get_world_size()
     share = make_batch().chunk(world)[rank]
     results: dict[str, dict[str, object]] = {}
-    for name, batching in SCENARIOS.items():
+    for name, (batching, options) in SCENARIOS.items():
         spec = EngineSpec(
             role="actor", model_path=model_path, optim=OptimConfig(lr=1e-4), **batching
         )
-        engine = FSDP2Engine(spec, FSDP2Engine.Config())
+        engine = FSDP2Engine(spec, FSDP2Engine.Config(**options))
         losses: list[torch.Tensor] = []
 
         def loss_fn(outputs, mb, totals, losses=losses):

@@ -78,7 +78,7 @@ def results(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("scenario", ["count", "tokens"])
+@pytest.mark.parametrize("scenario", ["count", "tokens", "hsdp"])
 def test_two_ranks_match_one_rank(results, scenario):
     single, double = results[0][scenario], results[1][scenario]
     assert double["loss"] == pytest.approx(single["loss"], abs=1e-6)

@@ -8,12 +8,13 @@ import math
 import pytest
 import torch
 import torch.distributed as dist
+from torch.distributed.tensor import DTensor
+
 from rlcore.interfaces import EngineSpec, OptimConfig
 from rlcore.protocol import DataProto
 from rlcore_fsdp2.batching import split_micro_batches, trim_left_padding
 from rlcore_fsdp2.engine import FSDP2Engine, FSDP2Error
 from rlcore_fsdp2.schedule import lr_multiplier
-from torch.distributed.tensor import DTensor
 
 torch.set_num_threads(1)
 
@@ -278,3 +279,43 @@ def test_export_hf_loads_in_transformers(tiny_path, tmp_path):
     synced = params(e)
     for name, tensor in model.state_dict().items():
         torch.testing.assert_close(tensor, synced[name], atol=0, rtol=0, msg=name)
+
+
+def test_gradient_checkpointing_gives_the_same_gradient(tiny_path):
+    data = make_batch()
+    plain, ckpt = (
+        engine(tiny_path, micro_batch_size=4, gradient_checkpointing=gc) for gc in (False, True)
+    )
+    assert ckpt.model.is_activation_checkpointing
+    assert not plain.model.is_activation_checkpointing
+    plain.forward_backward(data, token_mean_loss)
+    ckpt.forward_backward(data, token_mean_loss)
+    expected = grads(plain)
+    for name, g in grads(ckpt).items():
+        torch.testing.assert_close(g, expected[name], atol=1e-6, rtol=1e-5, msg=name)
+
+
+def test_bf16_mixed_precision_keeps_fp32_masters(tiny_path):
+    fp32 = engine(tiny_path, micro_batch_size=8)
+    bf16 = engine(tiny_path, micro_batch_size=8, dtype="bfloat16")
+    assert all(p.dtype == torch.float32 for p in bf16.model.parameters())  # master shards
+    data = make_batch()
+    lp32, lp16 = fp32.compute_log_prob(data).log_probs, bf16.compute_log_prob(data).log_probs
+    m = data.batch["response_mask"].bool()
+    assert not torch.equal(lp16, lp32)  # bf16 compute really happened
+    torch.testing.assert_close(lp16[m], lp32[m], atol=0.05, rtol=0)
+    bf16.forward_backward(data, token_mean_loss)
+    assert math.isfinite(bf16.optimizer_step())
+
+
+def test_plugin_module_imports_nothing_heavy():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, rlcore_fsdp2.plugin as p; "
+        "assert p.register_engines() == {'fsdp2': 'rlcore_fsdp2.engine:FSDP2Engine'}; "
+        "heavy = [m for m in ('torch', 'transformers', 'ray') if m in sys.modules]; "
+        "assert not heavy, heavy"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

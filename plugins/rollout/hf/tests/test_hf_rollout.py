@@ -154,3 +154,16 @@ def test_update_weights_rejects_unknown_names_and_shapes(rollout):
         rollout.update_weights([("model.nope.weight", torch.zeros(1))])
     with pytest.raises(WeightSyncError, match="expects"):
         rollout.update_weights([("lm_head.weight", torch.zeros(3, 3))])
+
+
+def test_plugin_module_imports_nothing_heavy():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, rlcore_hf.plugin as p; "
+        "assert p.register_rollouts() == {'hf': 'rlcore_hf.rollout:HFRollout'}; "
+        "heavy = [m for m in ('torch', 'transformers', 'ray') if m in sys.modules]; "
+        "assert not heavy, heavy"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

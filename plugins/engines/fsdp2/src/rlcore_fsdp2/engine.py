@@ -25,9 +25,6 @@ import attrs
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from rlcore.errors import ConfigError, RlcoreError
-from rlcore.interfaces import BaseEngine, BatchTotals, EngineSpec, LossFn, ModelOutputs
-from rlcore.protocol import DataProto
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -38,6 +35,9 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
+from rlcore.errors import ConfigError, RlcoreError
+from rlcore.interfaces import BaseEngine, BatchTotals, EngineSpec, LossFn, ModelOutputs
+from rlcore.protocol import DataProto
 from rlcore_fsdp2.batching import split_micro_batches, trim_left_padding
 from rlcore_fsdp2.logprob import entropy_from_logits, log_probs_from_logits, response_logits
 from rlcore_fsdp2.schedule import lr_multiplier
@@ -156,9 +156,12 @@ class FSDP2Engine(BaseEngine):
             raise ConfigError(msg) from err
         model.config.use_cache = False
         if spec.gradient_checkpointing:
-            model.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": False}
-            )
+            # Non-reentrant: works with FSDP2 hooks and inputs that need no grad.
+            kwargs_ = {"use_reentrant": False}
+            if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5
+                model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs_)
+            else:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs_)
         return model
 
     def _shard(self, model: torch.nn.Module) -> None:

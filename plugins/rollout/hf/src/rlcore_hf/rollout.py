@@ -14,6 +14,7 @@ from typing import Any
 
 import attrs
 import torch
+
 from rlcore.errors import ConfigError, RlcoreError
 from rlcore.interfaces import BaseRollout, RolloutSpec, SamplingParams
 from rlcore.protocol import DataProto

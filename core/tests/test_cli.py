@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import rlcore_fake.good
+
 from rlcore.cli import main
 from rlcore.config.schema import ResourcesConfig
 from rlcore.errors import ResourceError

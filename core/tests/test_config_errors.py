@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import rlcore_fake.good
 import rlcore_fake_dup
+
 from rlcore.config import ConfigValidationError, load_config, load_config_text
 from rlcore.errors import ConfigError
 from rlcore.plugins import PluginRegistry

@@ -6,6 +6,8 @@ import tomllib
 
 import pytest
 import rlcore_fake.good
+from rlcore_fake.components import FakeAlgorithm, FakeEngine, FakeReward, FakeRollout
+
 from rlcore.config import (
     ConfigValidationError,
     RunConfig,
@@ -18,7 +20,6 @@ from rlcore.config import (
 )
 from rlcore.interfaces import OptimConfig, SamplingParams
 from rlcore.plugins import PluginRegistry
-from rlcore_fake.components import FakeAlgorithm, FakeEngine, FakeReward, FakeRollout
 
 QUICKSTART = """
 [data]

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import rlcore_fake.good
 import rlcore_fake_dup
+
 from rlcore import hookspecs
 from rlcore.errors import PluginError
 from rlcore.hookspecs import hookimpl

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+
 from rlcore.errors import ConfigError, DataError
 from rlcore.protocol import DataProto
 from rlcore.reward import RewardManager

@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 import attrs
+
 from rlcore.interfaces import BaseReward
 
 

@@ -12,6 +12,7 @@ import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from rlcore_gsm8k import GSM8KReward, compute_score, extract_solution
 
 DATA = Path(__file__).resolve().parents[4] / ".." / "shared" / "data" / "gsm8k"

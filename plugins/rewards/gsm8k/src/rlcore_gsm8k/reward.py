@@ -26,6 +26,7 @@ import re
 from typing import Any, Literal
 
 import attrs
+
 from rlcore.interfaces import BaseReward
 
 __all__ = ["GSM8KReward", "compute_score", "extract_solution", "normalize_answer"]

@@ -206,6 +206,17 @@ def main() -> int:
             if after >= before:
                 failures.append("offload did not free device memory")
 
+        # --- parameters and optimizer step on CPU (CPUOffloadPolicy), compute on the device
+        if dev.type == "cuda":
+            offloaded = FSDP2Engine(spec, FSDP2Engine.Config(offload_params=True))
+            offloaded.forward_backward(batch, ppo_loss)
+            norm = offloaded.optimizer_step()
+            on_cpu = all(p.device.type == "cpu" for p in offloaded.model.parameters())
+            print(f"offload_params engine: grad norm {norm:.4f}, shards on CPU: {on_cpu}")
+            if not (on_cpu and torch.isfinite(torch.tensor(norm))):
+                failures.append(f"offload_params engine: grad norm {norm}, shards on CPU {on_cpu}")
+            del offloaded
+
         # --- checkpoint round trip and HF export (DCP over the NCCL group)
         actor.save_checkpoint(str(tmp / "ckpt"))
         actor.load_checkpoint(str(tmp / "ckpt"))

@@ -453,8 +453,11 @@ class FSDP2Engine(BaseEngine):
     # --- offload (colocated with a GPU rollout) ---------------------------------------------
 
     def offload(self) -> None:
-        """Move parameter shards and optimizer state to CPU (GPU only; no-op on CPU)."""
-        if self.device.type != "cuda" or self._offloaded:
+        """Move parameter shards and optimizer state to CPU (GPU only; no-op on CPU).
+
+        With ``offload_params`` (CPUOffloadPolicy) both live on CPU already: nothing to do.
+        """
+        if self.device.type != "cuda" or self.config.offload_params or self._offloaded:
             return
         self.model.to("cpu")
         _move_optimizer_state(self.optimizer, torch.device("cpu"))

@@ -167,3 +167,13 @@ def test_plugin_module_imports_nothing_heavy():
         "assert not heavy, heavy"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_max_batch_size_splits_generate_calls_without_changing_results(tiny_path, tokenizer):
+    batch = prompts(tokenizer, ["one", "two two", "three three three"])
+    whole = HFRollout(RolloutSpec(model_path=tiny_path))
+    split = HFRollout(RolloutSpec(model_path=tiny_path), HFRollout.Config(max_batch_size=1))
+    sampling = SamplingParams(n=2, do_sample=False, max_new_tokens=R)
+    a, b = whole.generate(batch, sampling).batch, split.generate(batch, sampling).batch
+    for key in ("responses", "response_mask", "input_ids", "position_ids"):
+        torch.testing.assert_close(a[key], b[key], rtol=0, atol=0, msg=key)

@@ -94,9 +94,10 @@ class HFRollout(BaseRollout):
             "pad_token_id": self.pad_token_id,
             "use_cache": True,
         }
-        greedy = not sampling.do_sample or sampling.temperature == 0.0
-        if greedy:
-            kwargs["do_sample"] = False
+        if _is_greedy(sampling):
+            # generate refuses num_return_sequences > 1 without sampling; the n greedy samples
+            # are identical, so one is generated and repeated (see ``generate``).
+            kwargs.update(do_sample=False, num_return_sequences=1)
         else:
             kwargs.update(
                 do_sample=True,
@@ -117,7 +118,8 @@ class HFRollout(BaseRollout):
         can ``batch.repeat(n).union(gen)`` without key clashes.
         """
         self.wake_up()
-        if sampling.n > 1 and (not sampling.do_sample or sampling.temperature == 0.0):
+        greedy = _is_greedy(sampling)
+        if sampling.n > 1 and greedy:
             log.warning(
                 "greedy generation with n=%d gives %d identical samples", sampling.n, sampling.n
             )
@@ -139,7 +141,7 @@ class HFRollout(BaseRollout):
                 mask = attention_mask[start : start + step].to(self.device)
                 out = self.model.generate(input_ids=ids, attention_mask=mask, **kwargs)
                 sequences = out.sequences if sampling.return_log_probs else out
-                resp = sequences[:, ids.shape[1] :]  # (b*n, <= R)
+                resp = sequences[:, ids.shape[1] :]  # (b*n, <= R); (b, <= R) when greedy
                 responses.append(_pad_right(resp, sampling.max_new_tokens, self.pad_token_id))
                 if sampling.return_log_probs:
                     log_probs.append(
@@ -148,6 +150,9 @@ class HFRollout(BaseRollout):
 
         n = sampling.n
         response_ids = torch.cat(responses).cpu()  # (B*n, R)
+        if greedy and n > 1:
+            response_ids = response_ids.repeat_interleave(n, dim=0)
+            log_probs = [lp.repeat_interleave(n, dim=0) for lp in log_probs]
         response_mask = _response_mask(response_ids, self.eos_token_ids)  # (B*n, R)
         prompt_ids = input_ids.repeat_interleave(n, dim=0)
         prompt_mask = attention_mask.repeat_interleave(n, dim=0)
@@ -212,6 +217,10 @@ class HFRollout(BaseRollout):
 # --- helpers ------------------------------------------------------------------------------
 
 
+def _is_greedy(sampling: SamplingParams) -> bool:
+    return not sampling.do_sample or sampling.temperature == 0.0
+
+
 def _special_ids(spec: RolloutSpec, model: Any) -> tuple[list[int], int]:
     """EOS ids (generation config + tokenizer) and the pad id, read from the model folder."""
     eos: list[int] = []
@@ -269,8 +278,7 @@ def _sampled_log_probs(
     engine's ``compute_log_prob`` with the same temperature.
     """
     stacked = torch.stack(logits, dim=1).float()  # (b, r, V)
-    greedy = not sampling.do_sample or sampling.temperature == 0.0
-    if not greedy and sampling.temperature != 1.0:
+    if not _is_greedy(sampling) and sampling.temperature != 1.0:
         stacked = stacked / sampling.temperature
     picked = torch.gather(stacked, -1, responses.unsqueeze(-1)).squeeze(-1)
     lp = picked - torch.logsumexp(stacked, dim=-1)  # (b, r)

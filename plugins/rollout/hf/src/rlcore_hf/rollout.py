@@ -120,7 +120,7 @@ class HFRollout(BaseRollout):
         self.wake_up()
         greedy = _is_greedy(sampling)
         if sampling.n > 1 and greedy:
-            log.warning(
+            log.info(
                 "greedy generation with n=%d gives %d identical samples", sampling.n, sampling.n
             )
         input_ids = prompts.batch["input_ids"]  # (B, P), left-padded

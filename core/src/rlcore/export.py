@@ -1,0 +1,227 @@
+"""``rlcore export CHECKPOINT [--format hf] OUT``: a trained actor as a Hugging Face folder.
+
+``CHECKPOINT`` is a ``global_step_<N>`` directory, a checkpoint root or a run directory (its
+latest complete checkpoint; see :mod:`rlcore.checkpoint`). The step directory holds the
+actor engine's state in ``actor/`` and the resolved run config in ``config.toml``. The export
+reads only ``[model]`` and ``[actor.engine]`` from that config, so the rollout and reward
+plugins of the run need not be installed where the export runs.
+
+The actor's engine plugin is built in this process on a private one-rank gloo group (no Ray,
+CPU), restores ``actor/`` with ``load_checkpoint`` (sharded checkpoints of any world size
+are resharded by the engine) and writes the folder with ``export_hf``. The folder is written
+beside ``OUT`` under a temporary name and renamed into place when complete.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from rlcore.checkpoint import ACTOR_DIR, CONFIG_FILE, find_checkpoint
+from rlcore.errors import RlcoreError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["FORMATS", "ExportError", "export_checkpoint", "main"]
+
+FORMATS = ("hf",)
+_DTYPES = ("float32", "bfloat16", "float16")
+
+
+class ExportError(RlcoreError):
+    """The checkpoint cannot be exported as asked; the message names what to fix."""
+
+
+class _Parser(argparse.ArgumentParser):
+    # One line and exit code 2 through the CLI's error path, like every other user error.
+    def error(self, message: str) -> NoReturn:
+        msg = f"export: {message} (usage: rlcore export CHECKPOINT --format hf OUT)"
+        raise ExportError(msg)
+
+
+def _config_file(step_dir: Path) -> Path:
+    """``config.toml`` of the step directory, else of the run directory above it."""
+    for candidate in (step_dir / CONFIG_FILE, step_dir.parent.parent / CONFIG_FILE):
+        if candidate.is_file():
+            return candidate
+    msg = (
+        f"checkpoint {step_dir} has no {CONFIG_FILE} (the resolved run config the trainer "
+        "writes next to actor/); copy the run's config.toml into it"
+    )
+    raise ExportError(msg)
+
+
+def _engine_from_config(
+    config_file: Path, registry: Any, model_path: str | None, dtype: str | None
+) -> tuple[type, Any, dict[str, Any]]:
+    """The actor engine class, its ``Config`` and the model fields, from ``config_file``."""
+    from rlcore.config import ConfigValidationError, ModelConfig, read_toml
+    from rlcore.config.convert import Problem, render_path, structure
+
+    raw = read_toml(config_file)
+    problems: list[Problem] = []
+    model_raw = dict(raw.get("model") or {})
+    if model_path is not None:
+        model_raw["path"] = model_path
+        model_raw["tokenizer_path"] = None
+    model, found = structure(model_raw, ModelConfig, ("model",))
+    problems.extend(found)
+    actor = raw.get("actor") or {}
+    engine_raw = dict(actor.get("engine") or {}) if isinstance(actor, dict) else {}
+    name = engine_raw.pop("name", "fsdp2")
+    cls = registry.resolve("engine", str(name), where=f"[actor.engine] of {config_file}")
+    options, found = structure(engine_raw, cls.Config, ("actor", "engine"), ("name",))
+    problems.extend(found)
+    if problems:
+        lines = [f"{render_path(p)}: {m}" if p else m for p, m in problems]
+        raise ConfigValidationError(str(config_file), lines)
+    path = Path(model.path)
+    if not (path / "config.json").is_file():
+        msg = (
+            f"model.path {path} (from {config_file}) has no config.json: the export needs "
+            "the run's base model folder; pass --model-path"
+        )
+        raise ExportError(msg)
+    fields = {
+        "model_path": str(path),
+        "tokenizer_path": str(model.tokenizer_path or path),
+        "dtype": dtype or model.dtype,
+        "trust_remote_code": model.trust_remote_code,
+    }
+    return cls, options, fields
+
+
+def _private_group() -> bool:
+    """Create a one-rank gloo group unless one exists; True when this call created it."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return False
+    from torch._C._distributed_c10d import HashStore  # torch.distributed re-exports it untyped
+
+    dist.init_process_group("gloo", store=HashStore(), rank=0, world_size=1)
+    return True
+
+
+def export_checkpoint(
+    checkpoint: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    fmt: str = "hf",
+    model_path: str | None = None,
+    dtype: str | None = None,
+    overwrite: bool = False,
+    registry: Any = None,
+) -> Path:
+    """Export the actor of ``checkpoint`` to ``out``; return ``out``.
+
+    ``model_path`` replaces ``[model] path`` of the checkpoint's config (the base model moved).
+    ``dtype`` is the dtype of the written weights (default: the run's ``model.dtype``).
+    """
+    from rlcore.interfaces import EngineSpec
+    from rlcore.plugins import default_registry
+
+    if fmt not in FORMATS:
+        msg = f"unknown export format {fmt!r}; available: {', '.join(FORMATS)}"
+        raise ExportError(msg)
+    if dtype is not None and dtype not in _DTYPES:
+        msg = f"unknown dtype {dtype!r}; choose from {', '.join(_DTYPES)}"
+        raise ExportError(msg)
+    step_dir = find_checkpoint(checkpoint)
+    actor_dir = step_dir / ACTOR_DIR
+    if not actor_dir.is_dir():
+        msg = f"checkpoint {step_dir} has no {ACTOR_DIR}/ directory (the actor engine's state)"
+        raise ExportError(msg)
+    target = Path(out)
+    if target.exists() and (not target.is_dir() or any(target.iterdir())) and not overwrite:
+        msg = f"output {target} exists and is not empty; choose a new folder or pass --overwrite"
+        raise ExportError(msg)
+    config_file = _config_file(step_dir)
+    cls, options, fields = _engine_from_config(
+        config_file, registry or default_registry(), model_path, dtype
+    )
+
+    spec = EngineSpec(
+        role="actor",
+        model_path=fields["model_path"],
+        dtype=fields["dtype"],
+        trust_remote_code=fields["trust_remote_code"],
+        device="cpu",
+        optim=None,  # no optimizer state: only the weights are restored
+        micro_batch_size=1,
+    )
+    tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    created = _private_group()
+    try:
+        log.info("loading %s (%s engine) from %s", spec.role, cls.__name__, actor_dir)
+        engine = cls(spec, options)
+        engine.load_checkpoint(str(actor_dir))
+        engine.export_hf(str(tmp))
+        _ensure_tokenizer(tmp, fields["tokenizer_path"], fields["trust_remote_code"])
+        del engine
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    finally:
+        if created:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
+    if target.exists():
+        trash = target.parent / f".{target.name}.old-{time.time_ns()}"
+        os.replace(target, trash)
+        shutil.rmtree(trash, ignore_errors=True)
+    os.replace(tmp, target)
+    log.info("exported %s to %s", step_dir, target)
+    return target
+
+
+def _ensure_tokenizer(folder: Path, tokenizer_path: str, trust_remote_code: bool) -> None:
+    """Save the run's tokenizer into ``folder`` unless the engine's export wrote one."""
+    if (folder / "tokenizer_config.json").is_file():
+        return
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(
+            tokenizer_path, trust_remote_code=trust_remote_code
+        )
+    except (OSError, ValueError) as err:
+        msg = f"no tokenizer could be loaded from {tokenizer_path} to export with the model"
+        raise ExportError(msg) from err
+    tokenizer.save_pretrained(folder)
+
+
+def main(argv: Sequence[str]) -> int:
+    """``rlcore export``: returns 0; user errors raise :class:`RlcoreError` (exit code 2)."""
+    parser = _Parser(
+        prog="rlcore export",
+        description="Export the actor of a checkpoint (e.g. to a Hugging Face folder).",
+    )
+    parser.add_argument(
+        "checkpoint", metavar="CHECKPOINT", help="global_step_N dir, or a run dir (its latest)"
+    )
+    parser.add_argument("out", metavar="OUT", help="output folder")
+    parser.add_argument("--format", default="hf", help="output format (hf)")
+    parser.add_argument("--model-path", help="base model folder, if it moved since training")
+    parser.add_argument("--dtype", help="dtype of the written weights (default: model.dtype)")
+    parser.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT")
+    parser.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(list(argv))
+    out = export_checkpoint(
+        args.checkpoint,
+        args.out,
+        fmt=args.format,
+        model_path=args.model_path,
+        dtype=args.dtype,
+        overwrite=args.overwrite,
+    )
+    print(f"exported {args.checkpoint} to {out}")
+    return 0

@@ -1,0 +1,190 @@
+"""Checks of a run's files before anything starts: one line naming the key and the fix.
+
+:func:`preflight` runs after the config validated and before Ray starts, so that a wrong path
+or a bad data file costs a second, not a cluster start-up and a model load. It checks:
+
+- ``model.path`` (and ``critic.model_path`` when the algorithm trains a critic on another
+  model): a folder with ``config.json`` (valid JSON) and weights (``*.safetensors`` or
+  ``pytorch_model*.bin``);
+- ``model.tokenizer_path``: tokenizer files that load, and a chat template when
+  ``data.apply_chat_template``;
+- ``data.train_files`` / ``data.val_files``: each file exists, is readable, parses
+  (``.parquet``/``.jsonl``), has rows with ``prompt`` (``data.prompt_key``), ``data_source``
+  and ``reward_model.ground_truth``, and not every prompt is longer than
+  ``data.max_prompt_length`` (over-long ones are filtered with a logged count, as in training);
+  the training set holds at least one batch;
+- ``trainer.resume`` given as a path: a complete checkpoint.
+
+The datasets are built exactly as the trainer builds them (:class:`rlcore.data.PromptDataset`),
+so what passes here loads there.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rlcore.errors import ConfigError, DataError
+
+if TYPE_CHECKING:
+    from rlcore.config import RunConfig
+    from rlcore.plugins import PluginRegistry
+
+log = logging.getLogger(__name__)
+
+__all__ = ["check_model_folder", "check_tokenizer", "preflight"]
+
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model")
+
+
+def check_model_folder(path: str, key: str) -> None:
+    """A local Hugging Face model folder: ``config.json`` and weights. ``key`` names the field."""
+    folder = Path(path)
+    if not folder.exists():
+        msg = f"{key}: {folder} does not exist; give a local Hugging Face model folder"
+        raise ConfigError(msg)
+    if not folder.is_dir():
+        msg = f"{key}: {folder} is not a folder; give a local Hugging Face model folder"
+        raise ConfigError(msg)
+    config = folder / "config.json"
+    if not config.is_file():
+        msg = f"{key}: {folder} has no config.json; it is not a Hugging Face model folder"
+        raise ConfigError(msg)
+    try:
+        json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        msg = f"{key}: {config} is not valid JSON ({err})"
+        raise ConfigError(msg) from err
+    weights = [*folder.glob("*.safetensors"), *folder.glob("pytorch_model*.bin")]
+    if not weights:
+        msg = (
+            f"{key}: {folder} has no weights (*.safetensors or pytorch_model*.bin); "
+            "download or save the model there"
+        )
+        raise ConfigError(msg)
+
+
+def check_tokenizer(path: str, *, chat_template: bool) -> Any:
+    """Load the tokenizer at ``path``; with ``chat_template`` it must carry one."""
+    from rlcore.data import load_tokenizer
+
+    key = "model.tokenizer_path"
+    folder = Path(path)
+    if not folder.is_dir():
+        msg = f"{key}: {folder} does not exist; give the folder holding the tokenizer files"
+        raise ConfigError(msg)
+    # transformers builds an empty tokenizer from a model folder without tokenizer files:
+    # every prompt would then encode to zero tokens.
+    if not any((folder / name).is_file() for name in _TOKENIZER_FILES):
+        msg = (
+            f"{key}: {folder} has no tokenizer files ({', '.join(_TOKENIZER_FILES)}); "
+            "save the tokenizer there or set model.tokenizer_path"
+        )
+        raise ConfigError(msg)
+    try:
+        tokenizer = load_tokenizer(folder, require_chat_template=False)
+    except DataError as err:
+        msg = f"{key}: {err}"
+        raise ConfigError(msg) from err
+    if chat_template and not getattr(tokenizer, "chat_template", None):
+        msg = (
+            f"{key}: the tokenizer in {folder} has no chat template; add one "
+            "(chat_template.jinja) or set data.apply_chat_template = false for plain-text prompts"
+        )
+        raise ConfigError(msg)
+    return tokenizer
+
+
+def _check_file(file: str, key: str) -> None:
+    path = Path(file)
+    if not path.exists():
+        msg = f"{key}: data file {path} does not exist"
+        raise DataError(msg)
+    if not path.is_file():
+        msg = f"{key}: {path} is not a file"
+        raise DataError(msg)
+    try:
+        with path.open("rb") as fh:
+            fh.read(1)
+    except OSError as err:
+        msg = f"{key}: cannot read data file {path}: {err.strerror or err}"
+        raise DataError(msg) from err
+
+
+def _dataset_size(config: RunConfig, tokenizer: Any, files: tuple[str, ...], key: str) -> int:
+    """Build each file's dataset as the trainer would; return the prompts kept in all."""
+    from rlcore.data import PromptDataset
+
+    data = config.data
+    total = 0
+    for file in files:
+        _check_file(file, key)
+        try:
+            dataset = PromptDataset(
+                file,
+                tokenizer,
+                prompt_key=data.prompt_key,
+                max_prompt_length=data.max_prompt_length,
+                filter_overlong_prompts=data.filter_overlong_prompts,
+                truncation=data.truncation,
+                apply_chat_template=data.apply_chat_template,
+                name=key.removeprefix("data.").removesuffix("_files"),
+            )
+        except DataError as err:
+            msg = f"{key}: {err}"
+            raise DataError(msg) from err
+        except UnicodeDecodeError as err:
+            msg = f"{key}: {file} is not UTF-8 text ({err.reason} at byte {err.start})"
+            raise DataError(msg) from err
+        total += len(dataset)
+    return total
+
+
+def _needs_critic(config: RunConfig, registry: PluginRegistry) -> bool:
+    cls = registry.resolve("algorithm", config.algorithm.name, where="[algorithm]")
+    options = config.algorithm.options
+    algorithm = cls(options if options is not None else cls.Config())  # type: ignore[attr-defined]
+    return bool(algorithm.needs_critic)
+
+
+def preflight(config: RunConfig, *, registry: PluginRegistry | None = None) -> None:
+    """Check the model, tokenizer, data files and resume path of ``config`` (see module doc).
+
+    Raises a :class:`~rlcore.errors.RlcoreError` whose one-line message names the key.
+    """
+    from rlcore.checkpoint import find_checkpoint
+    from rlcore.plugins import default_registry
+
+    registry = registry if registry is not None else default_registry()
+    check_model_folder(config.model.path, "model.path")
+    critic_path = config.critic.model_path
+    if (
+        critic_path is not None
+        and os.path.abspath(critic_path) != os.path.abspath(config.model.path)
+        and _needs_critic(config, registry)
+    ):
+        check_model_folder(critic_path, "critic.model_path")
+    tokenizer = check_tokenizer(
+        config.model.tokenizer_path or config.model.path,
+        chat_template=config.data.apply_chat_template,
+    )
+
+    data = config.data
+    train = _dataset_size(config, tokenizer, data.train_files, "data.train_files")
+    if train < data.train_batch_size:
+        msg = (
+            f"data.train_batch_size: the train set has {train} prompts (after filtering), "
+            f"fewer than one batch of {data.train_batch_size}; lower it or add data"
+        )
+        raise DataError(msg)
+    val = _dataset_size(config, tokenizer, data.val_files, "data.val_files")
+
+    resume = config.trainer.resume
+    if resume not in ("auto", "off"):
+        find_checkpoint(resume, key="trainer.resume")
+    log.info(
+        "preflight ok: model %s, %d train / %d validation prompts", config.model.path, train, val
+    )

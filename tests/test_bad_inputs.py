@@ -1,0 +1,535 @@
+"""Catalogue of bad inputs: each is one exact line on stderr, exit code 2, no traceback.
+
+Config errors go through ``rlcore config validate`` with the installed plugins. File errors
+(model, tokenizer, data, resume path) go through :func:`rlcore.preflight.preflight`, the check
+``rlcore train`` runs before Ray starts; once the CLI calls it, they go through ``rlcore
+train`` itself (see ``_train_preflight``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+import rlcore.cli
+from rlcore.cli import main
+from rlcore.config import load_config
+from rlcore.errors import RlcoreError
+from rlcore.plugins import PluginRegistry
+from rlcore.preflight import preflight
+
+REPO = Path(__file__).resolve().parents[1]
+GSM8K_RAW = REPO / ".." / "shared" / "data" / "gsm8k" / "test.jsonl"
+
+CONFIG = """
+[data]
+train_files = "{data}/train.jsonl"
+val_files = "{data}/val.jsonl"
+train_batch_size = 4
+max_prompt_length = 64
+max_response_length = 16
+
+[model]
+path = "{model}"
+
+[actor]
+ppo_mini_batch_size = 2
+micro_batch_size = 1
+
+[rollout]
+n = 2
+
+[reward]
+default = "gsm8k"
+
+[algorithm]
+name = "grpo"
+"""
+
+
+def row(i: int, **over) -> dict:
+    r = {
+        "data_source": "openai/gsm8k",
+        "prompt": [{"role": "user", "content": f"What is {i} + {i}?"}],
+        "ability": "math",
+        "reward_model": {"style": "rule", "ground_truth": str(2 * i)},
+        "extra_info": {"index": i},
+    }
+    r.update(over)
+    return r
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture(scope="module")
+def registry():
+    """The installed plugins minus the test-only fake distributions on pytest's pythonpath."""
+    return PluginRegistry(disabled=["rlcore-fake", "rlcore-fake-dup"])
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from rlcore.testing.tiny_model import build_tiny_model
+
+    return build_tiny_model(
+        tmp_path_factory.mktemp("tiny") / "model", hidden=64, heads=2, kv_heads=1
+    )
+
+
+@pytest.fixture
+def run(tmp_path, tiny):
+    """A valid run: config file, 8 train and 2 validation prompts, the tiny model."""
+    data = tmp_path / "data"
+    data.mkdir()
+    write_jsonl(data / "train.jsonl", [row(i) for i in range(8)])
+    write_jsonl(data / "val.jsonl", [row(i) for i in range(2)])
+    config = tmp_path / "run.toml"
+    config.write_text(CONFIG.format(data=data, model=tiny))
+    return config
+
+
+def _cli(argv: list[str], capsys, registry) -> tuple[int, str]:
+    code = main(argv, registry=registry)
+    return code, capsys.readouterr().err
+
+
+def _train_preflight(config: Path, overrides: list[str], capsys, registry) -> tuple[int, str]:
+    """``rlcore train``'s checks before Ray: through the CLI once it calls preflight."""
+    if "preflight" in inspect.getsource(rlcore.cli):
+        return _cli(["train", str(config), *overrides], capsys, registry)
+    try:
+        preflight(load_config(config, overrides, registry), registry=registry)
+    except RlcoreError as err:  # rendered exactly as rlcore.cli.main renders it
+        return 2, f"error: {err}\n"
+    return 0, ""
+
+
+def assert_one_line(code: int, err: str, expected: str) -> None:
+    assert "Traceback" not in err
+    assert err.count("\n") == 1, err
+    assert err == f"error: {expected}\n"
+    assert code == 2
+
+
+def test_the_base_run_is_valid(run, capsys, registry):
+    assert _cli(["config", "validate", str(run)], capsys, registry) == (0, "")
+    preflight(load_config(run, registry=registry), registry=registry)
+
+
+# --- configuration -----------------------------------------------------------------------------
+
+# (overrides, message after "<config>: ")
+CONFIG_CASES = [
+    (["trainr.seed=1"], "trainr: unknown section (did you mean 'trainer'?)"),
+    (
+        ["actor.optim.learning_rate=1e-5"],
+        "actor.optim.learning_rate: unknown key (did you mean 'lr'?)",
+    ),
+    (["rollout.temprature=0.5"], "rollout.temprature: unknown key (did you mean 'temperature'?)"),
+    (['data.train_batch_size="8"'], 'data.train_batch_size: expected an integer, got "8"'),
+    (["actor.optim.lr=-1"], "actor.optim.lr: must be > 0.0, got -1.0"),
+    (["rollout.top_p=1.5"], "rollout.top_p: must be <= 1.0, got 1.5"),
+    (
+        ['model.dtype="fp8"'],
+        'model.dtype: must be one of "float32", "bfloat16", "float16"; got "fp8"',
+    ),
+    (['resources.device="tpu"'], 'resources.device: must be one of "cpu", "cuda"; got "tpu"'),
+    (
+        ['trainer.loggers=["wandb"]'],
+        "trainer.loggers: unknown logger 'wandb'; choose from console, jsonl, tensorboard",
+    ),
+    (["data.train_files=[]"], "data.train_files: must not be empty"),
+    (
+        ["actor.engine.name=fdsp2"],
+        "actor.engine.name: unknown engine 'fdsp2'. Installed: fsdp2. Did you mean 'fsdp2'?",
+    ),
+    (
+        ["actor.engine.name=megatron"],
+        "actor.engine.name: engine 'megatron' is not installed. "
+        "Install it with: pip install rlcore-megatron",
+    ),
+    (
+        ["rollout.name=vllm"],
+        "rollout.name: rollout 'vllm' is not installed. Install it with: pip install rlcore-vllm",
+    ),
+    (
+        ["algorithm.name=grp"],
+        "algorithm.name: unknown algorithm 'grp'. "
+        "Installed: grpo, ppo, reinforce_plus_plus, rloo. Did you mean 'grpo'?",
+    ),
+    (
+        ['reward.default="gsm9k"'],
+        "reward.default: unknown reward 'gsm9k'. Installed: gsm8k, math. Did you mean 'gsm8k'?",
+    ),
+    (
+        ["actor.engine.reshard_after_foward=false"],
+        "actor.engine.reshard_after_foward: unknown key (did you mean 'reshard_after_forward'?)",
+    ),
+    (["algorithm.epsilon=0"], "algorithm.epsilon: must be > 0.0, got 0.0"),
+    (
+        ["data.train_batch_size=5"],
+        "actor.ppo_mini_batch_size: data.train_batch_size (5) must be divisible by "
+        "actor.ppo_mini_batch_size (2)",
+    ),
+    (
+        ["actor.micro_batch_size=3"],
+        "actor.micro_batch_size: actor.ppo_mini_batch_size × rollout.n (2 × 2 = 4) must be "
+        "divisible by actor.micro_batch_size × resources.nnodes × resources.processes_per_node "
+        "(3 × 1 × 1 = 3)",
+    ),
+    (
+        ["actor.max_tokens_per_micro_batch=4096"],
+        "actor.max_tokens_per_micro_batch: set micro_batch_size or "
+        "max_tokens_per_micro_batch, not both",
+    ),
+    (
+        ["trainer.total_steps=10", "trainer.total_epochs=2"],
+        "trainer.total_steps: set total_steps or total_epochs, not both",
+    ),
+    (
+        ["reward.weights.math=1.0"],
+        "reward.weights.math: reward 'math' is not selected by reward.default or reward.sources",
+    ),
+    (["actor.optim"], "override 'actor.optim': expected KEY=VALUE, e.g. actor.optim.lr=1e-5"),
+    (["actor..lr=1"], "override 'actor..lr=1': 'actor..lr' is not a valid key path"),
+    (["model.path.x=1"], "override 'model.path.x=1': model.path is not a table"),
+]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"), CONFIG_CASES, ids=[c[0][0] for c in CONFIG_CASES]
+)
+def test_config_error(run, capsys, registry, overrides, message):
+    code, err = _cli(["config", "validate", str(run), *overrides], capsys, registry)
+    assert_one_line(code, err, f"{run}: {message}")
+
+
+def test_missing_config_file(tmp_path, capsys, registry):
+    code, err = _cli(["config", "validate", str(tmp_path / "nope.toml")], capsys, registry)
+    assert_one_line(code, err, f"config file '{tmp_path / 'nope.toml'}' not found")
+
+
+def test_toml_syntax_error(tmp_path, capsys, registry):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[data]\ntrain_files = "a.jsonl\n')
+    code, err = _cli(["config", "validate", str(bad)], capsys, registry)
+    assert_one_line(
+        code, err, f"invalid TOML in {bad} at line 2, column 23: Illegal character '\\n'"
+    )
+
+
+def test_missing_required_section(tmp_path, capsys, registry):
+    bad = tmp_path / "nomodel.toml"
+    bad.write_text('[data]\ntrain_files = "a.jsonl"\n[reward]\ndefault = "gsm8k"\n')
+    code, err = _cli(["config", "validate", str(bad)], capsys, registry)
+    assert_one_line(code, err, f"{bad}: model.path: missing required key")
+
+
+def test_debug_shows_the_traceback(run, capsys, registry):
+    argv = ["--debug", "config", "validate", str(run), "rollout.name=vllm"]
+    assert main(argv, registry=registry) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" in err
+    assert err.endswith("Install it with: pip install rlcore-vllm\n")
+
+
+# --- model, tokenizer, data, resume: checked before Ray starts -------------------------------
+
+
+def data_dir(run: Path) -> Path:
+    return run.parent / "data"
+
+
+def _case(run: Path, capsys, registry, overrides: list[str], expected: str) -> None:
+    code, err = _train_preflight(run, overrides, capsys, registry)
+    assert_one_line(code, err, expected)
+
+
+def test_missing_train_file(run, capsys, registry):
+    missing = data_dir(run) / "nope.jsonl"
+    _case(
+        run,
+        capsys,
+        registry,
+        [f'data.train_files="{missing}"'],
+        f"data.train_files: data file {missing} does not exist",
+    )
+
+
+def test_missing_val_file(run, capsys, registry):
+    missing = data_dir(run) / "val2.parquet"
+    _case(
+        run,
+        capsys,
+        registry,
+        [f'data.val_files=["{missing}"]'],
+        f"data.val_files: data file {missing} does not exist",
+    )
+
+
+def test_data_path_is_a_directory(run, capsys, registry):
+    folder = data_dir(run)
+    _case(
+        run,
+        capsys,
+        registry,
+        [f'data.train_files="{folder}"'],
+        f"data.train_files: {folder} is not a file",
+    )
+
+
+def test_unsupported_extension(run, capsys, registry):
+    csv = data_dir(run) / "train.csv"
+    csv.write_text("prompt,answer\n1+1,2\n")
+    _case(
+        run,
+        capsys,
+        registry,
+        [f'data.train_files="{csv}"'],
+        f"data.train_files: data file {csv}: unsupported extension '.csv' (use .parquet or .jsonl)",
+    )
+
+
+def test_corrupt_parquet(run, capsys, registry):
+    bad = data_dir(run) / "train.parquet"
+    bad.write_bytes(b"this is not parquet at all")
+    code, err = _train_preflight(run, [f'data.train_files="{bad}"'], capsys, registry)
+    # pyarrow's own reason follows; the start names the key and the file.
+    assert err.startswith(f"error: data.train_files: cannot read parquet file {bad}: ")
+    assert_one_line(code, err, err.removeprefix("error: ").removesuffix("\n"))
+
+
+def test_invalid_json_line(run, capsys, registry):
+    bad = data_dir(run) / "train.jsonl"
+    bad.write_text(json.dumps(row(0)) + "\n{not json\n")
+    _case(
+        run,
+        capsys,
+        registry,
+        [],
+        f"data.train_files: {bad}:2: not a JSON object per line: Expecting property name "
+        "enclosed in double quotes",
+    )
+
+
+def test_not_utf8(run, capsys, registry):
+    bad = data_dir(run) / "train.jsonl"
+    bad.write_bytes(b'{"prompt": "\xff\xfe"}\n')
+    _case(
+        run,
+        capsys,
+        registry,
+        [],
+        f"data.train_files: {bad} is not UTF-8 text (invalid start byte at byte 12)",
+    )
+
+
+def test_empty_data_file(run, capsys, registry):
+    empty = data_dir(run) / "train.jsonl"
+    empty.write_text("")
+    _case(run, capsys, registry, [], f"data.train_files: data file {empty} has no rows")
+
+
+def test_missing_data_source_column(run, capsys, registry):
+    file = data_dir(run) / "train.jsonl"
+    rows = [row(i) for i in range(8)]
+    del rows[3]["data_source"]
+    write_jsonl(file, rows)
+    _case(
+        run,
+        capsys,
+        registry,
+        [],
+        f"data.train_files: {file} row 3: missing required column 'data_source'",
+    )
+
+
+def test_missing_ground_truth(run, capsys, registry):
+    file = data_dir(run) / "val.jsonl"
+    write_jsonl(file, [row(0, reward_model={"style": "rule"})])
+    _case(
+        run,
+        capsys,
+        registry,
+        [],
+        f"data.val_files: {file} row 0: missing required column 'reward_model.ground_truth'",
+    )
+
+
+def test_wrong_prompt_key(run, capsys, registry):
+    file = data_dir(run) / "train.jsonl"
+    _case(
+        run,
+        capsys,
+        registry,
+        ['data.prompt_key="question"'],
+        f"data.train_files: {file} row 0: missing required column 'question'",
+    )
+
+
+@pytest.mark.skipif(not GSM8K_RAW.is_file(), reason="real data not found at ../shared/data")
+def test_raw_gsm8k_file_without_preparation(run, capsys, registry):
+    """The untouched GSM8K file (question/answer) instead of the prepared verl schema."""
+    file = GSM8K_RAW.resolve()
+    _case(
+        run,
+        capsys,
+        registry,
+        [f'data.train_files="{file}"'],
+        f"data.train_files: {file} row 0: missing required column 'prompt'",
+    )
+
+
+def test_all_prompts_longer_than_the_limit(run, capsys, registry):
+    file = data_dir(run) / "train.jsonl"
+    _case(
+        run,
+        capsys,
+        registry,
+        ["data.max_prompt_length=8"],
+        f"data.train_files: all 8 prompts in {file} are longer than max_prompt_length=8 tokens; "
+        "raise max_prompt_length",
+    )
+
+
+def test_overlong_prompts_without_filtering(run, capsys, registry):
+    file = data_dir(run) / "train.jsonl"
+    _case(
+        run,
+        capsys,
+        registry,
+        ["data.max_prompt_length=8", "data.filter_overlong_prompts=false"],
+        f"data.train_files: {file} row 0: prompt has 33 tokens, more than max_prompt_length=8 "
+        "(8 such rows); set filter_overlong_prompts = true, raise max_prompt_length, or choose "
+        "a truncation",
+    )
+
+
+def test_overlong_prompts_are_filtered_with_a_logged_count(run, caplog, registry):
+    file = data_dir(run) / "train.jsonl"
+    rows = [row(i) for i in range(8)]
+    rows[5]["prompt"] = [{"role": "user", "content": "x" * 100}]
+    write_jsonl(file, rows)
+    with caplog.at_level("WARNING", logger="rlcore.data.dataset"):
+        preflight(load_config(run, registry=registry), registry=registry)
+    assert "filtered 1 of 8 prompts longer than 64 tokens from train.jsonl" in caplog.text
+
+
+def test_fewer_prompts_than_one_batch(run, capsys, registry):
+    write_jsonl(data_dir(run) / "train.jsonl", [row(0), row(1), row(2)])
+    _case(
+        run,
+        capsys,
+        registry,
+        [],
+        "data.train_batch_size: the train set has 3 prompts (after filtering), fewer than one "
+        "batch of 4; lower it or add data",
+    )
+
+
+def test_chat_messages_without_chat_template(run, capsys, registry):
+    file = data_dir(run) / "train.jsonl"
+    _case(
+        run,
+        capsys,
+        registry,
+        ["data.apply_chat_template=false"],
+        f"data.train_files: {file} row 0: column 'prompt' holds chat messages but "
+        "apply_chat_template is false; give plain strings or enable the template",
+    )
+
+
+def test_model_path_missing(run, capsys, registry, tmp_path):
+    missing = tmp_path / "no-model"
+    _case(
+        run,
+        capsys,
+        registry,
+        [f'model.path="{missing}"'],
+        f"model.path: {missing} does not exist; give a local Hugging Face model folder",
+    )
+
+
+def test_model_path_without_weights(run, capsys, registry, tmp_path, tiny):
+    folder = tmp_path / "noweights"
+    shutil.copytree(tiny, folder, ignore=shutil.ignore_patterns("*.safetensors"))
+    _case(
+        run,
+        capsys,
+        registry,
+        [f'model.path="{folder}"'],
+        f"model.path: {folder} has no weights (*.safetensors or pytorch_model*.bin); download or "
+        "save the model there",
+    )
+
+
+def test_model_path_without_config(run, capsys, registry, tmp_path, tiny):
+    folder = tmp_path / "noconfig"
+    shutil.copytree(tiny, folder, ignore=shutil.ignore_patterns("config.json"))
+    _case(
+        run,
+        capsys,
+        registry,
+        [f'model.path="{folder}"'],
+        f"model.path: {folder} has no config.json; it is not a Hugging Face model folder",
+    )
+
+
+def test_tokenizer_without_chat_template(run, capsys, registry, tmp_path, tiny):
+    folder = tmp_path / "notemplate"
+    shutil.copytree(tiny, folder, ignore=shutil.ignore_patterns("chat_template.jinja"))
+    cfg = json.loads((folder / "tokenizer_config.json").read_text())
+    cfg.pop("chat_template", None)
+    (folder / "tokenizer_config.json").write_text(json.dumps(cfg))
+    _case(
+        run,
+        capsys,
+        registry,
+        [f'model.path="{folder}"'],
+        f"model.tokenizer_path: the tokenizer in {folder} has no chat template; add one "
+        "(chat_template.jinja) or set data.apply_chat_template = false for plain-text prompts",
+    )
+
+
+def test_model_folder_without_tokenizer_files(run, capsys, registry, tmp_path, tiny):
+    folder = tmp_path / "notok"
+    shutil.copytree(tiny, folder, ignore=shutil.ignore_patterns("tokenizer*", "chat_template*"))
+    _case(
+        run,
+        capsys,
+        registry,
+        [f'model.path="{folder}"'],
+        f"model.tokenizer_path: {folder} has no tokenizer files (tokenizer.json, tokenizer.model, "
+        "vocab.json, spiece.model); save the tokenizer there or set model.tokenizer_path",
+    )
+
+
+def test_critic_model_without_weights(run, capsys, registry, tmp_path, tiny):
+    folder = tmp_path / "critic"
+    shutil.copytree(tiny, folder, ignore=shutil.ignore_patterns("*.safetensors"))
+    _case(
+        run,
+        capsys,
+        registry,
+        ["algorithm.name=ppo", f'critic.model_path="{folder}"'],
+        f"critic.model_path: {folder} has no weights (*.safetensors or pytorch_model*.bin); "
+        "download or save the model there",
+    )
+
+
+def test_resume_path_missing(run, capsys, registry, tmp_path):
+    missing = tmp_path / "runs" / "old"
+    _case(
+        run,
+        capsys,
+        registry,
+        [f'trainer.resume="{missing}"'],
+        f"trainer.resume: checkpoint {missing} does not exist",
+    )

@@ -120,7 +120,9 @@ def assert_one_line(code: int, err: str, expected: str) -> None:
 
 def test_the_base_run_is_valid(run, capsys, registry):
     assert _cli(["config", "validate", str(run)], capsys, registry) == (0, "")
-    preflight(load_config(run, registry=registry), registry=registry)
+    checked = preflight(load_config(run, registry=registry), registry=registry)
+    assert (len(checked.train_set), len(checked.val_set)) == (8, 2)
+    assert checked.tokenizer.chat_template
 
 
 # --- configuration -----------------------------------------------------------------------------

@@ -16,7 +16,8 @@ or a bad data file costs a second, not a cluster start-up and a model load. It c
 - ``trainer.resume`` given as a path: a complete checkpoint.
 
 The datasets are built exactly as the trainer builds them (:class:`rlcore.data.PromptDataset`),
-so what passes here loads there.
+so what passes here loads there; :class:`Preflight` hands them back for the trainer to reuse
+(tokenizing GSM8K-sized data takes seconds on two cores).
 """
 
 from __future__ import annotations
@@ -27,15 +28,18 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 from rlcore.errors import ConfigError, DataError
 
 if TYPE_CHECKING:
     from rlcore.config import RunConfig
+    from rlcore.data import PromptDataset
     from rlcore.plugins import PluginRegistry
 
 log = logging.getLogger(__name__)
 
-__all__ = ["check_model_folder", "check_tokenizer", "preflight"]
+__all__ = ["Preflight", "check_model_folder", "check_tokenizer", "preflight"]
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model")
 
@@ -114,33 +118,46 @@ def _check_file(file: str, key: str) -> None:
         raise DataError(msg) from err
 
 
-def _dataset_size(config: RunConfig, tokenizer: Any, files: tuple[str, ...], key: str) -> int:
-    """Build each file's dataset as the trainer would; return the prompts kept in all."""
+def _utf8_culprit(files: tuple[str, ...]) -> tuple[str, UnicodeDecodeError] | None:
+    for file in files:
+        if Path(file).suffix.lower() == ".parquet":
+            continue
+        try:
+            Path(file).read_bytes().decode("utf-8")
+        except UnicodeDecodeError as err:
+            return file, err
+    return None
+
+
+def _build_dataset(
+    config: RunConfig, tokenizer: Any, files: tuple[str, ...], key: str, name: str
+) -> PromptDataset:
+    """The dataset exactly as the trainer builds it (all files in one)."""
     from rlcore.data import PromptDataset
 
-    data = config.data
-    total = 0
     for file in files:
         _check_file(file, key)
-        try:
-            dataset = PromptDataset(
-                file,
-                tokenizer,
-                prompt_key=data.prompt_key,
-                max_prompt_length=data.max_prompt_length,
-                filter_overlong_prompts=data.filter_overlong_prompts,
-                truncation=data.truncation,
-                apply_chat_template=data.apply_chat_template,
-                name=key.removeprefix("data.").removesuffix("_files"),
-            )
-        except DataError as err:
-            msg = f"{key}: {err}"
-            raise DataError(msg) from err
-        except UnicodeDecodeError as err:
-            msg = f"{key}: {file} is not UTF-8 text ({err.reason} at byte {err.start})"
-            raise DataError(msg) from err
-        total += len(dataset)
-    return total
+    data = config.data
+    try:
+        return PromptDataset(
+            files,
+            tokenizer,
+            prompt_key=data.prompt_key,
+            max_prompt_length=data.max_prompt_length,
+            filter_overlong_prompts=data.filter_overlong_prompts,
+            truncation=data.truncation,
+            apply_chat_template=data.apply_chat_template,
+            max_samples=data.val_max_samples if name == "val" else None,
+            name=name,
+        )
+    except DataError as err:
+        msg = f"{key}: {err}"
+        raise DataError(msg) from err
+    except UnicodeDecodeError as err:
+        found = _utf8_culprit(files)
+        file, cause = found if found is not None else (", ".join(files), err)
+        msg = f"{key}: {file} is not UTF-8 text ({cause.reason} at byte {cause.start})"
+        raise DataError(msg) from err
 
 
 def _needs_critic(config: RunConfig, registry: PluginRegistry) -> bool:
@@ -150,10 +167,20 @@ def _needs_critic(config: RunConfig, registry: PluginRegistry) -> bool:
     return bool(algorithm.needs_critic)
 
 
-def preflight(config: RunConfig, *, registry: PluginRegistry | None = None) -> None:
+@attrs.frozen(kw_only=True)
+class Preflight:
+    """What the checks loaded; the trainer may reuse it instead of tokenizing again."""
+
+    tokenizer: Any
+    train_set: PromptDataset
+    val_set: PromptDataset | None
+
+
+def preflight(config: RunConfig, *, registry: PluginRegistry | None = None) -> Preflight:
     """Check the model, tokenizer, data files and resume path of ``config`` (see module doc).
 
     Raises a :class:`~rlcore.errors.RlcoreError` whose one-line message names the key.
+    Returns the tokenizer and the datasets, built exactly as the trainer builds them.
     """
     from rlcore.checkpoint import find_checkpoint
     from rlcore.plugins import default_registry
@@ -173,18 +200,27 @@ def preflight(config: RunConfig, *, registry: PluginRegistry | None = None) -> N
     )
 
     data = config.data
-    train = _dataset_size(config, tokenizer, data.train_files, "data.train_files")
+    train_set = _build_dataset(config, tokenizer, data.train_files, "data.train_files", "train")
+    train = len(train_set)
     if train < data.train_batch_size:
         msg = (
             f"data.train_batch_size: the train set has {train} prompts (after filtering), "
             f"fewer than one batch of {data.train_batch_size}; lower it or add data"
         )
         raise DataError(msg)
-    val = _dataset_size(config, tokenizer, data.val_files, "data.val_files")
+    val_set = (
+        _build_dataset(config, tokenizer, data.val_files, "data.val_files", "val")
+        if data.val_files
+        else None
+    )
 
     resume = config.trainer.resume
     if resume not in ("auto", "off"):
         find_checkpoint(resume, key="trainer.resume")
     log.info(
-        "preflight ok: model %s, %d train / %d validation prompts", config.model.path, train, val
+        "preflight ok: model %s, %d train / %d validation prompts",
+        config.model.path,
+        train,
+        len(val_set) if val_set is not None else 0,
     )
+    return Preflight(tokenizer=tokenizer, train_set=train_set, val_set=val_set)

@@ -171,6 +171,15 @@ def test_export_loads_in_transformers_and_generates_the_engines_greedy_text(tiny
     logp = logp.gather(-1, expected.batch["responses"].unsqueeze(-1)).squeeze(-1)
     torch.testing.assert_close(logp * mask, log_probs * mask, atol=1e-5, rtol=1e-5)
 
+    # --- a bf16 export of the step directory itself: the float32 weights, rounded
+    step_dir = run_dir / "checkpoints" / "global_step_1"
+    argv = ["export", str(step_dir), str(tmp_path / "bf16"), "--dtype", "bfloat16"]
+    assert main(argv) == 0
+    half = AutoModelForCausalLM.from_pretrained(tmp_path / "bf16", dtype="auto")
+    for name, tensor in half.state_dict().items():
+        assert tensor.dtype == torch.bfloat16, name
+        assert torch.equal(tensor, trained[name].to(torch.bfloat16)), name
+
 
 # --- errors: one line, exit code 2 -------------------------------------------------------------
 

@@ -94,15 +94,13 @@ def _cmd_train(args: argparse.Namespace) -> int:
     # Validates every section and resolves every selected plugin (engine, rollout, rewards,
     # algorithm): a missing plugin is reported with how to install it before Ray starts.
     config = load_config(args.config, args.overrides, args.registry)
-    try:
-        from rlcore.trainer import run_training  # type: ignore[attr-defined,unused-ignore]
-    except ModuleNotFoundError as err:
-        if err.name not in ("rlcore.trainer",):
-            raise
-        msg = f"{args.config} is valid, but this rlcore installation has no trainer yet"
-        raise RlcoreError(msg) from err
+    from rlcore.preflight import preflight
 
+    # Model, tokenizer, data files and the resume path are checked before Ray starts, so a bad
+    # input costs a second and one clear line, not a worker traceback minutes later.
+    preflight(config, registry=args.registry)
     from rlcore.ray_utils import start_ray
+    from rlcore.trainer import run_training
 
     start_ray(config.resources)
     result = run_training(config)

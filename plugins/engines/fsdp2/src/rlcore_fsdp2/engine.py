@@ -443,7 +443,7 @@ class FSDP2Engine(BaseEngine):
             model_state_dict=state["model"],
             optim_state_dict=state.get("optim", {}),
         )
-        extra = torch.load(extra_file, weights_only=False)
+        extra = torch.load(extra_file, weights_only=True)
         self.global_step = int(extra["global_step"])
         self.skipped_steps = int(extra["skipped_steps"])
         if self.scheduler is not None and extra["scheduler"] is not None:

@@ -55,6 +55,11 @@ def load_tokenizer(path: str | os.PathLike[str], *, require_chat_template: bool 
             "apply_chat_template = false and give plain-text prompts"
         )
         raise DataError(msg)
+    if len(tokenizer) == 0 or not tokenizer.encode("a", add_special_tokens=False):
+        # transformers builds an empty tokenizer from a folder without tokenizer files rather
+        # than failing; every prompt would silently become zero tokens.
+        msg = f"no tokenizer files in {folder} (expected tokenizer.json or tokenizer_config.json)"
+        raise DataError(msg)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
@@ -78,19 +83,26 @@ def read_rows(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         return rows
     if suffix in (".jsonl", ".json"):
         rows = []
-        with file.open(encoding="utf-8") as fh:
-            for lineno, line in enumerate(fh, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as err:
-                    msg = f"{file}:{lineno}: not a JSON object per line: {err.msg}"
-                    raise DataError(msg) from err
-                if not isinstance(row, dict):
-                    msg = f"{file}:{lineno}: expected a JSON object, got {type(row).__name__}"
-                    raise DataError(msg)
-                rows.append(row)
+        try:
+            with file.open(encoding="utf-8") as fh:
+                for lineno, line in enumerate(fh, start=1):
+                    if not line.strip():
+                        continue
+                    try:
+                        row = json.loads(line)
+                    except json.JSONDecodeError as err:
+                        msg = f"{file}:{lineno}: not a JSON object per line: {err.msg}"
+                        raise DataError(msg) from err
+                    if not isinstance(row, dict):
+                        msg = f"{file}:{lineno}: expected a JSON object, got {type(row).__name__}"
+                        raise DataError(msg)
+                    rows.append(row)
+        except UnicodeDecodeError as err:
+            msg = f"{file} is not UTF-8 text ({err.reason} at byte {err.start})"
+            raise DataError(msg) from err
+        except OSError as err:
+            msg = f"cannot read {file}: {err.strerror or err}"
+            raise DataError(msg) from err
         return rows
     msg = f"data file {file}: unsupported extension {suffix!r} (use .parquet or .jsonl)"
     raise DataError(msg)
@@ -218,6 +230,12 @@ class PromptDataset:
             )
             raise DataError(msg)
         if n_over and filter_overlong:
+            if n_over == len(encoded):
+                msg = (
+                    f"all {len(encoded)} prompts in {path} are longer than "
+                    f"max_prompt_length={limit} tokens; raise max_prompt_length"
+                )
+                raise DataError(msg)
             log.warning(
                 "filtered %d of %d prompts longer than %d tokens from %s",
                 n_over,
@@ -225,12 +243,6 @@ class PromptDataset:
                 limit,
                 path.name,
             )
-            if n_over == len(encoded):
-                msg = (
-                    f"all {len(encoded)} prompts in {path} are longer than "
-                    f"max_prompt_length={limit} tokens; raise max_prompt_length"
-                )
-                raise DataError(msg)
         for i, (row, ids) in enumerate(zip(rows, encoded)):
             if len(ids) > limit:
                 if filter_overlong:

@@ -188,3 +188,29 @@ def test_ppo_trains_a_critic_and_kl_adds_the_reference(ray_session, assets, tmp_
     assert last["actor/grad_norm"] > 0
     assert last["critic/grad_norm"] > 0
     assert not any(k.startswith("val/") for r in rows for k in r)
+
+
+def test_a_worker_failure_is_one_error_naming_the_role_and_frees_the_workers(
+    ray_session, assets, tmp_path
+):
+    """A model folder with a tokenizer but no weights: the driver loads the tokenizer, the
+    worker fails to build its engine; the error names role, rank and method."""
+    import shutil
+    import time
+
+    import ray
+
+    from rlcore.errors import WorkerError
+    from rlcore.trainer import run_training
+
+    root, model, data = assets
+    broken = tmp_path / "no_weights"
+    shutil.copytree(model, broken, ignore=shutil.ignore_patterns("*.safetensors"))
+    config = _config((root, broken, data), tmp_path, "grpo")
+    with pytest.raises(WorkerError, match=r"actor_rollout_ref rank 0 failed in init_model"):
+        run_training(config)
+    # The group's process and placement group are released for the next run.
+    deadline = time.monotonic() + 10
+    while ray.available_resources().get("CPU", 0) < ray.cluster_resources()["CPU"]:
+        assert time.monotonic() < deadline, ray.available_resources()
+        time.sleep(0.2)

@@ -169,8 +169,9 @@ class Trainer:
             _add_timing(worker, _take_metrics(gen))
             batch = batch.repeat(n, interleave=True).union(gen)
             batch.meta_info["global_step"] = self.state.step
-            # Log-probs of the distribution that was sampled: logits / temperature.
-            batch.meta_info["temperature"] = self.config.rollout.temperature
+            # Log-probs of the distribution that was sampled: logits / temperature (greedy
+            # training, temperature 0, scores the unscaled distribution).
+            batch.meta_info["temperature"] = self.config.rollout.temperature or 1.0
             needs_entropy = bool(getattr(self.algorithm, "needs_entropy", False))
             batch.meta_info["calculate_entropy"] = needs_entropy
             model_in = self._select(batch, POLICY_INPUT_KEYS)

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
@@ -77,3 +79,65 @@ def test_math_verify_from_threads_and_process_pool():
         assert all(pool.map(lambda _: _score_symbolic(), range(4)))
     with ProcessPoolExecutor(1) as pool:
         assert pool.submit(_score_symbolic).result(timeout=60)
+
+
+class _SlowFinalizer:
+    def __del__(self):
+        _busy(0.002)
+
+
+def _busy(seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
+def _finalizer_heavy_work() -> None:
+    # First 0.5 s all in __del__ (where a raise is swallowed as "Exception ignored"), then
+    # half in __del__, half in plain code, until 3 s.
+    start = time.monotonic()
+    while time.monotonic() - start < 3.0:
+        _SlowFinalizer()
+        if time.monotonic() - start > 0.5:
+            _busy(0.002)
+
+
+def test_deadline_survives_alarm_landing_in_a_finalizer():
+    # A one-shot alarm landing in a finalizer was lost and the call ran 3 s; the repeating
+    # tick skips finalizers and raises in plain code soon after.
+    start = time.monotonic()
+    with pytest.raises(DeadlineExceeded):
+        call_with_deadline(_finalizer_heavy_work, 0.3)
+    assert time.monotonic() - start < 2.0
+
+
+@pytest.fixture
+def cpu_hogs():
+    """Two busy-loop processes: the machine as loaded as a full CI run on 2 cores."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    yield
+    for hog in hogs:
+        hog.kill()
+        hog.wait()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_big_symbolic_power_stays_in_limit_under_load(cpu_hogs):
+    # Regression: \boxed{(x+1)^{5000}} against "10" took 45 s under load with a 1 s limit.
+    limit, grace = 1.0, 1.5
+    reward = MathReward(MathReward.Config(timeout_s=limit, extract="both"))
+    cases = [
+        ("\\boxed{(x+1)^{5000}}", "10"),
+        ("\\boxed{(x+1)^{5000}}", ["10", "\\frac{1}{2}", "x^2+1", "\\sqrt{12}"]),
+        ("\\boxed{(x+\\pi)^{3001}}", "x^2+1"),
+        ("\\boxed{10}", "(x+1)^{5000}"),
+        # Not refused by the guard: the deadline (shared by all references) cuts it.
+        ("\\boxed{(x+1)^{100}(x+2)^{100}(x+3)^{100}}", ["10", "7", "x", "x^2+1"]),
+    ]
+    for text, ref in cases:
+        start = time.monotonic()
+        out = reward.score("math", text, ref)
+        elapsed = time.monotonic() - start
+        assert out["acc"] is False
+        assert elapsed < limit + grace, (elapsed, text, ref)

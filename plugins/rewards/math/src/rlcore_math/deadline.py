@@ -5,8 +5,11 @@ raise in a thread). We call it with its timeouts off and impose ours:
 
 - main thread (a plain process, a process-pool worker, a Ray task): ``signal.setitimer``
   with a handler that raises :class:`_DeadlineHit`, a ``BaseException`` so that sympy's
-  ``except Exception`` blocks cannot swallow it. A timer the caller had armed (pytest-timeout)
-  is re-armed afterwards with its remaining time.
+  ``except Exception`` blocks cannot swallow it. The timer keeps firing every 50 ms until
+  the call has unwound, and never raises inside a finalizer: a raise there is swallowed
+  by Python, and with a one-shot alarm a GC pass at the wrong moment let a 1 s limit run
+  for the whole computation (45 s). A timer the caller had armed (pytest-timeout) is
+  re-armed afterwards with its remaining time.
 - other threads: the work runs in a daemon thread that we stop waiting for. Python cannot
   kill a thread, so a runaway computation keeps a core busy until it ends; the input guards
   in :mod:`rlcore_math.verify` keep such work short.
@@ -22,6 +25,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from types import FrameType
 from typing import TypeVar
 
 __all__ = ["DeadlineExceeded", "call_with_deadline"]
@@ -29,6 +33,10 @@ __all__ = ["DeadlineExceeded", "call_with_deadline"]
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+# After the first tick, the alarm fires again this often until the call has unwound.
+_RETRY_S = 0.05
+_FINALIZER_FILES = ("weakref.py", "_weakrefset.py")
 
 
 class DeadlineExceeded(TimeoutError):
@@ -49,40 +57,42 @@ def call_with_deadline(fn: Callable[[], T], timeout_s: float | None) -> T:
 
 
 def _call_with_alarm(fn: Callable[[], T], timeout_s: float) -> T:
-    armed = [True]
+    def limited() -> T:  # its frame on the stack marks "inside the limited call"
+        return fn()
 
-    def on_alarm(signum: int, frame: object) -> None:
-        if armed[0]:
-            raise _DeadlineHit
+    limited_code = limited.__code__
+
+    def on_alarm(signum: int, frame: FrameType | None) -> None:
+        # Raise only inside ``limited``: a tick that lands after it returned (while we
+        # disarm) is ignored instead of escaping into the caller. Nor inside a finalizer
+        # (``__del__``, weakref callback) run by the GC: Python would swallow the raise
+        # ("Exception ignored") and the library's cleanup would be cut short; the next
+        # tick, _RETRY_S later, tries again.
+        while frame is not None:
+            code = frame.f_code
+            if code is limited_code:
+                raise _DeadlineHit
+            if code.co_name == "__del__" or code.co_filename.endswith(_FINALIZER_FILES):
+                return
+            frame = frame.f_back
 
     start = time.monotonic()
     old_handler = signal.signal(signal.SIGALRM, on_alarm)
-    old_delay, old_interval = signal.setitimer(signal.ITIMER_REAL, timeout_s)
+    # The timer repeats every _RETRY_S after the first tick, see on_alarm.
+    old_delay, old_interval = signal.setitimer(signal.ITIMER_REAL, timeout_s, _RETRY_S)
     try:
-        return fn()
+        return limited()
     except _DeadlineHit:
         msg = f"gave up after {timeout_s:g} s"
         raise DeadlineExceeded(msg) from None
     finally:
-        _disarm(armed, old_handler, old_delay, old_interval, start)
-
-
-def _disarm(
-    armed: list[bool], old_handler: object, old_delay: float, old_interval: float, start: float
-) -> None:
-    # The alarm may fire between ``fn`` returning and ``armed`` turning False: retry then.
-    while True:
-        try:
-            armed[0] = False
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, old_handler)  # type: ignore[arg-type]
-            if old_delay > 0:
-                # Give the caller's own alarm back what is left of it (at least a tick).
-                remaining = max(old_delay - (time.monotonic() - start), 1e-3)
-                signal.setitimer(signal.ITIMER_REAL, remaining, old_interval)
-            return
-        except _DeadlineHit:
-            continue
+        # signal.signal() runs any pending handler (ours, a no-op here) before swapping.
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old_handler)
+        if old_delay > 0:
+            # Give the caller's own alarm (pytest-timeout) what is left of it, at least a tick.
+            remaining = max(old_delay - (time.monotonic() - start), 1e-3)
+            signal.setitimer(signal.ITIMER_REAL, remaining, old_interval)
 
 
 def _call_in_thread(fn: Callable[[], T], timeout_s: float) -> T:

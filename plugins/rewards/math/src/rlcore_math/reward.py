@@ -13,6 +13,7 @@ Scoring never raises on model output and returns within about ``timeout_s`` (see
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, Literal
 
 import attrs
@@ -38,7 +39,8 @@ class MathReward(BaseReward):
         )
         score: float = 1.0  # for a correct answer
         format_score: float = 0.0  # for an answer that was found but is wrong
-        # Wall-clock limit of the symbolic (math-verify) check of one answer.
+        # Wall-clock limit of the symbolic (math-verify) checks of one response, all
+        # references together.
         timeout_s: float = attrs.field(default=2.0, validator=attrs.validators.gt(0.0))
         use_math_verify: bool = True
 
@@ -60,12 +62,16 @@ class MathReward(BaseReward):
         if pred is None:
             return {"score": 0.0, "acc": False, "pred": None}
         acc = False
+        # One budget for the whole call: several references share it, and once it is
+        # spent the remaining ones get the cheap exact checks only.
+        deadline = time.monotonic() + cfg.timeout_s
         for ref in _ground_truth_texts(ground_truth):
+            remaining = deadline - time.monotonic()
             acc, reason = check_equiv(
                 pred,
                 remove_boxed(ref),
-                use_math_verify=cfg.use_math_verify,
-                timeout_s=cfg.timeout_s,
+                use_math_verify=cfg.use_math_verify and remaining > 0.0,
+                timeout_s=max(remaining, 1e-3),
             )
             if reason in ("timeout", "unsafe"):
                 log.debug("math reward for %s: %s answer judged wrong", data_source, reason)

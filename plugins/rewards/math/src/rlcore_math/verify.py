@@ -14,9 +14,10 @@ Order of checks (the first that decides wins):
 
 Safety of step 4: answers over ``MAX_ANSWER_CHARS`` or nested deeper than ``_MAX_DEPTH``
 are not parsed; the parsed (unevaluated) trees are walked before comparison and refused when
-they hold a huge number (``10^{10^{10}}``, ``(10^{10})!``, ``x^{100000}``) or an
-unevaluated sum/integral/limit: such values block inside C (big-int arithmetic holds the GIL)
-where no timer can interrupt them. Parse + compare run under
+they hold a huge number (``10^{10^{10}}``, ``(10^{10})!``, ``x^{100000}``), a sum to a
+power over 100 (``(x+1)^{5000}``: expanding it takes minutes) or an unevaluated
+sum/integral/limit: such values block inside C (big-int arithmetic holds the GIL) where no
+timer can interrupt them, or run far past the limit. Parse + compare run under
 :func:`rlcore_math.deadline.call_with_deadline`.
 """
 
@@ -44,6 +45,9 @@ _MAX_NODES = 2000  # sympy tree size allowed into verify
 _MAX_EXPONENT_LOG10 = 4.0  # |exponent| <= 1e4
 _MAX_RESULT_LOG10 = 1e5  # values up to 100 000 digits
 _MAX_FACTORIAL_LOG10 = 3.5  # n! for n <= ~3000
+# (x+1)^n, (\sqrt{2}+\pi)^n: simplify() expands a sum to the n-th power into n+1 terms of
+# n-digit numbers, ~90 s for n = 5000; refused above this exponent (x^n, 2^n are cheap).
+_MAX_SYMBOLIC_POWER = 100
 
 # Reasons returned by check_equiv.
 STRING, NUMBER, TUPLE, MATH_VERIFY = "string", "number", "tuple", "math_verify"
@@ -199,6 +203,12 @@ def _log10_bound(expr: Any, budget: list[int]) -> float:
         base, exponent = (
             (expr.base, expr.exp) if isinstance(expr, sympy.Pow) else (sympy.E, expr.args[0])
         )
+        if (
+            isinstance(exponent, sympy.Rational)
+            and abs(exponent) > _MAX_SYMBOLIC_POWER
+            and base.has(sympy.Add)
+        ):
+            raise _Unsafe
         return _power_bound(_log10_bound(base, budget), _log10_bound(exponent, budget))
     if isinstance(expr, sympy.factorial | sympy.factorial2 | sympy.subfactorial | sympy.gamma):
         arg = _log10_bound(expr.args[0], budget)

@@ -2,9 +2,12 @@
 
 ``run_training(config)`` is what ``rlcore train`` calls once Ray is up: it creates the run
 directory (``trainer.run_dir``) with the resolved ``config.toml``, builds data, reward
-manager, algorithm and workers (:mod:`rlcore.trainer.builder`), runs
-:meth:`rlcore.trainer.fit.Trainer.fit`, plots the curves when matplotlib is installed and
-returns the exit code. Importing this package is cheap; torch and Ray load when a run starts.
+manager, algorithm and workers (:mod:`rlcore.trainer.builder`), resumes from a checkpoint
+(``trainer.resume``: ``"auto"`` takes ``<run_dir>/checkpoints/latest`` when there is one),
+runs :meth:`rlcore.trainer.fit.Trainer.fit` (checkpoints every ``trainer.save_freq`` steps
+and at the end), exports the final actor to ``<run_dir>/final_hf``, plots the curves when
+matplotlib is installed and returns the exit code. Importing this package is cheap; torch
+and Ray load when a run starts.
 """
 
 from __future__ import annotations
@@ -19,16 +22,17 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["prepare_run_dir", "run_training"]
+__all__ = ["FINAL_EXPORT_DIR", "prepare_run_dir", "run_training"]
 
 CONFIG_FILE = "config.toml"
+FINAL_EXPORT_DIR = "final_hf"  # under the run directory: the last actor, HF format
 
 
-def prepare_run_dir(config: RunConfig) -> Path:
+def prepare_run_dir(config: RunConfig, *, resuming: bool = False) -> Path:
     """Create ``trainer.run_dir`` and write the resolved config into it.
 
-    There is no resume yet, so a ``metrics.jsonl`` left by an earlier run is renamed
-    (``metrics.<time>.jsonl``) rather than appended to.
+    A fresh run renames a ``metrics.jsonl`` left by an earlier run (``metrics.<time>.jsonl``);
+    a resumed one appends to it.
     """
     from rlcore.config import config_to_dict, dump_toml
     from rlcore.tracking import METRICS_FILE
@@ -38,7 +42,7 @@ def prepare_run_dir(config: RunConfig) -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / CONFIG_FILE).write_text(dump_toml(config_to_dict(config)), encoding="utf-8")
     old = run_dir / METRICS_FILE
-    if old.exists():
+    if old.exists() and not resuming:
         kept = run_dir / f"metrics.{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
         old.rename(kept)
         log.warning("an earlier run's metrics were moved to %s", kept)
@@ -49,6 +53,7 @@ def run_training(config: RunConfig) -> int:
     """Train with ``config`` (Ray started or joined here if not yet); returns the exit code."""
     import ray
 
+    from rlcore.checkpoint import CHECKPOINTS_DIR, CheckpointManager
     from rlcore.data import load_tokenizer
     from rlcore.ray_utils import start_ray
     from rlcore.tracking import Tracker
@@ -63,7 +68,12 @@ def run_training(config: RunConfig) -> int:
     from rlcore.workers.worker import pin_torch_threads
 
     pin_torch_threads()  # the driver scores rewards and advantages: one thread is plenty
-    run_dir = prepare_run_dir(config)
+    assert config.trainer.run_dir is not None  # resolved by load_config
+    checkpoints = CheckpointManager(
+        Path(config.trainer.run_dir) / CHECKPOINTS_DIR, keep_last=config.trainer.keep_last
+    )
+    resume_from = checkpoints.resolve_resume(config.trainer.resume)
+    run_dir = prepare_run_dir(config, resuming=resume_from is not None)
     if not ray.is_initialized():
         start_ray(config.resources)
 
@@ -81,6 +91,7 @@ def run_training(config: RunConfig) -> int:
         config.trainer.loggers,
         total_steps=total_steps,
         console_every=config.trainer.log_freq,
+        start_step=_checkpoint_step(resume_from),
     )
     try:
         trainer = Trainer(
@@ -94,8 +105,15 @@ def run_training(config: RunConfig) -> int:
             tracker=tracker,
             total_steps=total_steps,
             world_size=workers.world_size,
+            checkpoints=checkpoints,
         )
+        if resume_from is not None:
+            trainer.restore(resume_from)
         trainer.fit()
+        # Unconditional: the config has no switch to turn the final export off yet.
+        export_dir = run_dir / FINAL_EXPORT_DIR
+        workers.policy.export_hf(str(export_dir))
+        log.info("final actor exported to %s", export_dir)
     finally:
         tracker.close()
         reward_manager.close()
@@ -103,6 +121,12 @@ def run_training(config: RunConfig) -> int:
     _plot(run_dir)
     log.info("run directory: %s", run_dir.resolve())
     return 0
+
+
+def _checkpoint_step(path: Path | None) -> int:
+    from rlcore.checkpoint import step_of
+
+    return (step_of(path) or 0) if path is not None else 0
 
 
 def _plot(run_dir: Path) -> None:

@@ -14,18 +14,26 @@ Validation (greedy by default, ``[rollout.val]``) runs before training and every
 ``test_freq`` steps, and reports ``val/<data_source>/score`` and ``val/<data_source>/acc``.
 
 The loop's state lives in :class:`LoopState` and :meth:`Trainer.state_dict` (step,
-dataloader position, the algorithm's driver state): checkpoint/resume saves and restores that.
+dataloader position, the algorithm's driver state). Checkpoints (``trainer.save_freq``, and
+always after the last step) hold that, the driver's RNG, the resolved config and the
+workers' engine state (see :mod:`rlcore.checkpoint` for the layout); :meth:`Trainer.restore`
+loads one. A step whose update was non-finite (loss or gradient) is skipped by the engine
+and reported (``actor/nonfinite``); ``MAX_CONSECUTIVE_NONFINITE`` of them in a row stop the
+run with :class:`NonFiniteError` before anything is saved.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
 import numpy as np
 
+from rlcore.errors import RlcoreError
 from rlcore.metrics import (
     compute_data_metrics,
     compute_throughput_metrics,
@@ -35,6 +43,7 @@ from rlcore.metrics import (
 from rlcore.trainer.roles import POLICY_INPUT_KEYS
 
 if TYPE_CHECKING:
+    from rlcore.checkpoint import CheckpointManager
     from rlcore.config import RunConfig
     from rlcore.data import PromptDataLoader
     from rlcore.interfaces import BaseAlgorithm
@@ -45,7 +54,25 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LoopState", "Trainer", "reduce_worker_metrics"]
+__all__ = [
+    "MAX_CONSECUTIVE_NONFINITE",
+    "LoopState",
+    "NonFiniteError",
+    "Trainer",
+    "reduce_worker_metrics",
+]
+
+# Consecutive steps with a non-finite loss or gradient before the run stops. There is no
+# config key for it yet (``trainer.max_consecutive_nonfinite`` would be the place).
+MAX_CONSECUTIVE_NONFINITE = 3
+
+# Per-step flags the workers report: > 0 when an optimizer update was skipped.
+_NONFINITE_KEYS = ("actor/nonfinite", "critic/nonfinite")
+
+
+class NonFiniteError(RlcoreError):
+    """Too many consecutive steps had a non-finite loss or gradient."""
+
 
 # The rollout's inputs, taken out of the prompt batch before it is repeated n times.
 _PROMPT_KEYS = ["input_ids", "attention_mask", "position_ids"]
@@ -57,6 +84,8 @@ class LoopState:
 
     step: int = 0
     total_steps: int = 0
+    nonfinite_in_a_row: int = 0
+    resumed_from: int | None = None  # the checkpoint step this run started from
 
 
 def reduce_worker_metrics(metrics: Mapping[str, Sequence[float] | float]) -> dict[str, float]:
@@ -104,6 +133,8 @@ class Trainer:
         tracker: Tracker,
         total_steps: int,
         world_size: int = 1,
+        checkpoints: CheckpointManager | None = None,
+        max_consecutive_nonfinite: int = MAX_CONSECUTIVE_NONFINITE,
     ) -> None:
         self.config = config
         self.policy = policy
@@ -114,6 +145,8 @@ class Trainer:
         self.val_loader = val_loader
         self.tracker = tracker
         self.world_size = world_size
+        self.checkpoints = checkpoints
+        self.max_consecutive_nonfinite = max_consecutive_nonfinite
         self.state = LoopState(step=0, total_steps=total_steps)
         self.last_metrics: dict[str, float] = {}
 
@@ -128,13 +161,70 @@ class Trainer:
             "algorithm": algo_state() if callable(algo_state) else {},
         }
 
+    def save_checkpoint(self) -> Path | None:
+        """Write ``global_step_<step>`` (driver state, config, workers' engines) atomically."""
+        if self.checkpoints is None:
+            return None
+        from rlcore.checkpoint import CONFIG_FILE, capture_rng_state, save_driver_state
+        from rlcore.config import config_to_dict, dump_toml
+
+        driver = self.state_dict()
+
+        def write(tmp: Path) -> None:
+            # Workers write their shards straight into the temporary directory (same host,
+            # or a shared filesystem across nodes); the manager fsyncs and renames it.
+            self.policy.save_checkpoint(str(tmp))
+            if self.critic is not None:
+                self.critic.save_checkpoint(str(tmp))
+            save_driver_state(
+                tmp,
+                step=driver["step"],
+                dataloader_state=driver["dataloader"],
+                extra={"algorithm": driver["algorithm"]},
+                rng=capture_rng_state(),
+            )
+            text = dump_toml(config_to_dict(self.config))
+            (tmp / CONFIG_FILE).write_text(text, encoding="utf-8")
+
+        return self.checkpoints.save(self.state.step, write)
+
+    def restore(self, path: Path) -> None:
+        """Load checkpoint ``path``: step, dataloader, algorithm, RNG and the workers' state."""
+        from rlcore.checkpoint import CheckpointError, load_driver_state, restore_rng_state
+
+        driver = load_driver_state(path)
+        if driver.step > self.state.total_steps:
+            msg = (
+                f"checkpoint {path} is at step {driver.step}, past this run's "
+                f"{self.state.total_steps} steps: raise trainer.total_steps or set "
+                'trainer.resume = "off"'
+            )
+            raise CheckpointError(msg)
+        self.train_loader.load_state_dict(driver.dataloader)
+        algo_state = driver.extra.get("algorithm") or {}
+        load = getattr(self.algorithm, "load_state_dict", None)
+        if algo_state and callable(load):
+            load(algo_state)
+        self.policy.load_checkpoint(str(path))
+        if self.critic is not None:
+            self.critic.load_checkpoint(str(path))
+        if driver.rng is not None:
+            restore_rng_state(driver.rng)
+        self.state.step = driver.step
+        self.state.resumed_from = driver.step
+        log.info("resumed from %s at step %d", path, driver.step)
+
     # --- the loop -------------------------------------------------------------------------
 
     def fit(self) -> dict[str, float]:
-        """Train for ``total_steps``; returns the last step's metrics."""
+        """Train up to ``total_steps``; returns the last step's metrics.
+
+        Saves every ``trainer.save_freq`` steps and after the last one. A resumed run does
+        not validate before training again (its first run did, at that step's weights).
+        """
         cfg = self.config.trainer
         state = self.state
-        if cfg.val_before_train and self.val_loader is not None:
+        if cfg.val_before_train and self.val_loader is not None and state.resumed_from is None:
             val = self.validate()
             self.tracker.log(val, step=state.step)
             log.info("validation before training: %s", _fmt(val))
@@ -143,6 +233,7 @@ class Trainer:
                 metrics = self.train_step(batch)
                 state.step += 1
                 last = state.step >= state.total_steps
+                self._check_finite(metrics)
                 if (
                     self.val_loader is not None
                     and cfg.test_freq
@@ -152,9 +243,43 @@ class Trainer:
                 metrics["training/epoch"] = float(batch.meta_info.get("epoch", 0))
                 self.tracker.log(metrics, step=state.step)
                 self.last_metrics = metrics
+                if last or (cfg.save_freq and state.step % cfg.save_freq == 0):
+                    self.save_checkpoint()
                 if last:
                     break
+        if state.resumed_from is not None and state.resumed_from >= state.total_steps:
+            log.info("checkpoint step %d is the last step: nothing left to train", state.step)
         return self.last_metrics
+
+    def _check_finite(self, metrics: dict[str, float]) -> None:
+        """Count steps whose update was skipped; stop (before any save) after too many."""
+        state = self.state
+        skipped = any(
+            not math.isfinite(metrics.get(key, 0.0)) or metrics.get(key, 0.0) > 0
+            for key in _NONFINITE_KEYS
+        )
+        metrics["training/nonfinite_step"] = 1.0 if skipped else 0.0
+        if not skipped:
+            state.nonfinite_in_a_row = 0
+            return
+        state.nonfinite_in_a_row += 1
+        log.warning(
+            "step %d: non-finite loss or gradient, update skipped (%d in a row, stop at %d)",
+            state.step,
+            state.nonfinite_in_a_row,
+            self.max_consecutive_nonfinite,
+        )
+        if state.nonfinite_in_a_row >= self.max_consecutive_nonfinite:
+            # Log the failing step first so metrics.jsonl shows it, then stop unsaved.
+            metrics["training/epoch"] = float(self.train_loader.state_dict()["epoch"])
+            self.tracker.log(metrics, step=state.step)
+            msg = (
+                f"{state.nonfinite_in_a_row} consecutive steps had a non-finite loss or "
+                f"gradient (last at step {state.step}); stopping without saving the bad "
+                "state. Lower actor.optim.lr (or critic.optim.lr), set actor.grad_clip, or "
+                "check the data and rewards; resume from the last checkpoint"
+            )
+            raise NonFiniteError(msg)
 
     def train_step(self, batch: DataProto) -> dict[str, float]:
         """One step: generate, score, advantages, update. Returns the step's metrics."""

@@ -20,9 +20,12 @@ times go under ``timing_s/worker/*`` so ``benchmarks/step.py`` can tell compute 
 from __future__ import annotations
 
 import logging
+import math
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlcore.dispatch import Dispatch, register
@@ -45,7 +48,18 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["POLICY_INPUT_KEYS", "ActorRolloutRefWorker", "CriticWorker", "schedule_steps"]
+__all__ = [
+    "NAN_TEST_ENV",
+    "POLICY_INPUT_KEYS",
+    "ActorRolloutRefWorker",
+    "CriticWorker",
+    "schedule_steps",
+]
+
+# Test hook (documented, read in the worker process): a comma-separated list of training
+# steps (1-based, as logged) whose policy loss is made NaN, to test the non-finite handling
+# end to end. Unset in real runs.
+NAN_TEST_ENV = "RLCORE_TEST_NAN_AT_STEPS"
 
 # What a forward pass over (prompt, response) needs; the driver sends only these (plus the
 # loss inputs) so per-row strings and dicts do not cross Ray.
@@ -93,6 +107,82 @@ def _build_algorithm(config: RunConfig) -> BaseAlgorithm:
 
 def _init_distributed(worker: Worker, config: RunConfig) -> None:
     worker.init_process_group("nccl" if config.resources.device == "cuda" else "gloo")
+
+
+def _nan_test_steps() -> frozenset[int]:
+    raw = os.environ.get(NAN_TEST_ENV, "").strip()
+    return frozenset(int(x) for x in raw.split(",") if x.strip()) if raw else frozenset()
+
+
+def _worker_state_file(directory: Path, rank: int) -> Path:
+    return directory / f"worker_state_rank{rank}.pt"
+
+
+def _save_worker_state(directory: Path, rank: int, extra: dict[str, int]) -> None:
+    """This process's python/numpy/torch RNG (+ small counters); tensors and ints only."""
+    import torch
+
+    from rlcore.checkpoint import capture_rng_state
+
+    directory.mkdir(parents=True, exist_ok=True)
+    torch.save({"rng": capture_rng_state(), **extra}, _worker_state_file(directory, rank))
+
+
+def _load_worker_state(directory: Path, rank: int) -> dict[str, Any]:
+    import torch
+
+    from rlcore.checkpoint import CheckpointError, restore_rng_state
+
+    file = _worker_state_file(directory, rank)
+    if not file.is_file():
+        msg = f"checkpoint {directory} has no {file.name}: it was written by other ranks"
+        raise CheckpointError(msg)
+    state: dict[str, Any] = torch.load(file, weights_only=True, map_location="cpu")
+    restore_rng_state(state["rng"])
+    return state
+
+
+# Same names as rlcore.checkpoint.ACTOR_DIR / CRITIC_DIR (the checkpoint layout contract).
+ACTOR_SUBDIR = "actor"
+CRITIC_SUBDIR = "critic"
+
+
+def _rollout_state(rollout: BaseRollout) -> dict[str, int]:
+    """What makes the rollout's next samples: its ``state_dict()`` if it has one.
+
+    The HF rollout seeds each ``generate`` with ``spec.seed + <calls so far>``; until the
+    rollout contract has a state (or a per-call seed), that counter is read here.
+    """
+    get = getattr(rollout, "state_dict", None)
+    if callable(get):
+        return {f"rollout_{k}": int(v) for k, v in dict(get()).items()}
+    calls = getattr(rollout, "_calls", None)
+    return {"rollout_calls": calls} if isinstance(calls, int) else {}
+
+
+def _restore_rollout_state(rollout: BaseRollout, state: dict[str, Any]) -> None:
+    prefix = "rollout_"
+    values = {k.removeprefix(prefix): int(v) for k, v in state.items() if k.startswith(prefix)}
+    put = getattr(rollout, "load_state_dict", None)
+    if callable(put):
+        put(values)
+    elif "calls" in values and hasattr(rollout, "_calls"):
+        setattr(rollout, "_calls", values["calls"])  # noqa: B010 (see _rollout_state)
+
+
+def _nan_loss(loss_fn: Any) -> Any:
+    """Wrap a loss so it is NaN (test hook, see ``NAN_TEST_ENV``); the graph stays intact."""
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        loss, metrics = loss_fn(*args, **kwargs)
+        return loss * float("nan"), metrics
+
+    return wrapped
+
+
+def _nonfinite(grad_norm: float) -> float:
+    """1.0 when the engine skipped the update (non-finite loss or gradient), else 0.0."""
+    return 0.0 if math.isfinite(grad_norm) else 1.0
 
 
 class ActorRolloutRefWorker(Worker):
@@ -186,6 +276,36 @@ class ActorRolloutRefWorker(Worker):
             raise RuntimeError(msg)
         return self.actor, self.rollout, self.algorithm
 
+    # --- checkpoints ----------------------------------------------------------------------
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_checkpoint(self, path: str) -> None:
+        """Actor engine state into ``path/actor`` (every rank), plus this rank's RNG state.
+
+        The reference engine is frozen at ``model.path``: nothing to save. The rollout's
+        sampling counter is saved so resumed generation draws the same samples.
+        """
+        actor, rollout, _ = self._parts()
+        out = Path(path) / ACTOR_SUBDIR
+        actor.save_checkpoint(str(out))
+        _save_worker_state(out, self.rank, _rollout_state(rollout))
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, path: str) -> None:
+        """Undo :meth:`save_checkpoint`, then copy the restored weights into the rollout."""
+        actor, rollout, _ = self._parts()
+        src = Path(path) / ACTOR_SUBDIR
+        actor.load_checkpoint(str(src))
+        state = _load_worker_state(src, self.rank)
+        _restore_rollout_state(rollout, state)
+        self._sync_weights()
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def export_hf(self, path: str) -> None:
+        """The actor as a Hugging Face model folder (rank 0 writes; collective)."""
+        actor, _, _ = self._parts()
+        actor.export_hf(path)
+
     # --- generation -----------------------------------------------------------------------
 
     def sampling(self, validate: bool) -> SamplingParams:
@@ -261,12 +381,22 @@ class ActorRolloutRefWorker(Worker):
             seed=cfg.trainer.seed + step,
             dataloader_kwargs={"shuffle": cfg.actor.shuffle},
         )
+        loss_fn = algorithm.policy_loss
+        if step + 1 in _nan_test_steps():  # test hook: global_step counts completed steps
+            loss_fn = _nan_loss(loss_fn)
         for mini_batch in batches:
             with _clock(timing, "actor_forward_backward"):
-                _add(metrics, actor.forward_backward(mini_batch, algorithm.policy_loss))
+                _add(metrics, actor.forward_backward(mini_batch, loss_fn))
             with _clock(timing, "actor_optimizer"):
                 grad_norm = actor.optimizer_step()
-            _add(metrics, {"actor/grad_norm": grad_norm, **_lr("actor", actor)})
+            _add(
+                metrics,
+                {
+                    "actor/grad_norm": grad_norm,
+                    "actor/nonfinite": _nonfinite(grad_norm),
+                    **_lr("actor", actor),
+                },
+            )
         with _clock(timing, "weight_sync"):
             self._sync_weights()
         return DataProto(meta_info={"metrics": {**metrics, **_summed(timing)}})
@@ -314,6 +444,21 @@ class CriticWorker(Worker):
             raise RuntimeError(msg)
         return self.critic, self.algorithm
 
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_checkpoint(self, path: str) -> None:
+        """Critic engine state into ``path/critic`` (every rank)."""
+        critic, _ = self._parts()
+        out = Path(path) / CRITIC_SUBDIR
+        critic.save_checkpoint(str(out))
+        _save_worker_state(out, self.rank, {})
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, path: str) -> None:
+        critic, _ = self._parts()
+        src = Path(path) / CRITIC_SUBDIR
+        critic.load_checkpoint(str(src))
+        _load_worker_state(src, self.rank)
+
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_values(self, data: DataProto) -> DataProto:
         """``values`` (B, R): the critic's estimate before each response token."""
@@ -350,7 +495,14 @@ class CriticWorker(Worker):
                 _add(metrics, critic.forward_backward(mini_batch, algorithm.value_loss))
             with _clock(timing, "critic_optimizer"):
                 grad_norm = critic.optimizer_step()
-            _add(metrics, {"critic/grad_norm": grad_norm, **_lr("critic", critic)})
+            _add(
+                metrics,
+                {
+                    "critic/grad_norm": grad_norm,
+                    "critic/nonfinite": _nonfinite(grad_norm),
+                    **_lr("critic", critic),
+                },
+            )
         return DataProto(meta_info={"metrics": {**metrics, **_summed(timing)}})
 
 

@@ -20,14 +20,46 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
 from rlcore.dispatch import DEFAULT_MESH, DispatchInfo
+from rlcore.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Worker", "find_free_port", "node_ip_address", "pin_torch_threads"]
+__all__ = [
+    "COLLECTIVE_TIMEOUT_ENV",
+    "Worker",
+    "collective_timeout_s",
+    "find_free_port",
+    "node_ip_address",
+    "pin_torch_threads",
+]
+
+COLLECTIVE_TIMEOUT_ENV = "RLCORE_COLLECTIVE_TIMEOUT_S"
+DEFAULT_COLLECTIVE_TIMEOUT_S = 600.0
+
+
+def collective_timeout_s(environ: Mapping[str, str] | None = None) -> float:
+    """Seconds a collective may wait for its peers: ``RLCORE_COLLECTIVE_TIMEOUT_S`` or 600.
+
+    Long enough for a slow rank's generate or checkpoint save, short enough that a hang
+    becomes an error the same hour.
+    """
+    env = os.environ if environ is None else environ
+    raw = env.get(COLLECTIVE_TIMEOUT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_COLLECTIVE_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        msg = f"{COLLECTIVE_TIMEOUT_ENV}={raw!r}: expected a positive number of seconds"
+        raise ConfigError(msg)
+    return value
 
 
 def node_ip_address() -> str:
@@ -113,8 +145,16 @@ class Worker:
 
     # --- torch.distributed ----------------------------------------------------------------
 
-    def init_process_group(self, backend: str | None = None, timeout_s: float = 120.0) -> None:
-        """Join the group's default process group (gloo on CPU, nccl when CUDA is there)."""
+    def init_process_group(
+        self, backend: str | None = None, timeout_s: float | None = None
+    ) -> None:
+        """Join the group's default process group (gloo on CPU, nccl when CUDA is there).
+
+        ``timeout_s`` (default: :func:`collective_timeout_s`, i.e. ``RLCORE_COLLECTIVE_TIMEOUT_S``
+        or 600 s) bounds the rendezvous and every later collective: a rank left waiting in an
+        all-reduce that a dead or diverged peer never joins raises ``RuntimeError`` instead of
+        hanging the run (gloo honours it directly; nccl through its watchdog).
+        """
         import torch
         import torch.distributed as dist
 
@@ -130,7 +170,7 @@ class Worker:
             init_method=f"tcp://{self._master_addr}:{self._master_port}",
             rank=self._rank,
             world_size=self._world_size,
-            timeout=timedelta(seconds=timeout_s),
+            timeout=timedelta(seconds=collective_timeout_s() if timeout_s is None else timeout_s),
         )
 
     # --- dispatch -------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -48,11 +49,21 @@ from rlcore.dispatch import (
 from rlcore.errors import WorkerError
 from rlcore.resources import ResourcePool
 from rlcore.workers.colocate import ClassWithInitArgs, ColocatedWorker
-from rlcore.workers.worker import Worker, find_free_port, node_ip_address
+from rlcore.workers.worker import (
+    COLLECTIVE_TIMEOUT_ENV,
+    Worker,
+    find_free_port,
+    node_ip_address,
+)
 
 log = logging.getLogger(__name__)
 
 __all__ = ["RayWorkerGroup", "registered_methods"]
+
+_FORWARDED_ENV = (COLLECTIVE_TIMEOUT_ENV,)
+# After a rank fails, how long to look for a peer that died (the likelier root cause): Ray
+# reports a SIGKILLed actor on this node within about a second.
+_DEATH_GRACE_S = 3.0
 
 _RESERVED = frozenset(
     {
@@ -85,6 +96,23 @@ def registered_methods(cls: type[Any]) -> dict[str, MethodSpec]:
 def _plain(err: BaseException) -> str:
     """Ray's message without its terminal colour codes."""
     return re.sub(r"\x1b\[[0-9;]*m", "", str(err))
+
+
+def _death_cause(text: str) -> str:
+    """The cause in Ray's actor-death message, e.g. ``exit SYSTEM_ERROR: Worker unexpectedly
+    exits with a connection error code 2. End of file. (killed, out of memory or crashed)``."""
+    found = re.search(
+        r"Worker exit type: (\S+) Worker exit detail: (.*?)(?: Some common causes| There are"
+        r" some potential root causes|$)",
+        text,
+        re.S,
+    )
+    if found is None:
+        return _first_line(text)
+    kind, detail = found.group(1), " ".join(found.group(2).split())
+    if kind == "SYSTEM_ERROR":
+        detail += " (the process was killed, ran out of memory or crashed)"
+    return f"exit {kind}: {detail}"
 
 
 def _first_line(text: str) -> str:
@@ -137,6 +165,8 @@ class RayWorkerGroup:
         base_env = dict(runtime_env or {})
         user_vars = dict(base_env.pop("env_vars", {}) or {})
         remote_cls = ray.remote(cls)
+        # Settings read in the workers; a joined cluster's workers do not inherit ours.
+        forwarded = {k: os.environ[k] for k in _FORWARDED_ENV if k in os.environ}
 
         def start(rank: int, addr: str | None, port: int | None) -> Any:
             loc = locations[rank]
@@ -146,6 +176,7 @@ class RayWorkerGroup:
                 "WORLD_SIZE": str(self._world_size),
                 "LOCAL_RANK": str(loc.local_rank),
                 "LOCAL_WORLD_SIZE": str(loc.local_world_size),
+                **forwarded,
                 "RLCORE_ROLE": role,
                 "RLCORE_NUM_THREADS": str(threads),
                 "OMP_NUM_THREADS": str(threads),
@@ -346,23 +377,60 @@ class RayWorkerGroup:
     # --- errors ---------------------------------------------------------------------------
 
     def _gather(self, refs: list[Any], method: str, ranks: Sequence[int]) -> list[Any]:
-        import ray
-        from ray.exceptions import RayError
+        """Every rank's result, in order; the first failure to arrive raises at once.
 
+        A plain ``ray.get(refs)`` waits for the refs in order: when rank 1 dies while rank 0
+        waits for it in a collective, the driver would sit on rank 0's result until the
+        collective timeout. Waiting for whichever ref finishes first surfaces the death as
+        soon as Ray notices it (about a second after a SIGKILL on this node).
+        """
+        import ray
+        from ray.exceptions import RayActorError, RayError
+
+        index = {ref: i for i, ref in enumerate(refs)}
+        out: list[Any] = [None] * len(refs)
+        pending = list(index)
         try:
-            return list(ray.get(refs))
-        except RayError as err:
-            # ray.get names no rank: look at the finished refs one by one for the culprit.
-            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-            done = {r.hex() for r in ready}
-            for rank, ref in zip(ranks, refs, strict=True):
-                if ref.hex() not in done:
-                    continue
-                try:
-                    ray.get(ref)
-                except RayError as rank_err:
-                    raise self._worker_error(rank_err, rank, method) from rank_err
+            while pending:
+                ready, pending = ray.wait(pending, num_returns=1)
+                for ref in ready:
+                    i = index[ref]
+                    try:
+                        out[i] = ray.get(ref)
+                    except RayActorError as died:
+                        raise self._worker_error(died, ranks[i], method) from died
+                    except RayError as failed:
+                        # A peer's death often shows first as a collective error in a
+                        # live rank ("Connection closed by peer"): name the dead one.
+                        root = self._dead_peer(pending, index, ranks)
+                        err = self._worker_error(
+                            root[1] if root else failed, root[0] if root else ranks[i], method
+                        )
+                        raise err from failed
+        except RayError as err:  # raised by ray.wait itself: no rank to name
             raise self._worker_error(err, None, method) from err
+        if len(index) < len(refs):  # the same ref twice: fill the duplicates
+            out = [out[index[ref]] for ref in refs]
+        return out
+
+    def _dead_peer(
+        self, pending: list[Any], index: Mapping[Any, int], ranks: Sequence[int]
+    ) -> tuple[int, Exception] | None:
+        """A rank among ``pending`` whose actor died, looked for during a short grace."""
+        import ray
+        from ray.exceptions import RayActorError, RayError
+
+        if not pending:
+            return None
+        ready, _ = ray.wait(pending, num_returns=len(pending), timeout=_DEATH_GRACE_S)
+        for ref in ready:
+            try:
+                ray.get(ref)
+            except RayActorError as died:
+                return ranks[index[ref]], died
+            except RayError:
+                continue
+        return None
 
     def _worker_error(self, err: Exception, rank: int | None, method: str) -> WorkerError:
         from ray.exceptions import RayActorError, RayTaskError
@@ -383,7 +451,7 @@ class RayWorkerGroup:
             msg = f"{who} failed in {method}: {kind}: {text}\nremote traceback:\n{_plain(err)}"
         elif isinstance(err, RayActorError):
             plain = _plain(err)
-            msg = f"{who}{where} died in {method}: {_first_line(plain)}\n{plain}"
+            msg = f"{who}{where} died in {method}: {_death_cause(plain)}\n{plain}"
         else:
             msg = f"{who}{where} failed in {method}: {type(err).__name__}: {err}"
         return WorkerError(msg)

@@ -1,0 +1,36 @@
+"""Worker classes for test_faults.py (module level so Ray imports them by reference)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from rlcore.dispatch import Dispatch, register
+from rlcore.workers import Worker
+
+
+class FaultWorker(Worker):
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def pid(self, _: int = 0) -> int:
+        return os.getpid()
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def all_reduce_without(self, absent_rank: int) -> float:
+        """Every rank but ``absent_rank`` enters an all-reduce that therefore never completes."""
+        import torch
+        import torch.distributed as dist
+
+        self.init_process_group("gloo")
+        if self.rank == absent_rank:
+            return 0.0
+        t = torch.ones(1)
+        dist.all_reduce(t)
+        return float(t.item())
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def wait_or_die(self, dying_rank: int) -> int:
+        """``dying_rank`` is SIGKILLed by the test; the others block far longer than the test."""
+        if self.rank == dying_rank:
+            os.kill(os.getpid(), 9)
+        time.sleep(600)
+        return self.rank

@@ -1,0 +1,77 @@
+"""Failure handling around the Ray workers, in the test session's Ray.
+
+- a rank left alone in a collective raises after the collective timeout
+  (``RLCORE_COLLECTIVE_TIMEOUT_S``), and the driver gets one ``WorkerError`` naming it;
+- a rank that dies while the others block (in a collective, a long generate) is reported at
+  once, not after the others finish.
+
+The same through ``rlcore train`` in a subprocess (kill, Ctrl-C, orphans, resume) is in
+``test_faults_cli.py``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rlcore.errors import ConfigError, WorkerError
+from rlcore.resources import ResourcePool
+from rlcore.workers import ClassWithInitArgs, RayWorkerGroup
+from rlcore.workers.worker import collective_timeout_s
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+fw = importlib.import_module("_faults_workers")
+
+TIMEOUT_S = 5
+
+
+@pytest.fixture
+def group(ray_session, request):
+    pool = ResourcePool([2], cpus_per_process=0.5, name=f"faults-{request.node.name[:40]}")
+    env = {"env_vars": {"PYTHONPATH": str(HERE), "RLCORE_COLLECTIVE_TIMEOUT_S": str(TIMEOUT_S)}}
+    wg = RayWorkerGroup(pool, ClassWithInitArgs(fw.FaultWorker), role="faulty", runtime_env=env)
+    yield wg
+    wg.shutdown()
+    pool.remove()
+
+
+def test_collective_timeout_comes_from_the_environment():
+    assert collective_timeout_s({}) == 600.0
+    assert collective_timeout_s({"RLCORE_COLLECTIVE_TIMEOUT_S": "7.5"}) == 7.5
+    for bad in ("0", "-1", "soon"):
+        with pytest.raises(ConfigError, match="RLCORE_COLLECTIVE_TIMEOUT_S"):
+            collective_timeout_s({"RLCORE_COLLECTIVE_TIMEOUT_S": bad})
+
+
+@pytest.mark.slow
+def test_a_hang_in_a_collective_becomes_an_error_naming_the_waiting_rank(group):
+    start = time.monotonic()
+    with pytest.raises(WorkerError) as info:
+        group.all_reduce_without(1)
+    took = time.monotonic() - start
+    first = str(info.value).splitlines()[0]
+    assert first.startswith("role faulty rank 0 failed in all_reduce_without: "), first
+    assert "RuntimeError" in first or "DistBackendError" in first, first
+    assert took < TIMEOUT_S + 20, took  # the timeout, not a hang (pytest-timeout is 600 s)
+
+
+@pytest.mark.slow
+def test_a_dead_rank_is_reported_while_the_others_still_block(group):
+    pids = group.pid(0)
+    start = time.monotonic()
+    with pytest.raises(WorkerError) as info:
+        group.wait_or_die(1)  # rank 0 sleeps 600 s: a rank-ordered ray.get would wait for it
+    took = time.monotonic() - start
+    first = str(info.value).splitlines()[0]
+    assert re.match(
+        rf"role faulty rank 1 \(node [\d.]+, pid {pids[1]}\) died in wait_or_die", first
+    )
+    assert "exit SYSTEM_ERROR" in first, first  # Ray's cause, on the first line
+    assert took < 30, took

@@ -21,6 +21,7 @@ from rlcore import __version__
 from rlcore.errors import RlcoreError
 
 if TYPE_CHECKING:
+    from rlcore.config import RunConfig
     from rlcore.plugins import PluginRegistry
 
 log = logging.getLogger(__name__)
@@ -28,6 +29,7 @@ log = logging.getLogger(__name__)
 __all__ = ["main"]
 
 EXIT_USER_ERROR = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
 
 # name -> (module with `main(argv: list[str]) -> int`, one-line help)
 _EXTERNAL: dict[str, tuple[str, str]] = {
@@ -99,12 +101,37 @@ def _cmd_train(args: argparse.Namespace) -> int:
     # Model, tokenizer, data files and the resume path are checked before Ray starts, so a bad
     # input costs a second and one clear line, not a worker traceback minutes later.
     preflight(config, registry=args.registry)
-    from rlcore.ray_utils import start_ray
+    from rlcore.ray_utils import start_ray, stop_ray
     from rlcore.trainer import run_training
 
-    start_ray(config.resources)
-    result = run_training(config)
+    started = start_ray(config.resources)
+    try:
+        result = run_training(config)
+    except KeyboardInterrupt:
+        # The trainer saves the last completed step on its way out; say where to pick up.
+        print(_interrupted_line(config), file=sys.stderr)
+        return EXIT_INTERRUPTED
+    finally:
+        # A private Ray is stopped here, with its worker processes: nothing outlives the
+        # command, whether it ends normally, on an error or on Ctrl-C.
+        if started:
+            stop_ray()
     return result if isinstance(result, int) else 0
+
+
+def _interrupted_line(config: RunConfig) -> str:
+    from pathlib import Path
+
+    from rlcore.checkpoint import CHECKPOINTS_DIR, CheckpointManager, step_of
+
+    run_dir = config.trainer.run_dir
+    latest = CheckpointManager(Path(run_dir) / CHECKPOINTS_DIR).latest() if run_dir else None
+    if latest is None:
+        return "interrupted: no checkpoint saved yet; a new run starts from step 0"
+    return (
+        f"interrupted: last checkpoint is step {step_of(latest)} ({latest}); "
+        'rerun the same command to resume (trainer.resume = "auto")'
+    )
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -191,7 +218,7 @@ def main(argv: Sequence[str] | None = None, *, registry: PluginRegistry | None =
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

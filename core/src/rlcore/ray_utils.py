@@ -19,7 +19,7 @@ from rlcore.errors import ResourceError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ray_init_kwargs", "start_ray"]
+__all__ = ["ray_init_kwargs", "start_ray", "stop_ray"]
 
 
 def ray_init_kwargs(
@@ -47,12 +47,24 @@ def ray_init_kwargs(
     }
 
 
-def start_ray(resources: ResourcesConfig) -> None:
-    """Start (or join) Ray unless this process is already connected."""
+def start_ray(resources: ResourcesConfig) -> bool:
+    """Start (or join) Ray unless this process is already connected.
+
+    Returns whether this call connected (the caller then owes a :func:`stop_ray`).
+    """
     import ray  # heavy: only when a run really starts
 
     if ray.is_initialized():
-        return
+        return False
     kwargs = ray_init_kwargs(resources)
     log.info("starting Ray: %s", ", ".join(f"{k}={v}" for k, v in kwargs.items()))
     ray.init(**kwargs, log_to_driver=True, configure_logging=False)
+    return True
+
+
+def stop_ray() -> None:
+    """Disconnect; a private local Ray stops with its worker processes (a joined cluster
+    only loses this driver's actors)."""
+    import ray
+
+    ray.shutdown()

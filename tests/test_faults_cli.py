@@ -1,0 +1,234 @@
+"""``rlcore train`` in a subprocess, with its own local Ray, under faults.
+
+- one worker process SIGKILLed mid-step: the driver exits non-zero within 60 s with one
+  ``error:`` line naming role, rank, node and Ray's cause; no process of the run remains; the
+  same command then resumes from the last checkpoint and finishes;
+- Ctrl-C (SIGINT to the process group, as a terminal sends it): exit 130 with one
+  ``interrupted:`` line naming the last checkpoint; no process of the run remains.
+
+Orphans are found by session: the driver starts in a new session, and every process it or Ray
+starts (raylet, GCS, workers) stays in it unless it calls ``setsid`` itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+TOTAL_STEPS = 4
+
+
+def _rows(pairs: list[tuple[int, int]], split: str) -> list[dict]:
+    return [
+        {
+            "data_source": "arithmetic",
+            "prompt": [{"role": "user", "content": f"What is {a} + {b}?"}],
+            "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": str(a + b)},
+            "extra_info": {"split": split, "index": i},
+        }
+        for i, (a, b) in enumerate(pairs)
+    ]
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    from rlcore.testing.tiny_model import build_tiny_model
+
+    root = tmp_path_factory.mktemp("faults_cli")
+    model = build_tiny_model(root / "model", hidden=64, layers=1, heads=2, kv_heads=1)
+    data = root / "train.jsonl"
+    with data.open("w") as fh:
+        for row in _rows([(a, b) for a in range(4) for b in range(4)], "train"):
+            fh.write(json.dumps(row) + "\n")
+    return model, data
+
+
+def _write_config(assets, tmp_path: Path, processes: int) -> Path:
+    model, data = assets
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text(
+        f"""
+[data]
+train_files = ["{data}"]
+max_prompt_length = 64
+max_response_length = 8
+train_batch_size = 4
+
+[model]
+path = "{model}"
+
+[actor]
+micro_batch_size = 4
+optim = {{ lr = 1e-3 }}
+
+[rollout]
+name = "hf"
+n = 2
+
+[reward]
+default = ["gsm8k"]
+
+[algorithm]
+name = "grpo"
+
+[trainer]
+total_steps = {TOTAL_STEPS}
+save_freq = 1
+experiment_name = "faults"
+run_dir = "{tmp_path / "run"}"
+loggers = ["jsonl"]
+
+[resources]
+processes_per_node = {processes}
+cpus_per_process = 0.5
+"""
+    )
+    return cfg
+
+
+def _start(cfg: Path, log: Path) -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "RAY_ADDRESS": ""}
+    env.pop("RAY_ADDRESS")
+    # A new session: every process the run starts can be found (and must be gone) by it.
+    return subprocess.Popen(
+        [sys.executable, "-m", "rlcore.cli", "train", str(cfg)],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
+
+
+def _stat(pid: int) -> tuple[int, int] | None:
+    """(ppid, session id) of a live process."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()
+    if fields[0] == "Z":  # a zombie is gone, only its exit status waits for the parent
+        return None
+    return int(fields[1]), int(fields[3])
+
+
+def _session(sid: int) -> list[int]:
+    pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    return [p for p in pids if (st := _stat(p)) is not None and st[1] == sid]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def _wait_for_checkpoint(proc: subprocess.Popen, run: Path, log: Path, timeout: float = 120):
+    latest = run / "checkpoints" / "latest"
+    deadline = time.monotonic() + timeout
+    while not latest.exists():
+        assert proc.poll() is None, f"run ended early:\n{log.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, f"no checkpoint:\n{log.read_text()[-3000:]}"
+        time.sleep(0.1)
+    return latest.read_text().strip()
+
+
+def _assert_no_orphans(sid: int, log: Path) -> None:
+    deadline = time.monotonic() + 10
+    while left := _session(sid):
+        if time.monotonic() > deadline:
+            names = "\n".join(f"{p} {_cmdline(p)[:150]}" for p in left)
+            pytest.fail(f"processes of the run remain:\n{names}\n{log.read_text()[-2000:]}")
+        time.sleep(0.2)
+
+
+def _worker_pids(sid: int) -> list[int]:
+    return [p for p in _session(sid) if _cmdline(p).startswith("ray::ColocatedWorker")]
+
+
+def test_a_killed_worker_stops_the_run_within_60s_and_it_resumes(assets, tmp_path):
+    cfg = _write_config(assets, tmp_path, processes=2)
+    log = tmp_path / "train.log"
+    proc = _start(cfg, log)
+    try:
+        first_ckpt = _wait_for_checkpoint(proc, tmp_path / "run", log)
+        workers = _worker_pids(proc.pid)
+        assert len(workers) == 2, [(p, _cmdline(p)) for p in _session(proc.pid)]
+        victim = max(workers)  # either rank: the message must name the one that died
+        os.kill(victim, signal.SIGKILL)
+        killed_at = time.monotonic()
+        code = proc.wait(timeout=60)
+        latency = time.monotonic() - killed_at
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    out = log.read_text()
+    print(f"killed worker pid {victim} after {first_ckpt}; driver exited {code} in {latency:.1f} s")
+    assert code == 2, out[-3000:]
+    errors = [ln for ln in out.splitlines() if ln.startswith("error: ")]
+    assert len(errors) == 1, out[-3000:]
+    assert re.match(
+        rf"error: role rlcore\.\w+ rank [01] \(node [\d.]+, pid {victim}\) died in \w+: "
+        r"exit SYSTEM_ERROR",
+        errors[0],
+    ), errors[0]
+    _assert_no_orphans(proc.pid, log)
+
+    # The same command resumes from the last complete checkpoint and finishes the run.
+    log2 = tmp_path / "resume.log"
+    proc = _start(cfg, log2)
+    try:
+        code = proc.wait(timeout=180)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    out = log2.read_text()
+    assert code == 0, out[-3000:]
+    resumed = re.search(r"resuming from \S*global_step_(\d+)", out)
+    assert resumed is not None, out[-3000:]
+    assert int(resumed.group(1)) >= int(first_ckpt.removeprefix("global_step_"))
+    latest = (tmp_path / "run" / "checkpoints" / "latest").read_text().strip()
+    assert latest == f"global_step_{TOTAL_STEPS}"
+    steps = [
+        json.loads(ln)["step"]
+        for ln in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert steps[-1] == TOTAL_STEPS, steps
+    _assert_no_orphans(proc.pid, log2)
+
+
+def test_ctrl_c_exits_130_naming_the_last_checkpoint_and_leaves_nothing(assets, tmp_path):
+    cfg = _write_config(assets, tmp_path, processes=1)
+    log = tmp_path / "train.log"
+    proc = _start(cfg, log)
+    try:
+        _wait_for_checkpoint(proc, tmp_path / "run", log)
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+        sent = time.monotonic()
+        code = proc.wait(timeout=60)
+        latency = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    out = log.read_text()
+    print(f"Ctrl-C: exit {code} after {latency:.1f} s")
+    assert code == 130, out[-3000:]
+    lines = [ln for ln in out.splitlines() if ln.startswith("interrupted")]
+    assert len(lines) == 1, out[-3000:]
+    assert re.match(r"interrupted: last checkpoint is step \d+ ", lines[0]), lines[0]
+    assert "Traceback" not in out, out[-3000:]
+    _assert_no_orphans(proc.pid, log)

@@ -268,6 +268,17 @@ class BaseRollout(abc.ABC):
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Load full tensors (HF naming) streamed from the training engine."""
 
+    def state_dict(self) -> dict[str, int]:
+        """What decides the next samples besides the weights (e.g. a seed counter).
+
+        Saved in checkpoints so that a resumed run samples exactly what an uninterrupted one
+        would. Default: nothing.
+        """
+        return {}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+
     def sleep(self) -> None:
         """Free inference memory (KV cache, weights) while training runs; no-op by default."""
 

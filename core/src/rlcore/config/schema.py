@@ -226,6 +226,9 @@ class TrainerConfig:
     save_freq: int = attrs.field(default=0, validator=v.ge(0))  # 0: only at the end
     resume: str = attrs.field(default="auto", validator=_nonempty)  # "auto" | "off" | PATH
     keep_last: int | None = attrs.field(default=None, validator=_opt_pos)  # None: keep all
+    export_final: bool = True  # the final actor as a Hugging Face folder: <run_dir>/final_hf
+    # Consecutive steps with a non-finite loss or gradient (each skipped) before the run stops.
+    max_consecutive_nonfinite: int = attrs.field(default=3, validator=_pos)
     experiment_name: str = attrs.field(default="rlcore", validator=_nonempty)
     run_dir: str | None = None  # resolved: runs/<experiment_name>
     seed: int = 0

@@ -106,14 +106,15 @@ def run_training(config: RunConfig) -> int:
             total_steps=total_steps,
             world_size=workers.world_size,
             checkpoints=checkpoints,
+            max_consecutive_nonfinite=config.trainer.max_consecutive_nonfinite,
         )
         if resume_from is not None:
             trainer.restore(resume_from)
         trainer.fit()
-        # Unconditional: the config has no switch to turn the final export off yet.
-        export_dir = run_dir / FINAL_EXPORT_DIR
-        workers.policy.export_hf(str(export_dir))
-        log.info("final actor exported to %s", export_dir)
+        if config.trainer.export_final:
+            export_dir = run_dir / FINAL_EXPORT_DIR
+            workers.policy.export_hf(str(export_dir))
+            log.info("final actor exported to %s", export_dir)
     finally:
         tracker.close()
         reward_manager.close()

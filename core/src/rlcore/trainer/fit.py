@@ -62,8 +62,8 @@ __all__ = [
     "reduce_worker_metrics",
 ]
 
-# Consecutive steps with a non-finite loss or gradient before the run stops. There is no
-# config key for it yet (``trainer.max_consecutive_nonfinite`` would be the place).
+# Consecutive steps with a non-finite loss or gradient before the run stops; the default of
+# ``trainer.max_consecutive_nonfinite``.
 MAX_CONSECUTIVE_NONFINITE = 3
 
 # Per-step flags the workers report: > 0 when an optimizer update was skipped.

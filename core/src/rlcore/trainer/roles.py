@@ -148,26 +148,15 @@ CRITIC_SUBDIR = "critic"
 
 
 def _rollout_state(rollout: BaseRollout) -> dict[str, int]:
-    """What makes the rollout's next samples: its ``state_dict()`` if it has one.
-
-    The HF rollout seeds each ``generate`` with ``spec.seed + <calls so far>``; until the
-    rollout contract has a state (or a per-call seed), that counter is read here.
-    """
-    get = getattr(rollout, "state_dict", None)
-    if callable(get):
-        return {f"rollout_{k}": int(v) for k, v in dict(get()).items()}
-    calls = getattr(rollout, "_calls", None)
-    return {"rollout_calls": calls} if isinstance(calls, int) else {}
+    """What makes the rollout's next samples (e.g. the HF rollout's per-call seed counter)."""
+    return {f"rollout_{k}": int(v) for k, v in rollout.state_dict().items()}
 
 
 def _restore_rollout_state(rollout: BaseRollout, state: dict[str, Any]) -> None:
     prefix = "rollout_"
-    values = {k.removeprefix(prefix): int(v) for k, v in state.items() if k.startswith(prefix)}
-    put = getattr(rollout, "load_state_dict", None)
-    if callable(put):
-        put(values)
-    elif "calls" in values and hasattr(rollout, "_calls"):
-        setattr(rollout, "_calls", values["calls"])  # noqa: B010 (see _rollout_state)
+    rollout.load_state_dict(
+        {k.removeprefix(prefix): int(v) for k, v in state.items() if k.startswith(prefix)}
+    )
 
 
 def _nan_loss(loss_fn: Any) -> Any:

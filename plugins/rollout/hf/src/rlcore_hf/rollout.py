@@ -175,6 +175,13 @@ class HFRollout(BaseRollout):
     # --- weights --------------------------------------------------------------------------
 
     @torch.no_grad()
+    def state_dict(self) -> dict[str, int]:
+        # Each generate call seeds with spec.seed + calls: resuming needs the counter.
+        return {"calls": self._calls}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self._calls = int(state.get("calls", 0))
+
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Copy each streamed (HF name, full tensor) into the model, casting dtype/device.
 

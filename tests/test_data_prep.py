@@ -108,7 +108,7 @@ def test_gsm8k_missing_file_is_one_clear_line(tmp_path):
     [
         ('{"question": "q"}', r":1: missing string field 'answer'"),
         ('{"question": "q", "answer": "no marker"}', r":1: 'answer' has no '#### <number>'"),
-        ("{not json", r":1: not valid JSON"),
+        ("{not json", r":1: not a JSON object per line"),
     ],
 )
 def test_gsm8k_bad_rows_name_file_and_line(tmp_path, line, message):

@@ -26,10 +26,10 @@ if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
     del sys.path[0]
 
 import argparse
-import json
 import re
 from typing import Any
 
+from rlcore.data import read_rows
 from rlcore.errors import DataError
 
 DATA_SOURCE = "openai/gsm8k"
@@ -56,16 +56,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
             f"{' and '.join(s + '.jsonl' for s in SPLITS)})"
         )
         raise DataError(msg)
-    rows = []
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                msg = f"{path}:{lineno}: not valid JSON ({err.msg})"
-                raise DataError(msg) from err
+    rows = read_rows(path)  # one-line DataError for bad JSON, naming file and line
     if not rows:
         msg = f"{path} holds no rows"
         raise DataError(msg)

@@ -12,12 +12,13 @@ import sys
 
 import torch
 import torch.distributed as dist
-from torch.distributed.tensor import DTensor
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
 
 from rlcore.interfaces import EngineSpec, OptimConfig
 from rlcore.protocol import DataProto
 from rlcore_fsdp2.batching import split_micro_batches
-from rlcore_fsdp2.engine import FSDP2Engine
+from rlcore_fsdp2.engine import FSDP2Engine, _gather_bucket
 
 ROWS, PROMPT, RESPONSE = 8, 10, 6
 
@@ -91,14 +92,50 @@ def run(model_path: str) -> dict[str, dict[str, object]]:
             grads[pname] = (p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad).clone()
         grad_norm = engine.optimizer_step()
         params = {n: t.clone() for n, t in engine.named_parameters_for_sync()}
+        synced_bf16 = dict(engine.named_parameters_for_sync(dtype=torch.bfloat16))
         results[name] = {
             "loss": float(loss),
             "grad_norm": grad_norm,
             "grads": grads,
             "params": params,
             "micro_batches_per_rank": counts.tolist(),
+            "sync_mismatches": sync_mismatches(engine, params, synced_bf16),
         }
+    results["uneven"] = {"mismatches": uneven_gather_mismatches()}
     return results
+
+
+def sync_mismatches(engine, synced, synced_bf16) -> list[str]:
+    """Names whose synced tensor differs from its own ``full_tensor()`` (bit-exact compare)."""
+    bad = []
+    state = engine.model.state_dict()
+    if list(synced) != list(state) or list(synced_bf16) != list(state):
+        bad.append(f"names differ: {sorted(set(state) ^ set(synced))}")
+    for name, tensor in state.items():
+        full = tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+        if not torch.equal(synced[name], full) or synced[name].dtype != full.dtype:
+            bad.append(name)
+        if not torch.equal(synced_bf16[name], full.to(torch.bfloat16)):
+            bad.append(f"{name} (bf16)")
+    return bad
+
+
+def uneven_gather_mismatches() -> list[str]:
+    """The bucketed gather on Shard(0) DTensors whose rows do not split evenly (some empty)."""
+    world = dist.get_world_size()
+    mesh = init_device_mesh("cpu", (world,))
+    g = torch.Generator().manual_seed(2)
+    shapes = [(5, 3), (1, 4), (3,), (7, 2, 2), (2, 5), ()]
+    fulls = [torch.randn(shape, generator=g) for shape in shapes]
+    fulls.append(torch.arange(9, dtype=torch.int64).reshape(3, 3))  # a second dtype
+    bucket = []
+    for i, full in enumerate(fulls):
+        placements = [Replicate()] if full.ndim == 0 else [Shard(0)]
+        bucket.append(([f"t{i}"], distribute_tensor(full, mesh, placements)))
+    bucket.append((["plain"], torch.ones(2)))
+    out = dict(_gather_bucket(bucket, None, torch.device("cpu")))
+    expected = {f"t{i}": full for i, full in enumerate(fulls)} | {"plain": torch.ones(2)}
+    return [name for name, full in expected.items() if not torch.equal(out[name], full)]
 
 
 def main() -> None:

@@ -100,3 +100,18 @@ def test_uneven_micro_batch_counts_were_exercised(results):
         torch.testing.assert_close(
             results[1]["tokens"]["grads"][name], g, atol=1e-6, rtol=1e-5, msg=name
         )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", ["count", "tokens", "hsdp"])
+def test_synced_tensors_equal_full_tensor_exactly(results, scenario):
+    # Bucketed all-gathers give bit-identical tensors to per-parameter full_tensor(),
+    # in the master dtype and cast to bf16, under every state_dict name (tied ones too).
+    for name, run in zip(("1 rank", "2 ranks"), results, strict=True):
+        assert run[scenario]["sync_mismatches"] == [], name
+
+
+@pytest.mark.slow
+def test_bucketed_gather_handles_uneven_and_empty_shards(results):
+    for name, run in zip(("1 rank", "2 ranks"), results, strict=True):
+        assert run["uneven"]["mismatches"] == [], name

@@ -33,7 +33,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
-from torch.distributed.tensor import DTensor
+from torch.distributed.tensor import DTensor, Replicate, Shard
 
 from rlcore.errors import ConfigError, RlcoreError
 from rlcore.interfaces import BaseEngine, BatchTotals, EngineSpec, LossFn, ModelOutputs
@@ -43,6 +43,10 @@ from rlcore_fsdp2.logprob import entropy_from_logits, log_probs_from_logits, res
 from rlcore_fsdp2.schedule import lr_multiplier
 
 log = logging.getLogger(__name__)
+
+# Full-size bytes gathered per weight-sync collective: a few decoder layers of a small model,
+# a fraction of one of a 7B model (peak extra memory is about 3x this, on the engine's device).
+_SYNC_BUCKET_BYTES = 128 << 20
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _TOKENIZER_FILES = (
@@ -377,21 +381,33 @@ class FSDP2Engine(BaseEngine):
 
     # --- weights out ----------------------------------------------------------------------
 
+    @torch.no_grad()
     def named_parameters_for_sync(
         self, dtype: torch.dtype | None = None
     ) -> Iterator[tuple[str, torch.Tensor]]:
-        """Full tensors in HF naming, gathered one at a time (collective on every rank).
+        """Full tensors in HF naming, gathered a bucket at a time (collective on every rank).
 
         Tensors stay on the engine's device (cast to ``dtype`` when given); tied weights come
-        under both names (``lm_head.weight`` and ``model.embed_tokens.weight``).
+        under both names (``lm_head.weight`` and ``model.embed_tokens.weight``), gathered once.
+        One all-gather per bucket of about ``_SYNC_BUCKET_BYTES`` (see :func:`_gather_bucket`)
+        instead of one per tensor: dozens of small gloo collectives cost more than the bytes.
         """
         self.onload()
-        for name, tensor in self.model.state_dict().items():
-            if isinstance(tensor, DTensor):
-                if tensor.device != self.device:  # CPU-offloaded shards: gather on the device
-                    tensor = tensor.to(self.device)
-                tensor = tensor.full_tensor()
-            yield name, tensor if dtype is None else tensor.to(dtype)
+        # keep_vars: tied names map to the same Parameter object, so it is gathered once.
+        entries: dict[int, tuple[list[str], torch.Tensor]] = {}
+        for name, tensor in self.model.state_dict(keep_vars=True).items():
+            entries.setdefault(id(tensor), ([], tensor))[0].append(name)
+        bucket: list[tuple[list[str], torch.Tensor]] = []
+        size = 0
+        for names, tensor in entries.values():
+            bucket.append((names, tensor))
+            # Global sizes only: every rank cuts the same buckets and issues the same gathers.
+            size += tensor.numel() * (dtype or tensor.dtype).itemsize
+            if size >= _SYNC_BUCKET_BYTES:
+                yield from _gather_bucket(bucket, dtype, self.device)
+                bucket, size = [], 0
+        if bucket:
+            yield from _gather_bucket(bucket, dtype, self.device)
 
     def export_hf(self, path: str) -> None:
         """Rank 0 writes config, safetensors and the tokenizer files of ``model_path``."""
@@ -506,6 +522,76 @@ def _to_device(mb: DataProto, device: torch.device) -> DataProto:
     return DataProto(
         batch=dict(mb.batch), non_tensor_batch=mb.non_tensor_batch, meta_info=mb.meta_info
     ).to(device)
+
+
+def _fsdp_shard_dim(tensor: DTensor) -> int | None:
+    """The mesh dim of FSDP's ``Shard(0)`` when every other placement is ``Replicate``.
+
+    -1: fully replicated (the local tensor is the full tensor). None: another layout (TP,
+    strided or partial shards), which :func:`_gather_bucket` leaves to ``full_tensor()``.
+    """
+    shard_dim = -1
+    for mesh_dim, placement in enumerate(tensor.placements):
+        if type(placement) is Shard and placement.dim == 0 and shard_dim == -1:
+            shard_dim = mesh_dim
+        elif not isinstance(placement, Replicate):
+            return None
+    return shard_dim
+
+
+def _gather_bucket(
+    bucket: list[tuple[list[str], torch.Tensor]], dtype: torch.dtype | None, device: torch.device
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """Yield (name, full tensor) for a bucket with one all-gather per (shard group, dtype).
+
+    DTensor ``Shard(0)`` splits like ``torch.chunk``: rank k holds rows [k*c, min((k+1)*c, n))
+    with c = ceil(n / ws), possibly none. Each rank packs its shards, each padded to c rows,
+    into one flat buffer (cast to ``dtype`` first: the cast is elementwise, so exact, and it
+    halves the bytes for fp32 masters synced as bf16); the gathered (ws, numel) buffer holds
+    rank k's padded chunk of every tensor at the same offset, so a tensor's (ws*c, ...) rows
+    are a strided slice, and its first n rows are the full tensor.
+    """
+    # (group, dtype) -> [(bucket index, padded local numel per rank)]
+    packs: dict[tuple[Any, torch.dtype], list[tuple[int, int]]] = {}
+    full: dict[int, torch.Tensor] = {}
+    for i, (_, tensor) in enumerate(bucket):
+        target = dtype or tensor.dtype
+        if not isinstance(tensor, DTensor):
+            full[i] = tensor.detach().to(target)
+            continue
+        shard_dim = _fsdp_shard_dim(tensor)
+        if shard_dim is None or tensor.ndim == 0:
+            full[i] = tensor.detach().to(device).full_tensor().to(target)
+            continue
+        if shard_dim == -1:
+            full[i] = tensor.to_local().detach().to(device=device, dtype=target)
+            continue
+        group = tensor.device_mesh.get_group(shard_dim)
+        ws = dist.get_world_size(group)
+        rows = tensor.shape[0]
+        padded = -(-rows // ws) * (tensor.numel() // rows if rows else 0)
+        packs.setdefault((group, target), []).append((i, padded))
+    for (group, target), items in packs.items():
+        ws = dist.get_world_size(group)
+        total = sum(padded for _, padded in items)
+        flat = torch.empty(total, dtype=target, device=device)
+        offset = 0
+        for i, padded in items:
+            local = bucket[i][1].to_local().detach().reshape(-1)
+            flat[offset : offset + local.numel()].copy_(local)  # the pad tail stays unset
+            offset += padded
+        gathered = torch.empty(ws * total, dtype=target, device=device)
+        dist.all_gather_single(gathered, flat, group=group)
+        per_rank = gathered.view(ws, total)
+        offset = 0
+        for i, padded in items:
+            tensor = bucket[i][1]
+            chunk = per_rank[:, offset : offset + padded]  # (ws, c * row)
+            full[i] = chunk.reshape(-1, *tensor.shape[1:])[: tensor.shape[0]]
+            offset += padded
+    for i, (names, _) in enumerate(bucket):
+        for name in names:
+            yield name, full[i]
 
 
 def _move_optimizer_state(optimizer: torch.optim.Optimizer | None, device: torch.device) -> None:

@@ -229,6 +229,12 @@ def test_ctrl_c_exits_130_naming_the_last_checkpoint_and_leaves_nothing(assets, 
     assert code == 130, out[-3000:]
     lines = [ln for ln in out.splitlines() if ln.startswith("interrupted")]
     assert len(lines) == 1, out[-3000:]
-    assert re.match(r"interrupted: last checkpoint is step \d+ ", lines[0]), lines[0]
+    saved = re.match(r"interrupted: last checkpoint is step (\d+) ", lines[0])
+    assert saved, lines[0]
+    # The step in flight at Ctrl-C was finished and saved: nothing trained is lost.
+    logged = [
+        json.loads(ln) for ln in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert int(saved.group(1)) == max(row["step"] for row in logged)
     assert "Traceback" not in out, out[-3000:]
     _assert_no_orphans(proc.pid, log)

@@ -24,9 +24,12 @@ run with :class:`NonFiniteError` before anything is saved.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
-from collections.abc import Mapping, Sequence
+import signal
+import threading
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -228,25 +231,33 @@ class Trainer:
             val = self.validate()
             self.tracker.log(val, step=state.step)
             log.info("validation before training: %s", _fmt(val))
-        while state.step < state.total_steps:
-            for batch in self.train_loader:
-                metrics = self.train_step(batch)
-                state.step += 1
-                last = state.step >= state.total_steps
-                self._check_finite(metrics)
-                if (
-                    self.val_loader is not None
-                    and cfg.test_freq
-                    and (state.step % cfg.test_freq == 0 or last)
-                ):
-                    metrics |= self.validate()
-                metrics["training/epoch"] = float(batch.meta_info.get("epoch", 0))
-                self.tracker.log(metrics, step=state.step)
-                self.last_metrics = metrics
-                if last or (cfg.save_freq and state.step % cfg.save_freq == 0):
-                    self.save_checkpoint()
-                if last:
-                    break
+        with _deferred_interrupt() as interrupted:
+            while state.step < state.total_steps:
+                for batch in self.train_loader:
+                    metrics = self.train_step(batch)
+                    state.step += 1
+                    last = state.step >= state.total_steps
+                    self._check_finite(metrics)
+                    if (
+                        self.val_loader is not None
+                        and cfg.test_freq
+                        and (state.step % cfg.test_freq == 0 or last)
+                    ):
+                        metrics |= self.validate()
+                    metrics["training/epoch"] = float(batch.meta_info.get("epoch", 0))
+                    self.tracker.log(metrics, step=state.step)
+                    self.last_metrics = metrics
+                    if (
+                        last
+                        or interrupted.is_set()
+                        or (cfg.save_freq and state.step % cfg.save_freq == 0)
+                    ):
+                        self.save_checkpoint()
+                    if interrupted.is_set():
+                        log.warning("interrupted: saved step %d, stopping", state.step)
+                        raise KeyboardInterrupt
+                    if last:
+                        break
         if state.resumed_from is not None and state.resumed_from >= state.total_steps:
             log.info("checkpoint step %d is the last step: nothing left to train", state.step)
         return self.last_metrics
@@ -397,3 +408,33 @@ class Trainer:
 
 def _fmt(metrics: Mapping[str, float]) -> str:
     return ", ".join(f"{k}={v:.4g}" for k, v in sorted(metrics.items()) if k.startswith("val/"))
+
+
+@contextlib.contextmanager
+def _deferred_interrupt() -> Iterator[threading.Event]:
+    """Turn the first Ctrl-C into a request to stop after the current step.
+
+    Interrupting mid-step would leave workers that already applied (or are applying) this
+    step's update while the driver's step counter and dataloader say otherwise, so the
+    checkpoint could not be exact. The loop finishes the step, saves it and raises
+    ``KeyboardInterrupt``; a second Ctrl-C interrupts at once, without saving.
+    """
+    event = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield event  # signal handlers can only be set from the main thread
+        return
+
+    previous = signal.getsignal(signal.SIGINT)
+
+    def request_stop(signum: int, frame: object) -> None:
+        if event.is_set():
+            raise KeyboardInterrupt
+        event.set()
+        log.warning("Ctrl-C: finishing the current step, then saving; Ctrl-C again stops now")
+
+    signal.signal(signal.SIGINT, request_stop)
+    try:
+        yield event
+    finally:
+        if previous is not None:  # None: the handler was not installed from Python
+            signal.signal(signal.SIGINT, previous)

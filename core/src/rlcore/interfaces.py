@@ -338,6 +338,14 @@ class BaseAlgorithm(abc.ABC):
         """Whether ``ref_log_prob`` is needed (a KL loss or KL penalty is configured)."""
         return False
 
+    @property
+    def needs_entropy(self) -> bool:
+        """Whether :meth:`policy_loss` needs ``outputs.entropy`` with gradient (an entropy bonus).
+
+        Engines skip the entropy's backward graph otherwise (it costs a (b, R, vocab) pass).
+        """
+        return False
+
     def compute_rewards(self, batch: DataProto) -> tuple[DataProto, dict[str, float]]:
         """Turn ``token_level_scores`` into ``token_level_rewards`` (e.g. minus a KL penalty).
 

@@ -308,8 +308,7 @@ class Trainer:
             # Log-probs of the distribution that was sampled: logits / temperature (greedy
             # training, temperature 0, scores the unscaled distribution).
             batch.meta_info["temperature"] = self.config.rollout.temperature or 1.0
-            needs_entropy = bool(getattr(self.algorithm, "needs_entropy", False))
-            batch.meta_info["calculate_entropy"] = needs_entropy
+            batch.meta_info["calculate_entropy"] = self.algorithm.needs_entropy
             model_in = self._select(batch, POLICY_INPUT_KEYS)
 
             # --- old log-probs, reference log-probs, values ----------------------------------

@@ -12,6 +12,7 @@ starts (raylet, GCS, workers) stays in it unless it calls ``setsid`` itself.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -19,6 +20,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,72 +30,33 @@ pytestmark = pytest.mark.slow
 TOTAL_STEPS = 4
 
 
-def _rows(pairs: list[tuple[int, int]], split: str) -> list[dict]:
-    return [
-        {
-            "data_source": "arithmetic",
-            "prompt": [{"role": "user", "content": f"What is {a} + {b}?"}],
-            "ability": "math",
-            "reward_model": {"style": "rule", "ground_truth": str(a + b)},
-            "extra_info": {"split": split, "index": i},
-        }
-        for i, (a, b) in enumerate(pairs)
-    ]
-
-
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory):
-    from rlcore.testing.tiny_model import build_tiny_model
+    from rlcore.testing.runs import arithmetic_rows, tiny_run_model, write_jsonl
 
     root = tmp_path_factory.mktemp("faults_cli")
-    model = build_tiny_model(root / "model", hidden=64, layers=1, heads=2, kv_heads=1)
-    data = root / "train.jsonl"
-    with data.open("w") as fh:
-        for row in _rows([(a, b) for a in range(4) for b in range(4)], "train"):
-            fh.write(json.dumps(row) + "\n")
-    return model, data
+    model = tiny_run_model(root / "model")
+    pairs = [(a, b) for a in range(4) for b in range(4)]
+    return model, write_jsonl(arithmetic_rows(pairs), root / "train.jsonl")
 
 
 def _write_config(assets, tmp_path: Path, processes: int) -> Path:
+    from rlcore.testing.runs import tiny_run_toml
+
     model, data = assets
     cfg = tmp_path / "cfg.toml"
-    cfg.write_text(
-        f"""
-[data]
-train_files = ["{data}"]
-max_prompt_length = 64
-max_response_length = 8
-train_batch_size = 4
-
-[model]
-path = "{model}"
-
-[actor]
-micro_batch_size = 4
-optim = {{ lr = 1e-3 }}
-
-[rollout]
-name = "hf"
-n = 2
-
-[reward]
-default = ["gsm8k"]
-
-[algorithm]
-name = "grpo"
-
-[trainer]
-total_steps = {TOTAL_STEPS}
-save_freq = 1
-experiment_name = "faults"
-run_dir = "{tmp_path / "run"}"
-loggers = ["jsonl"]
-
-[resources]
-processes_per_node = {processes}
-cpus_per_process = 0.5
-"""
+    text = tiny_run_toml(
+        model=model,
+        train_files=[data],
+        run_dir=tmp_path / "run",
+        micro_batch_size=4,
+        total_steps=TOTAL_STEPS,
+        save_freq=1,
+        experiment_name="faults",
+        processes_per_node=processes,
+        cpus_per_process=0.5,
     )
+    cfg.write_text(text)
     return cfg
 
 
@@ -108,6 +71,18 @@ def _start(cfg: Path, log: Path) -> subprocess.Popen:
         env=env,
         start_new_session=True,
     )
+
+
+@contextlib.contextmanager
+def _running(cfg: Path, log: Path) -> Iterator[subprocess.Popen]:
+    """The run started by ``_start``; SIGKILLed with its session on exit if still alive."""
+    proc = _start(cfg, log)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 def _stat(pid: int) -> tuple[int, int] | None:
@@ -144,6 +119,20 @@ def _wait_for_checkpoint(proc: subprocess.Popen, run: Path, log: Path, timeout: 
     return latest.read_text().strip()
 
 
+def _exit(proc: subprocess.Popen, log: Path, sent: float) -> tuple[int, float, str]:
+    """Wait up to 60 s for the driver to exit after a fault sent at ``sent``:
+    (exit code, seconds since the fault, the log)."""
+    code = proc.wait(timeout=60)
+    return code, time.monotonic() - sent, log.read_text()
+
+
+def _only_line(out: str, prefix: str) -> str:
+    """The one line of ``out`` that starts with ``prefix`` (fails if there are 0 or 2+)."""
+    lines = [ln for ln in out.splitlines() if ln.startswith(prefix)]
+    assert len(lines) == 1, out[-3000:]
+    return lines[0]
+
+
 def _assert_no_orphans(sid: int, log: Path) -> None:
     deadline = time.monotonic() + 10
     while left := _session(sid):
@@ -160,41 +149,27 @@ def _worker_pids(sid: int) -> list[int]:
 def test_a_killed_worker_stops_the_run_within_60s_and_it_resumes(assets, tmp_path):
     cfg = _write_config(assets, tmp_path, processes=2)
     log = tmp_path / "train.log"
-    proc = _start(cfg, log)
-    try:
+    with _running(cfg, log) as proc:
         first_ckpt = _wait_for_checkpoint(proc, tmp_path / "run", log)
         workers = _worker_pids(proc.pid)
         assert len(workers) == 2, [(p, _cmdline(p)) for p in _session(proc.pid)]
         victim = max(workers)  # either rank: the message must name the one that died
         os.kill(victim, signal.SIGKILL)
-        killed_at = time.monotonic()
-        code = proc.wait(timeout=60)
-        latency = time.monotonic() - killed_at
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    out = log.read_text()
+        code, latency, out = _exit(proc, log, sent=time.monotonic())
     print(f"killed worker pid {victim} after {first_ckpt}; driver exited {code} in {latency:.1f} s")
     assert code == 2, out[-3000:]
-    errors = [ln for ln in out.splitlines() if ln.startswith("error: ")]
-    assert len(errors) == 1, out[-3000:]
+    error = _only_line(out, "error: ")
     assert re.match(
         rf"error: role rlcore\.\w+ rank [01] \(node [\d.]+, pid {victim}\) died in \w+: "
         r"exit SYSTEM_ERROR",
-        errors[0],
-    ), errors[0]
+        error,
+    ), error
     _assert_no_orphans(proc.pid, log)
 
     # The same command resumes from the last complete checkpoint and finishes the run.
     log2 = tmp_path / "resume.log"
-    proc = _start(cfg, log2)
-    try:
+    with _running(cfg, log2) as proc:
         code = proc.wait(timeout=180)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
     out = log2.read_text()
     assert code == 0, out[-3000:]
     resumed = re.search(r"resuming from \S*global_step_(\d+)", out)
@@ -213,24 +188,15 @@ def test_a_killed_worker_stops_the_run_within_60s_and_it_resumes(assets, tmp_pat
 def test_ctrl_c_exits_130_naming_the_last_checkpoint_and_leaves_nothing(assets, tmp_path):
     cfg = _write_config(assets, tmp_path, processes=1)
     log = tmp_path / "train.log"
-    proc = _start(cfg, log)
-    try:
+    with _running(cfg, log) as proc:
         _wait_for_checkpoint(proc, tmp_path / "run", log)
         os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
-        sent = time.monotonic()
-        code = proc.wait(timeout=60)
-        latency = time.monotonic() - sent
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    out = log.read_text()
+        code, latency, out = _exit(proc, log, sent=time.monotonic())
     print(f"Ctrl-C: exit {code} after {latency:.1f} s")
     assert code == 130, out[-3000:]
-    lines = [ln for ln in out.splitlines() if ln.startswith("interrupted")]
-    assert len(lines) == 1, out[-3000:]
-    saved = re.match(r"interrupted: last checkpoint is step (\d+) ", lines[0])
-    assert saved, lines[0]
+    line = _only_line(out, "interrupted")
+    saved = re.match(r"interrupted: last checkpoint is step (\d+) ", line)
+    assert saved, line
     # The step in flight at Ctrl-C was finished and saved: nothing trained is lost.
     logged = [
         json.loads(ln) for ln in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()

@@ -19,25 +19,6 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-RUNNER = """
-import logging, sys
-from pathlib import Path
-from rlcore.config import load_config_text
-from rlcore.errors import RlcoreError
-from rlcore.ray_utils import start_ray
-from rlcore.trainer import run_training
-
-logging.basicConfig(level=logging.INFO, stream=sys.stderr)
-path = Path(sys.argv[1])
-config = load_config_text(path.read_text(), source=str(path))
-start_ray(config.resources)
-try:
-    sys.exit(run_training(config))
-except RlcoreError as err:
-    print(f"error: {err}", file=sys.stderr)
-    sys.exit(2)
-"""
-
 
 def _actor_weights(step_dir: Path) -> dict:
     import torch
@@ -52,55 +33,22 @@ def _actor_weights(step_dir: Path) -> dict:
 def test_nan_loss_steps_are_skipped_reported_and_stop_the_run(tmp_path):
     import torch
 
-    from rlcore.testing.tiny_model import build_tiny_model
+    from rlcore.testing.runs import (
+        arithmetic_rows,
+        tiny_run_model,
+        tiny_run_toml,
+        write_jsonl,
+        write_train_script,
+    )
 
-    model = build_tiny_model(tmp_path / "model", hidden=64, layers=1, heads=2, kv_heads=1)
-    train = tmp_path / "train.jsonl"
-    with train.open("w") as fh:
-        for i in range(8):
-            row = {
-                "data_source": "arithmetic",
-                "prompt": [{"role": "user", "content": f"What is {i} + 1?"}],
-                "reward_model": {"style": "rule", "ground_truth": str(i + 1)},
-            }
-            fh.write(json.dumps(row) + "\n")
+    model = tiny_run_model(tmp_path / "model")
+    train = write_jsonl(arithmetic_rows([(i, 1) for i in range(8)]), tmp_path / "train.jsonl")
     run_dir = tmp_path / "run"
     config = tmp_path / "nan.toml"
-    config.write_text(f"""
-[data]
-train_files = ["{train}"]
-max_prompt_length = 64
-max_response_length = 8
-train_batch_size = 4
-
-[model]
-path = "{model}"
-
-[actor]
-micro_batch_size = 8
-optim = {{ lr = 1e-3 }}
-
-[rollout]
-name = "hf"
-n = 2
-
-[reward]
-default = ["gsm8k"]
-
-[algorithm]
-name = "grpo"
-
-[trainer]
-total_steps = 6
-save_freq = 1
-run_dir = "{run_dir}"
-loggers = ["jsonl"]
-
-[resources]
-processes_per_node = 1
-""")
-    runner = tmp_path / "runner.py"
-    runner.write_text(RUNNER)
+    config.write_text(
+        tiny_run_toml(model=model, train_files=[train], run_dir=run_dir, total_steps=6, save_freq=1)
+    )
+    runner = write_train_script(tmp_path / "runner.py")
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env |= {"OMP_NUM_THREADS": "1", "RLCORE_TEST_NAN_AT_STEPS": "2,3,4"}
     proc = subprocess.run(

@@ -24,93 +24,37 @@ pytestmark = pytest.mark.slow
 
 TOTAL_STEPS = 4  # 2 epochs of 2 batches
 
-RUNNER = """
-import logging, sys
-from pathlib import Path
-from rlcore.config import load_config_text
-from rlcore.errors import RlcoreError
-from rlcore.ray_utils import start_ray
-from rlcore.trainer import run_training
-
-logging.basicConfig(level=logging.INFO, stream=sys.stderr)
-path = Path(sys.argv[1])
-config = load_config_text(path.read_text(), source=str(path))
-start_ray(config.resources)
-try:
-    sys.exit(run_training(config))
-except RlcoreError as err:
-    print(f"error: {err}", file=sys.stderr)
-    sys.exit(2)
-"""
-
-
-def _rows(pairs: list[tuple[int, int]]) -> list[dict]:
-    return [
-        {
-            "data_source": "arithmetic",
-            "prompt": [{"role": "user", "content": f"What is {a} + {b}?"}],
-            "ability": "math",
-            "reward_model": {"style": "rule", "ground_truth": str(a + b)},
-            "extra_info": {"index": i},
-        }
-        for i, (a, b) in enumerate(pairs)
-    ]
-
 
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory):
-    from rlcore.testing.tiny_model import build_tiny_model
+    from rlcore.testing.runs import (
+        arithmetic_rows,
+        tiny_run_model,
+        write_jsonl,
+        write_train_script,
+    )
 
     root = tmp_path_factory.mktemp("resume")
-    model = build_tiny_model(root / "model", hidden=64, layers=1, heads=2, kv_heads=1)
-    train = root / "train.jsonl"
-    train.write_text("".join(json.dumps(r) + "\n" for r in _rows([(a, 1) for a in range(8)])))
-    runner = root / "runner.py"
-    runner.write_text(RUNNER)
-    return model, train, runner
+    model = tiny_run_model(root / "model")
+    train = write_jsonl(arithmetic_rows([(a, 1) for a in range(8)]), root / "train.jsonl")
+    return model, train, write_train_script(root / "runner.py")
 
 
 def _write_config(assets, run_dir: Path, keep_last: int | None = None) -> Path:
+    from rlcore.testing.runs import tiny_run_toml
+
     model, train, _ = assets
-    keep = f"keep_last = {keep_last}" if keep_last else ""
-    text = f"""
-[data]
-train_files = ["{train}"]
-max_prompt_length = 64
-max_response_length = 8
-train_batch_size = 4
-
-[model]
-path = "{model}"
-
-[actor]
-micro_batch_size = 8
-optim = {{ lr = 1e-3 }}
-
-[critic]
-optim = {{ lr = 1e-3 }}
-
-[rollout]
-name = "hf"
-n = 2
-
-[reward]
-default = ["gsm8k"]
-
-[algorithm]
-name = "ppo"
-
-[trainer]
-total_steps = {TOTAL_STEPS}
-save_freq = 1
-{keep}
-seed = 7
-run_dir = "{run_dir}"
-loggers = ["jsonl"]
-
-[resources]
-processes_per_node = 1
-"""
+    text = tiny_run_toml(
+        model=model,
+        train_files=[train],
+        run_dir=run_dir,
+        algorithm="ppo",
+        critic_lr=1e-3,
+        total_steps=TOTAL_STEPS,
+        save_freq=1,
+        keep_last=keep_last or None,
+        seed=7,
+    )
     path = run_dir.parent / f"{run_dir.name}.toml"
     path.write_text(text)
     return path

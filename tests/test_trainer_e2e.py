@@ -18,78 +18,34 @@ import pytest
 pytestmark = pytest.mark.slow
 
 
-def _rows(pairs: list[tuple[int, int]], split: str) -> list[dict]:
-    return [
-        {
-            "data_source": "arithmetic",
-            "prompt": [{"role": "user", "content": f"What is {a} + {b}?"}],
-            "ability": "math",
-            "reward_model": {"style": "rule", "ground_truth": str(a + b)},
-            "extra_info": {"split": split, "index": i},
-        }
-        for i, (a, b) in enumerate(pairs)
-    ]
-
-
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory):
-    from rlcore.testing.tiny_model import build_tiny_model
+    from rlcore.testing.runs import arithmetic_rows, tiny_run_model, write_jsonl
 
     root = tmp_path_factory.mktemp("trainer_e2e")
-    model = build_tiny_model(root / "model", hidden=64, layers=1, heads=2, kv_heads=1)
+    model = tiny_run_model(root / "model")
     data = root / "data"
     data.mkdir()
-    for name, pairs in (
-        ("train", [(a, b) for a in range(4) for b in range(4)]),
-        ("test", [(10, 20), (30, 40), (5, 6)]),
-    ):
-        with (data / f"{name}.jsonl").open("w") as fh:
-            for row in _rows(pairs, name):
-                fh.write(json.dumps(row) + "\n")
+    write_jsonl(arithmetic_rows([(a, b) for a in range(4) for b in range(4)]), data / "train.jsonl")
+    write_jsonl(arithmetic_rows([(10, 20), (30, 40), (5, 6)], "test"), data / "test.jsonl")
     return root, model, data
 
 
-def _config(assets, tmp_path: Path, algorithm: str, algo_options: str = "", extra: str = ""):
+def _config(assets, tmp_path: Path, algorithm: str, **options):
     from rlcore.config import load_config_text
+    from rlcore.testing.runs import tiny_run_toml
 
     _, model, data = assets
-    text = f"""
-[data]
-train_files = ["{data / "train.jsonl"}"]
-val_files = ["{data / "test.jsonl"}"]
-max_prompt_length = 64
-max_response_length = 8
-train_batch_size = 4
-
-[model]
-path = "{model}"
-
-[actor]
-micro_batch_size = 8
-optim = {{ lr = 1e-3 }}
-
-[rollout]
-name = "hf"
-n = 2
-
-[reward]
-default = ["gsm8k"]
-
-[algorithm]
-name = "{algorithm}"
-{algo_options}
-
-[trainer]
-total_steps = 2
-test_freq = 2
-experiment_name = "e2e-{algorithm}"
-run_dir = "{tmp_path / "run"}"
-loggers = ["jsonl"]
-
-[resources]
-processes_per_node = 1
-{extra}
-"""
+    text = tiny_run_toml(
+        model=model,
+        train_files=[data / "train.jsonl"],
+        val_files=[data / "test.jsonl"],
+        run_dir=tmp_path / "run",
+        algorithm=algorithm,
+        test_freq=2,
+        experiment_name=f"e2e-{algorithm}",
+        **options,
+    )
     return load_config_text(text, source=f"e2e-{algorithm}.toml")
 
 
@@ -162,8 +118,8 @@ def test_ppo_trains_a_critic_and_kl_adds_the_reference(ray_session, assets, tmp_
         assets,
         tmp_path,
         "ppo",
-        algo_options="use_kl_in_reward = true",
-        extra="[critic]\noptim = { lr = 1e-3 }",
+        algorithm_options="use_kl_in_reward = true",
+        critic_lr=1e-3,
     )
     config = attrs.evolve(
         config, trainer=attrs.evolve(config.trainer, val_before_train=False, test_freq=0)

@@ -1,0 +1,69 @@
+"""Conformance suites a plugin author runs against a new engine, rollout, reward or algorithm.
+
+Each check is a plain function that raises :class:`AssertionError` naming the contract rule
+broken (``<class>: <rule>: <what was seen>``), so it reads well in any test runner. No pytest
+import here (importing the package loads torch, through ``rlcore.protocol``; transformers
+loads only inside the engine and rollout checks). A third
+party calls them from its own tests::
+
+    from rlcore.testing.conformance import check_algorithm, check_plugin_module, check_reward
+    from my_pkg.reward import MyReward
+
+    def test_plugin_module():
+        check_plugin_module("my_pkg.plugin")        # light import, well-formed hooks
+
+    def test_reward_conformance():
+        check_reward(MyReward, cases=[("... #### 7", "7", 1.0)])
+
+    def test_engine_conformance(tmp_path):
+        from rlcore.testing.tiny_model import build_tiny_model
+        path = build_tiny_model(tmp_path / "m", hidden=64, layers=1, heads=2, kv_heads=1)
+        check_engine(MyEngine, model_path=str(path))
+
+What each checks (see the function docstrings for the exact rules):
+
+- :func:`check_plugin_module` — the entry module imports nothing heavy (torch,
+  transformers, ray, vllm, sglang) and its hooks return ``name -> "module:Class"``.
+- :func:`check_reward` — ``Config`` rules; ``score`` returns a float or a dict with a float
+  ``score``, is deterministic, never raises on adversarial text and returns in time; the
+  reward pickles (the scoring pool); optional author cases.
+- :func:`check_algorithm` — advantages finite, (B, R), zero outside the mask, row-order
+  free; losses are scalars with gradient, documented metric names, and split-invariant
+  (micro-batch losses sum to the mini-batch loss and gradient, rtol 1e-6 in float64).
+- :func:`check_engine` — an actor engine on a tiny model in a 1-rank gloo group: log-probs
+  equal transformers', a step trains, synced weights load into transformers, checkpoints
+  restore exactly.
+- :func:`check_rollout` — ``generate`` layout, masks, positions, greedy determinism,
+  resumable sampling, ``update_weights``.
+
+The ``Config`` rules, common to all: an attrs class, frozen, keyword-only, whose defaults
+structure from an empty table through rlcore's config converter and validate, which refuses
+an unknown key, and whose instances pickle.
+"""
+
+from __future__ import annotations
+
+from rlcore.testing.conformance._algorithm import (
+    POLICY_METRICS,
+    check_algorithm,
+    random_algorithm_batch,
+)
+from rlcore.testing.conformance._common import check_config
+from rlcore.testing.conformance._engine import check_engine, random_engine_batch
+from rlcore.testing.conformance._plugin import HEAVY_MODULES, check_plugin_module
+from rlcore.testing.conformance._reward import ADVERSARIAL_INPUTS, check_reward
+from rlcore.testing.conformance._rollout import check_rollout
+
+__all__ = [
+    "ADVERSARIAL_INPUTS",
+    "HEAVY_MODULES",
+    "POLICY_METRICS",
+    "check_algorithm",
+    "check_config",
+    "check_engine",
+    "check_plugin_module",
+    "check_reward",
+    "check_rollout",
+    "random_algorithm_batch",
+    "random_engine_batch",
+]

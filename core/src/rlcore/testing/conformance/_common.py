@@ -1,0 +1,93 @@
+"""What every conformance check shares: the failure message and the ``Config`` rules."""
+
+from __future__ import annotations
+
+import math
+import pickle
+from typing import Any, NoReturn
+
+import attrs
+
+from rlcore.config.convert import render_path, structure
+
+__all__ = ["check_config", "check_subclass", "fail", "is_number"]
+
+# A key no plugin's Config has: structuring it must be refused (forbid_extra_keys).
+UNKNOWN_KEY = "conformance_unknown_key"
+
+
+def fail(what: str, rule: str, detail: str) -> NoReturn:
+    """Raise the one-line AssertionError every check uses: ``<what>: <rule>: <detail>``."""
+    msg = f"{what}: {rule}: {detail}"
+    raise AssertionError(msg)
+
+
+def name_of(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def is_number(value: Any) -> bool:
+    """A finite real number that is not a bool (``True`` is an int, but not a score)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_subclass(cls: Any, base: type) -> None:
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        fail(
+            repr(cls),
+            f"must subclass rlcore.interfaces.{base.__name__}",
+            f"got {cls!r}",
+        )
+
+
+def check_config(cls: type, config: Any, section: str) -> Any:
+    """Check ``cls.Config`` against the config rules; return ``config`` or its defaults.
+
+    Rules: an attrs class, frozen and keyword-only (``@attrs.frozen(kw_only=True)`` re-applied
+    on the subclass); ``{}`` structures through rlcore's converter into a valid instance (every
+    field has a default that passes its validator); an unknown key is refused; instances
+    pickle (they cross Ray and process pools).
+    """
+    what = name_of(cls)
+    config_cls = getattr(cls, "Config", None)
+    if not (isinstance(config_cls, type) and attrs.has(config_cls)):
+        fail(what, "Config must be an attrs class (@attrs.frozen(kw_only=True))", repr(config_cls))
+    positional = [f.name for f in attrs.fields(config_cls) if not f.kw_only]
+    if positional:
+        fail(
+            what,
+            "Config fields must be keyword-only (re-apply @attrs.frozen(kw_only=True) on the "
+            "subclass; attrs does not inherit it)",
+            f"positional fields {positional}",
+        )
+    defaults, problems = structure({}, config_cls, (section,))
+    if problems:
+        text = "; ".join(f"{render_path(p)}: {m}" for p, m in problems)
+        fail(what, "Config defaults must structure and validate from an empty table", text)
+    fields = attrs.fields(config_cls)
+    probe = fields[0].name if fields else UNKNOWN_KEY
+    try:
+        setattr(defaults, probe, getattr(defaults, probe, None))
+    except (attrs.exceptions.FrozenInstanceError, AttributeError):
+        pass
+    else:
+        fail(what, "Config must be frozen (@attrs.frozen)", f"setting {probe!r} succeeded")
+    _, problems = structure({UNKNOWN_KEY: 1}, config_cls, (section,))
+    if not any(UNKNOWN_KEY in render_path(p) for p, _ in problems):
+        fail(
+            what,
+            "Config must reject an unknown key through rlcore's config converter "
+            "(forbid_extra_keys)",
+            f"{{{UNKNOWN_KEY!r}: 1}} gave problems {problems}",
+        )
+    if config is None:
+        config = defaults
+    elif not isinstance(config, config_cls):
+        fail(what, f"config must be a {config_cls.__qualname__}", f"got {type(config).__name__}")
+    try:
+        copy = pickle.loads(pickle.dumps(config))
+    except Exception as err:  # any pickling failure is the finding
+        fail(what, "Config instances must pickle (they cross Ray)", f"{type(err).__name__}: {err}")
+    if copy != config:
+        fail(what, "Config must compare equal after a pickle round trip", f"{copy!r} != {config!r}")
+    return config

@@ -149,7 +149,7 @@ def _check_loss(
         fail(
             what,
             rule,
-            f"micro-batches {splits} sum to {float(summed)!r}, whole batch {float(loss)!r}",
+            f"micro-batches {splits} sum to {float(summed.detach())!r}, whole batch {float(loss.detach())!r}",
         )
     micro = torch.autograd.grad(summed, leaves, allow_unused=True)
     for x, g, ref in zip(leaves, micro, full):

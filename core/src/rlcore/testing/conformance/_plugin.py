@@ -92,18 +92,25 @@ def check_plugin_module(
             "no names registered",
         )
     if resolve:
-        _resolve_all(module_name, what)
+        _resolve_all(module_name, what, [os.fspath(p) for p in sys_path])
     return {f"{kind}/{name}": target for kind, name, target in entries}
 
 
-def _resolve_all(module_name: str, what: str) -> None:
+def _resolve_all(module_name: str, what: str, extra: list[str]) -> None:
     import importlib
 
     from rlcore.errors import PluginError
     from rlcore.plugins import PluginRegistry
 
+    added = [p for p in extra if p not in sys.path]
+    sys.path[:0] = added
+    try:
+        module = importlib.import_module(module_name)
+    finally:
+        for p in added:
+            sys.path.remove(p)
     registry = PluginRegistry(entry_points=False, strict=True)
-    registry.register(importlib.import_module(module_name), name=module_name)
+    registry.register(module, name=module_name)
     for entry in registry.entries():
         try:
             registry.resolve(entry.kind, entry.name)

@@ -127,8 +127,10 @@ def check_reward(
             )
 
     # The reward manager's process pool pickles rewards and imports their class by path.
-    module = importlib.import_module(cls.__module__)
-    found: Any = module
+    try:
+        found: Any = importlib.import_module(cls.__module__)
+    except ImportError:
+        found = None
     for part in cls.__qualname__.split("."):
         found = getattr(found, part, None)
     if found is not cls:

@@ -149,7 +149,7 @@ def _check_loss(
         fail(
             what,
             rule,
-            f"micro-batches {splits} sum to {float(summed.detach())!r}, whole batch {float(loss.detach())!r}",
+            f"micro-batches {splits} sum to {summed.item()!r}, whole batch {loss.item()!r}",
         )
     micro = torch.autograd.grad(summed, leaves, allow_unused=True)
     for x, g, ref in zip(leaves, micro, full):

@@ -174,9 +174,10 @@ class BaseEngine(abc.ABC):
     class Config:
         """The engine's own options (``[actor.engine]`` minus ``name``)."""
 
-    def __init__(self, spec: EngineSpec, config: BaseEngine.Config) -> None:
+    def __init__(self, spec: EngineSpec, config: BaseEngine.Config | None = None) -> None:
         self.spec = spec
-        self.config = config
+        # None: the plugin's own defaults, so `MyReward()` works in tests and notebooks.
+        self.config = config if config is not None else type(self).Config()
 
     @abc.abstractmethod
     def forward_backward(self, batch: DataProto, loss_fn: LossFn) -> dict[str, float]:
@@ -256,9 +257,10 @@ class BaseRollout(abc.ABC):
     class Config:
         """The rollout's own options (``[rollout]`` minus the shared sampling keys)."""
 
-    def __init__(self, spec: RolloutSpec, config: BaseRollout.Config) -> None:
+    def __init__(self, spec: RolloutSpec, config: BaseRollout.Config | None = None) -> None:
         self.spec = spec
-        self.config = config
+        # None: the plugin's own defaults, so `MyReward()` works in tests and notebooks.
+        self.config = config if config is not None else type(self).Config()
 
     @abc.abstractmethod
     def generate(self, prompts: DataProto, sampling: SamplingParams) -> DataProto:
@@ -299,8 +301,9 @@ class BaseReward(abc.ABC):
     class Config:
         """The reward's own options (``[reward.options.NAME]``)."""
 
-    def __init__(self, config: BaseReward.Config) -> None:
-        self.config = config
+    def __init__(self, config: BaseReward.Config | None = None) -> None:
+        # None: the plugin's own defaults, so `MyReward()` works in tests and notebooks.
+        self.config = config if config is not None else type(self).Config()
 
     @abc.abstractmethod
     def score(
@@ -325,8 +328,9 @@ class BaseAlgorithm(abc.ABC):
     class Config:
         """The algorithm's own options (``[algorithm]`` minus ``name``)."""
 
-    def __init__(self, config: BaseAlgorithm.Config) -> None:
-        self.config = config
+    def __init__(self, config: BaseAlgorithm.Config | None = None) -> None:
+        # None: the plugin's own defaults, so `MyReward()` works in tests and notebooks.
+        self.config = config if config is not None else type(self).Config()
 
     @property
     def needs_critic(self) -> bool:

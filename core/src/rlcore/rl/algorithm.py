@@ -122,10 +122,9 @@ class PolicyGradientAlgorithm(BaseAlgorithm):
 
     config: PolicyGradientAlgorithm.Config
 
-    def __init__(self, config: PolicyGradientAlgorithm.Config) -> None:
+    def __init__(self, config: PolicyGradientAlgorithm.Config | None = None) -> None:
         super().__init__(config)
-        self.config = config
-        ctrl = config.kl_ctrl
+        ctrl = self.config.kl_ctrl
         # Driver-side run state (see the module docstring).
         self.kl_ctrl = KLController(
             value=ctrl.kl_coef,

@@ -94,7 +94,7 @@ class FSDP2Engine(BaseEngine):
                 raise ValueError(msg)
 
     def __init__(self, spec: EngineSpec, config: FSDP2Engine.Config | None = None) -> None:
-        super().__init__(spec, config if config is not None else FSDP2Engine.Config())
+        super().__init__(spec, config)
         self.config: FSDP2Engine.Config
         if spec.micro_batch_size is None and spec.max_tokens_per_micro_batch is None:
             msg = f"[{spec.role}] set micro_batch_size or max_tokens_per_micro_batch"

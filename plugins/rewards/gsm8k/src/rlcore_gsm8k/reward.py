@@ -103,9 +103,6 @@ class GSM8KReward(BaseReward):
 
     config: GSM8KReward.Config
 
-    def __init__(self, config: GSM8KReward.Config | None = None) -> None:
-        super().__init__(config if config is not None else GSM8KReward.Config())
-
     def score(
         self,
         data_source: str,

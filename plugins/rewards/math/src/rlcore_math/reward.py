@@ -46,9 +46,6 @@ class MathReward(BaseReward):
 
     config: MathReward.Config
 
-    def __init__(self, config: MathReward.Config | None = None) -> None:
-        super().__init__(config if config is not None else MathReward.Config())
-
     def score(
         self,
         data_source: str,

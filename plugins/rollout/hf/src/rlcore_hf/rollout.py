@@ -50,7 +50,7 @@ class HFRollout(BaseRollout):
                 raise ValueError(msg)
 
     def __init__(self, spec: RolloutSpec, config: HFRollout.Config | None = None) -> None:
-        super().__init__(spec, config if config is not None else HFRollout.Config())
+        super().__init__(spec, config)
         self.config: HFRollout.Config
         from transformers import AutoModelForCausalLM, GenerationConfig
 

@@ -100,13 +100,13 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     # Model, tokenizer, data files and the resume path are checked before Ray starts, so a bad
     # input costs a second and one clear line, not a worker traceback minutes later.
-    preflight(config, registry=args.registry)
+    prepared = preflight(config, registry=args.registry)
     from rlcore.ray_utils import start_ray, stop_ray
     from rlcore.trainer import run_training
 
     started = start_ray(config.resources)
     try:
-        result = run_training(config)
+        result = run_training(config, prepared)
     except KeyboardInterrupt:
         # The trainer saves the last completed step on its way out; say where to pick up.
         print(_interrupted_line(config), file=sys.stderr)

@@ -160,11 +160,28 @@ def _build_dataset(
         raise DataError(msg) from err
 
 
+def build_datasets(config: RunConfig, tokenizer: Any) -> tuple[PromptDataset, PromptDataset | None]:
+    """The train and validation sets as training uses them; errors name the config key."""
+    data = config.data
+    train_set = _build_dataset(config, tokenizer, data.train_files, "data.train_files", "train")
+    if len(train_set) < data.train_batch_size:
+        msg = (
+            f"data.train_batch_size: the train set has {len(train_set)} prompts (after "
+            f"filtering), fewer than one batch of {data.train_batch_size}; lower it or add data"
+        )
+        raise DataError(msg)
+    val_set = (
+        _build_dataset(config, tokenizer, data.val_files, "data.val_files", "val")
+        if data.val_files
+        else None
+    )
+    return train_set, val_set
+
+
 def _needs_critic(config: RunConfig, registry: PluginRegistry) -> bool:
-    cls = registry.resolve("algorithm", config.algorithm.name, where="[algorithm]")
-    options = config.algorithm.options
-    algorithm = cls(options if options is not None else cls.Config())  # type: ignore[attr-defined]
-    return bool(algorithm.needs_critic)
+    from rlcore.trainer.builder import build_algorithm
+
+    return build_algorithm(config, registry).needs_critic
 
 
 @attrs.frozen(kw_only=True)
@@ -199,20 +216,8 @@ def preflight(config: RunConfig, *, registry: PluginRegistry | None = None) -> P
         chat_template=config.data.apply_chat_template,
     )
 
-    data = config.data
-    train_set = _build_dataset(config, tokenizer, data.train_files, "data.train_files", "train")
+    train_set, val_set = build_datasets(config, tokenizer)
     train = len(train_set)
-    if train < data.train_batch_size:
-        msg = (
-            f"data.train_batch_size: the train set has {train} prompts (after filtering), "
-            f"fewer than one batch of {data.train_batch_size}; lower it or add data"
-        )
-        raise DataError(msg)
-    val_set = (
-        _build_dataset(config, tokenizer, data.val_files, "data.val_files", "val")
-        if data.val_files
-        else None
-    )
 
     resume = config.trainer.resume
     if resume not in ("auto", "off"):

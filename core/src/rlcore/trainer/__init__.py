@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from rlcore.config import RunConfig
+    from rlcore.preflight import Preflight
 
 log = logging.getLogger(__name__)
 
@@ -49,12 +50,17 @@ def prepare_run_dir(config: RunConfig, *, resuming: bool = False) -> Path:
     return run_dir
 
 
-def run_training(config: RunConfig) -> int:
-    """Train with ``config`` (Ray started or joined here if not yet); returns the exit code."""
+def run_training(config: RunConfig, prepared: Preflight | None = None) -> int:
+    """Train with ``config`` (Ray started or joined here if not yet); returns the exit code.
+
+    ``prepared``: what :func:`rlcore.preflight.preflight` loaded (tokenizer and datasets), so
+    the CLI's checks are not followed by a second tokenization of the data.
+    """
     import ray
 
     from rlcore.checkpoint import CHECKPOINTS_DIR, CheckpointManager
     from rlcore.data import load_tokenizer
+    from rlcore.preflight import build_datasets
     from rlcore.ray_utils import start_ray
     from rlcore.tracking import Tracker
     from rlcore.trainer.builder import (
@@ -77,11 +83,15 @@ def run_training(config: RunConfig) -> int:
     if not ray.is_initialized():
         start_ray(config.resources)
 
-    assert config.model.tokenizer_path is not None  # resolved by load_config
-    tokenizer = load_tokenizer(
-        config.model.tokenizer_path, require_chat_template=config.data.apply_chat_template
-    )
-    train_loader, val_loader = build_data(config, tokenizer)
+    if prepared is None:
+        assert config.model.tokenizer_path is not None  # resolved by load_config
+        tokenizer = load_tokenizer(
+            config.model.tokenizer_path, require_chat_template=config.data.apply_chat_template
+        )
+        train_set, val_set = build_datasets(config, tokenizer)
+    else:
+        tokenizer, train_set, val_set = prepared.tokenizer, prepared.train_set, prepared.val_set
+    train_loader, val_loader = build_data(config, train_set, val_set)
     total_steps = total_training_steps(config, train_loader)
     algorithm = build_algorithm(config)
     reward_manager = build_reward_manager(config, tokenizer)

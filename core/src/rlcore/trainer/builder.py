@@ -19,7 +19,7 @@ from rlcore.plugins import PluginRegistry, default_registry
 
 if TYPE_CHECKING:
     from rlcore.config import RunConfig
-    from rlcore.data import PromptDataLoader
+    from rlcore.data import PromptDataLoader, PromptDataset
     from rlcore.interfaces import BaseAlgorithm
     from rlcore.resources import ResourcePool
     from rlcore.reward import RewardManager
@@ -44,34 +44,25 @@ def build_algorithm(config: RunConfig, registry: PluginRegistry | None = None) -
     """The driver's copy of the algorithm (advantages, KL-in-reward state)."""
     registry = registry or default_registry()
     cls = registry.resolve("algorithm", config.algorithm.name, where="[algorithm]")
-    options = config.algorithm.options
-    algorithm: BaseAlgorithm = cls(options if options is not None else cls.Config())  # type: ignore[attr-defined]
+    algorithm: BaseAlgorithm = cls(config.algorithm.options)
     return algorithm
 
 
 def build_data(
-    config: RunConfig, tokenizer: Any
+    config: RunConfig, train_set: PromptDataset, val_set: PromptDataset | None
 ) -> tuple[PromptDataLoader, PromptDataLoader | None]:
-    """Train loader (full batches, shuffled per epoch) and validation loader (one pass)."""
-    from rlcore.data import PromptDataLoader, PromptDataset
+    """Train loader (full batches, shuffled per epoch) and validation loader (one pass).
+
+    The datasets come from :func:`rlcore.preflight.build_datasets` (via ``preflight``).
+    """
+    from rlcore.data import PromptDataLoader
 
     data = config.data
-    common: dict[str, Any] = {
-        "prompt_key": data.prompt_key,
-        "max_prompt_length": data.max_prompt_length,
-        "filter_overlong_prompts": data.filter_overlong_prompts,
-        "truncation": data.truncation,
-        "apply_chat_template": data.apply_chat_template,
-    }
-    train_set = PromptDataset(data.train_files, tokenizer, name="train", **common)
     train = PromptDataLoader(
         train_set, data.train_batch_size, shuffle=data.shuffle, seed=data.seed, drop_last=True
     )
-    if not data.val_files:
+    if val_set is None:
         return train, None
-    val_set = PromptDataset(
-        data.val_files, tokenizer, name="val", max_samples=data.val_max_samples, **common
-    )
     val = PromptDataLoader(
         val_set, data.val_batch_size or len(val_set), shuffle=False, drop_last=False
     )
@@ -97,8 +88,7 @@ def build_reward_manager(
     rewards = {}
     for name in reward.selected():
         cls = registry.resolve("reward", name, where="[reward]")
-        options = reward.options.get(name)
-        rewards[name] = cls(options if options is not None else cls.Config())  # type: ignore[attr-defined]
+        rewards[name] = cls(reward.options.get(name))
     return RewardManager(
         tokenizer,
         rewards,

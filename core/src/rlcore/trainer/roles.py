@@ -34,10 +34,12 @@ from rlcore.interfaces import (
     BaseEngine,
     BaseRollout,
     EngineSpec,
+    LossFn,
     RolloutSpec,
     SamplingParams,
 )
 from rlcore.plugins import default_registry
+from rlcore.trainer.builder import build_algorithm
 from rlcore.workers import Worker
 
 if TYPE_CHECKING:
@@ -93,16 +95,8 @@ def _summed(timing: dict[str, list[float]]) -> dict[str, float]:
 
 def _build_engine(section: PluginSection, spec: EngineSpec, where: str) -> BaseEngine:
     cls = default_registry().resolve("engine", section.name, where=where)
-    options = section.options if section.options is not None else cls.Config()  # type: ignore[attr-defined]
-    engine: BaseEngine = cls(spec, options)
+    engine: BaseEngine = cls(spec, section.options)
     return engine
-
-
-def _build_algorithm(config: RunConfig) -> BaseAlgorithm:
-    cls = default_registry().resolve("algorithm", config.algorithm.name, where="[algorithm]")
-    options = config.algorithm.options
-    algorithm: BaseAlgorithm = cls(options if options is not None else cls.Config())  # type: ignore[attr-defined]
-    return algorithm
 
 
 def _init_distributed(worker: Worker, config: RunConfig) -> None:
@@ -169,6 +163,49 @@ def _nan_loss(loss_fn: Any) -> Any:
     return wrapped
 
 
+def _train_mini_batches(
+    role: str,
+    engine: BaseEngine,
+    loss_fn: LossFn,
+    data: DataProto,
+    cfg: RunConfig,
+    *,
+    mini_prompts: int | None,
+    epochs: int,
+    world_size: int,
+    metrics: dict[str, list[float]],
+    timing: dict[str, list[float]],
+) -> None:
+    """``epochs`` passes over this rank's mini-batches: one optimizer step per mini-batch.
+
+    A mini-batch is ``mini_prompts`` prompts × ``n`` samples over all ranks, so
+    ``mini_prompts * n // world_size`` rows here. Shuffling is seeded by the step, so a
+    resumed run draws the same mini-batches.
+    """
+    mini = mini_prompts or cfg.data.train_batch_size
+    rows = max(1, mini * cfg.rollout.n // world_size)
+    step = int(data.meta_info.get("global_step", 0))
+    batches = data.make_iterator(
+        min(rows, len(data)),
+        epochs,
+        seed=cfg.trainer.seed + step,
+        dataloader_kwargs={"shuffle": cfg.actor.shuffle},
+    )
+    for mini_batch in batches:
+        with _clock(timing, f"{role}_forward_backward"):
+            _add(metrics, engine.forward_backward(mini_batch, loss_fn))
+        with _clock(timing, f"{role}_optimizer"):
+            grad_norm = engine.optimizer_step()
+        _add(
+            metrics,
+            {
+                f"{role}/grad_norm": grad_norm,
+                f"{role}/nonfinite": _nonfinite(grad_norm),
+                **_lr(role, engine),
+            },
+        )
+
+
 def _nonfinite(grad_norm: float) -> float:
     """1.0 when the engine skipped the update (non-finite loss or gradient), else 0.0."""
     return 0.0 if math.isfinite(grad_norm) else 1.0
@@ -233,7 +270,7 @@ class ActorRolloutRefWorker(Worker):
         """
         cfg = self.config
         _init_distributed(self, cfg)
-        self.algorithm = _build_algorithm(cfg)
+        self.algorithm = build_algorithm(cfg)
         self.actor = _build_engine(cfg.actor.engine, self._engine_spec("actor"), "[actor.engine]")
         if self.with_ref:
             section = cfg.ref.engine or cfg.actor.engine
@@ -249,8 +286,7 @@ class ActorRolloutRefWorker(Worker):
             # Ranks draw different samples; reruns reproduce.
             seed=cfg.trainer.seed + 1000 * self.rank,
         )
-        options = cfg.rollout.options
-        self.rollout = rollout_cls(spec, options if options is not None else rollout_cls.Config())  # type: ignore[attr-defined]
+        self.rollout = rollout_cls(spec, cfg.rollout.options)
         self._sync_weights()
         log.info("rank %d: actor%s and rollout ready", self.rank, " + ref" if self.ref else "")
 
@@ -359,33 +395,24 @@ class ActorRolloutRefWorker(Worker):
 
         actor, _, algorithm = self._parts()
         cfg = self.config
-        mini = cfg.actor.ppo_mini_batch_size or cfg.data.train_batch_size
-        rows = max(1, mini * cfg.rollout.n // self.world_size)
-        step = int(data.meta_info.get("global_step", 0))
-        metrics: dict[str, list[float]] = {}
-        timing: dict[str, list[float]] = {}
-        batches = data.make_iterator(
-            min(rows, len(data)),
-            cfg.actor.ppo_epochs,
-            seed=cfg.trainer.seed + step,
-            dataloader_kwargs={"shuffle": cfg.actor.shuffle},
-        )
         loss_fn = algorithm.policy_loss
+        step = int(data.meta_info.get("global_step", 0))
         if step + 1 in _nan_test_steps():  # test hook: global_step counts completed steps
             loss_fn = _nan_loss(loss_fn)
-        for mini_batch in batches:
-            with _clock(timing, "actor_forward_backward"):
-                _add(metrics, actor.forward_backward(mini_batch, loss_fn))
-            with _clock(timing, "actor_optimizer"):
-                grad_norm = actor.optimizer_step()
-            _add(
-                metrics,
-                {
-                    "actor/grad_norm": grad_norm,
-                    "actor/nonfinite": _nonfinite(grad_norm),
-                    **_lr("actor", actor),
-                },
-            )
+        metrics: dict[str, list[float]] = {}
+        timing: dict[str, list[float]] = {}
+        _train_mini_batches(
+            "actor",
+            actor,
+            loss_fn,
+            data,
+            cfg,
+            mini_prompts=cfg.actor.ppo_mini_batch_size,
+            epochs=cfg.actor.ppo_epochs,
+            world_size=self.world_size,
+            metrics=metrics,
+            timing=timing,
+        )
         with _clock(timing, "weight_sync"):
             self._sync_weights()
         return DataProto(meta_info={"metrics": {**metrics, **_summed(timing)}})
@@ -406,7 +433,7 @@ class CriticWorker(Worker):
         cfg = self.config
         critic = cfg.critic
         _init_distributed(self, cfg)
-        self.algorithm = _build_algorithm(cfg)
+        self.algorithm = build_algorithm(cfg)
         mini = critic.ppo_mini_batch_size or cfg.data.train_batch_size
         epochs = critic.ppo_epochs or cfg.actor.ppo_epochs
         spec = EngineSpec(
@@ -468,30 +495,20 @@ class CriticWorker(Worker):
 
         critic, algorithm = self._parts()
         cfg = self.config
-        mini = cfg.critic.ppo_mini_batch_size or cfg.data.train_batch_size
-        rows = max(1, mini * cfg.rollout.n // self.world_size)
-        step = int(data.meta_info.get("global_step", 0))
         metrics: dict[str, list[float]] = {}
         timing: dict[str, list[float]] = {}
-        batches = data.make_iterator(
-            min(rows, len(data)),
-            cfg.critic.ppo_epochs or cfg.actor.ppo_epochs,
-            seed=cfg.trainer.seed + step,
-            dataloader_kwargs={"shuffle": cfg.actor.shuffle},
+        _train_mini_batches(
+            "critic",
+            critic,
+            algorithm.value_loss,
+            data,
+            cfg,
+            mini_prompts=cfg.critic.ppo_mini_batch_size,
+            epochs=cfg.critic.ppo_epochs or cfg.actor.ppo_epochs,
+            world_size=self.world_size,
+            metrics=metrics,
+            timing=timing,
         )
-        for mini_batch in batches:
-            with _clock(timing, "critic_forward_backward"):
-                _add(metrics, critic.forward_backward(mini_batch, algorithm.value_loss))
-            with _clock(timing, "critic_optimizer"):
-                grad_norm = critic.optimizer_step()
-            _add(
-                metrics,
-                {
-                    "critic/grad_norm": grad_norm,
-                    "critic/nonfinite": _nonfinite(grad_norm),
-                    **_lr("critic", critic),
-                },
-            )
         return DataProto(meta_info={"metrics": {**metrics, **_summed(timing)}})
 
 

@@ -1,0 +1,492 @@
+"""SGLangRollout: generation on SGLang's offline ``Engine`` (CUDA GPU).
+
+Written against SGLang 0.5.23 (the PyPI wheel ``sglang-0.5.23``; paths below are under
+``python/sglang/`` in that release, lines as in it). Every SGLang API this module calls:
+
+- ``sglang.Engine`` -- lazy alias of ``srt.entrypoints.engine.Engine`` (``__init__.py:68``);
+  ``Engine.__init__(**kwargs)`` builds ``ServerArgs(**kwargs)`` (``engine.py:278``). The
+  ``ServerArgs`` fields set here (``srt/arg_groups/fields/``): ``model_path`` (model.py:51),
+  ``tokenizer_path`` (serving.py:32),
+  ``trust_remote_code`` (model.py:106), ``dtype`` (model.py:160: "float32", "bfloat16",
+  "float16" accepted as rlcore spells them), ``tp_size`` (parallel.py:45),
+  ``mem_fraction_static`` (schedule.py:27), ``enable_memory_saver`` (exec_.py:58, needed by
+  release/resume below), ``enable_deterministic_inference`` (exec_.py:1153),
+  ``base_gpu_id`` (device.py:28), ``random_seed`` (device.py:47), ``log_level``
+  (observability.py:31), ``sampling_defaults`` (serving.py:232). ``ServerArgs`` itself
+  (``srt/server_args.py:551``) is a ``msgspec`` Struct: its ``__struct_fields__`` name the
+  keys ``[rollout].server_args`` may add, checked before any process starts.
+- ``Engine.async_generate(input_ids=..., sampling_params=..., return_logprob=...)``
+  (``engine.py:545``; the same arguments as ``Engine.generate``, ``engine.py:433``), run on the
+  engine's own loop ``Engine.loop`` (``engine.py:396``) under ``asyncio.wait_for`` so that the
+  wait is bounded; ``generate_one`` awaits it on that same loop (SGLang's tokenizer manager
+  serves the first loop that sends it a request, ``srt/managers/tokenizer_manager.py:2440``).
+  Output shape and finish reasons: see :mod:`rlcore_sglang.translate`.
+- ``Engine.begin_weight_update()`` / ``Engine.end_weight_update()`` (``engine.py:1643``,
+  ``:1650``): since 0.5.23 ``update_weights_from_tensor`` fails outside such a session
+  (``srt/managers/scheduler_components/weight_updater.py:232-238``). Called when present.
+- ``Engine.update_weights_from_tensor(named_tensors=[(hf_name, tensor), ...],
+  flush_cache=False)`` (``engine.py:1679``): the engine serialises the list once per TP rank
+  with ``MultiprocessingSerializer`` (``engine.py:1743-1758``; ``srt/utils/common.py:3060``,
+  torch's ``ForkingPickler``: CUDA tensors cross by IPC handle, rebuilt by SGLang's
+  ``SafeUnpickler``, ``common.py:3144``, which admits ``rebuild_cuda_tensor``, ``:3329``; so
+  each bucket is moved to this GPU first, in the rollout dtype) and returns ``(success,
+  message)`` (``srt/managers/tokenizer_control_mixin.py:563-596``). Names are the HF
+  checkpoint's; SGLang's model ``load_weights`` stacks q/k/v and gate/up itself.
+- ``Engine.flush_cache()`` (``engine.py:1506``) once after the last bucket: returns
+  ``FlushCacheReqOutput(success, message)`` (``srt/managers/io_struct.py:1859``); refused while
+  requests run (``srt/managers/scheduler.py:5518``).
+- ``Engine.release_memory_occupation(tags=[...])`` / ``resume_memory_occupation(tags=[...])``
+  (``engine.py:1831``, ``:1837``), tags ``"weights"``, ``"kv_cache"``, ``"cuda_graph"``
+  (``srt/constants.py:2-4``; ``None`` means all, ``weight_updater.py:345``; resuming a tag that
+  was not released fails, so the released set is tracked here).
+- ``Engine.shutdown()`` (``engine.py:1450``) in :meth:`SGLangRollout.close`.
+
+No SGLang engine has run this code: SGLang has no CPU build, and the CI machines have no GPU.
+What is tested on CPU is everything around the engine: the translation functions against
+outputs of SGLang's exact shape, the server arguments, the weight buckets, Config validation and
+the one-line errors where SGLang or a GPU is missing. ``scripts/gpu_check.sh`` runs the engine
+path (generate, weight update, sleep/wake) where SGLang and a GPU exist.
+
+Memory: :meth:`sleep` releases everything (weights, KV cache, CUDA graphs); :meth:`wake_up`
+restores the weights only, so a weight sync runs before the KV cache is back (verl's order);
+generation restores the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+import attrs
+import torch
+
+from rlcore.errors import ConfigError, RlcoreError
+from rlcore.interfaces import BaseRollout, RolloutSpec, SamplingParams
+from rlcore.protocol import DataProto
+from rlcore_sglang.translate import (
+    SGLANG_VERSION,
+    Completion,
+    batch_tensors,
+    bucket_named_tensors,
+    completion_from_output,
+    is_greedy,
+    prompt_token_lists,
+    request_seed,
+    sampling_params_dict,
+)
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "MANAGED_SERVER_ARGS",
+    "SGLangRollout",
+    "WeightSyncError",
+    "missing_here",
+    "missing_requirement",
+    "special_token_ids",
+]
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_ALL_TAGS = ("weights", "kv_cache", "cuda_graph")  # srt/constants.py:2-4
+INSTALL_HINT = (
+    f"pip install 'rlcore-sglang[engine]' (SGLang {SGLANG_VERSION}; it needs a CUDA GPU and "
+    'brings its own CUDA torch); on a CPU machine use [rollout] name = "hf"'
+)
+# ServerArgs that rlcore sets from the run; [rollout].server_args may not override them.
+MANAGED_SERVER_ARGS = {
+    "model_path": "model.path",
+    "tokenizer_path": "model.path",
+    "dtype": "model.dtype",
+    "trust_remote_code": "model.trust_remote_code",
+    "tp_size": "rollout.tensor_parallel_size",
+    "mem_fraction_static": "rollout.gpu_memory_utilization",
+    "enable_memory_saver": "rollout.enable_memory_saver",
+    "enable_deterministic_inference": "rollout.deterministic",
+    "random_seed": "trainer.seed",
+    "base_gpu_id": "rollout.base_gpu_id",
+    "log_level": "rollout.log_level",
+}
+
+
+class WeightSyncError(RlcoreError):
+    """SGLang refused a weight update (unknown name, wrong shape, cache not flushed)."""
+
+
+def missing_requirement(
+    *, sglang_installed: bool, device: str, visible_gpus: int, tensor_parallel_size: int
+) -> str | None:
+    """What a machine lacks to run the ``sglang`` rollout, as one line; None if nothing."""
+    if not sglang_installed:
+        return f"rollout 'sglang' needs SGLang, which is not installed: {INSTALL_HINT}"
+    if device != "cuda":
+        return (
+            f"rollout 'sglang' needs a CUDA GPU but [resources] device = {device!r}; set "
+            'device = "cuda", or use [rollout] name = "hf" on CPU'
+        )
+    if visible_gpus < tensor_parallel_size:
+        return (
+            f"rollout 'sglang' needs {tensor_parallel_size} CUDA GPU(s) "
+            f"(rollout.tensor_parallel_size) in this process, torch sees {visible_gpus}"
+        )
+    return None
+
+
+def missing_here(device: str, tensor_parallel_size: int) -> str | None:
+    """:func:`missing_requirement` for this process (SGLang importable? GPUs torch sees)."""
+    return missing_requirement(
+        sglang_installed=importlib.util.find_spec("sglang") is not None,
+        device=device,
+        visible_gpus=torch.cuda.device_count() if torch.cuda.is_available() else 0,
+        tensor_parallel_size=tensor_parallel_size,
+    )
+
+
+class SGLangRollout(BaseRollout):
+    """A :class:`~rlcore.interfaces.BaseRollout` on ``sglang.Engine``: one response per row.
+
+    Extra public surface: ``engine`` (the SGLang Engine), ``eos_token_ids``, ``pad_token_id``,
+    :meth:`close`.
+    """
+
+    @attrs.frozen(kw_only=True)
+    class Config(BaseRollout.Config):
+        """Options of ``[rollout]`` for ``name = "sglang"`` (verl's names where it has one)."""
+
+        # ServerArgs.tp_size: GPUs one engine spans. The worker process must see that many
+        # (one rollout per tensor-parallel group).
+        tensor_parallel_size: int = attrs.field(default=1, validator=attrs.validators.ge(1))
+        # ServerArgs.mem_fraction_static: weights + KV cache, as a fraction of GPU memory.
+        gpu_memory_utilization: float = attrs.field(
+            default=0.5, validator=[attrs.validators.gt(0.0), attrs.validators.le(1.0)]
+        )
+        # sleep()/wake_up() free and restore GPU memory (SGLang's memory saver); off: no-ops.
+        enable_memory_saver: bool = True
+        # Batch-invariant kernels + per-request seeds: reruns and resumes sample identically.
+        deterministic: bool = False
+        # Weight sync sends tensors to SGLang in buckets of this many MiB.
+        update_weights_bucket_mb: int = attrs.field(default=512, validator=attrs.validators.ge(1))
+        # One generate (or generate_one) call waits at most this long for SGLang.
+        request_timeout_s: float = attrs.field(default=3600.0, validator=attrs.validators.gt(0))
+        # First GPU of the engine; None: torch's current device in this process.
+        base_gpu_id: int | None = attrs.field(
+            default=None, validator=attrs.validators.optional(attrs.validators.ge(0))
+        )
+        log_level: str = attrs.field(
+            default="error",
+            validator=attrs.validators.in_(("debug", "info", "warning", "error", "critical")),
+        )
+        # Any other ServerArgs field, passed through (verl's engine_kwargs.sglang).
+        server_args: dict[str, Any] = attrs.field(factory=dict)
+
+        @server_args.validator
+        def _check_server_args(self, attribute: Any, value: dict[str, Any]) -> None:
+            clash = sorted(set(value) & set(MANAGED_SERVER_ARGS))
+            if clash:
+                keys = ", ".join(f"{k} (set from {MANAGED_SERVER_ARGS[k]})" for k in clash)
+                msg = f"keys set by rlcore cannot be overridden here: {keys}"
+                raise ValueError(msg)
+
+    def __init__(self, spec: RolloutSpec, config: SGLangRollout.Config | None = None) -> None:
+        super().__init__(spec, config)
+        self.config: SGLangRollout.Config
+        missing = missing_here(spec.device, self.config.tensor_parallel_size)
+        if missing is not None:
+            raise ConfigError(missing)
+        import sglang
+
+        self.eos_token_ids, self.pad_token_id = special_token_ids(spec)
+        gpu = self.config.base_gpu_id
+        self.device = torch.device("cuda", torch.cuda.current_device() if gpu is None else gpu)
+        kwargs = self.server_kwargs(spec, self.config, base_gpu_id=self.device.index or 0)
+        _check_server_arg_names(self.config.server_args, sglang.__version__)
+        self.engine = sglang.Engine(**kwargs)
+        self._calls = 0
+        self._released: set[str] = set()
+
+    @staticmethod
+    def server_kwargs(
+        spec: RolloutSpec, config: SGLangRollout.Config, *, base_gpu_id: int
+    ) -> dict[str, Any]:
+        """The ``ServerArgs`` keyword arguments for this run (pure; tested on CPU)."""
+        return {
+            **config.server_args,
+            "model_path": spec.model_path,
+            "tokenizer_path": spec.model_path,
+            "dtype": spec.dtype,
+            "trust_remote_code": spec.trust_remote_code,
+            "tp_size": config.tensor_parallel_size,
+            "mem_fraction_static": config.gpu_memory_utilization,
+            "enable_memory_saver": config.enable_memory_saver,
+            "enable_deterministic_inference": config.deterministic,
+            "random_seed": spec.seed,
+            "base_gpu_id": base_gpu_id,
+            "log_level": config.log_level,
+            # The Engine path applies no model-recommended sampling; say so explicitly.
+            "sampling_defaults": config.server_args.get("sampling_defaults", "openai"),
+        }
+
+    # --- generation -----------------------------------------------------------------------
+
+    def _request_params(
+        self, sampling: SamplingParams, rows: int, call: int
+    ) -> dict[str, Any] | list[dict[str, Any]]:
+        if not self.config.deterministic or is_greedy(sampling):
+            return sampling_params_dict(sampling, stop_token_ids=self.eos_token_ids)
+        return [
+            sampling_params_dict(
+                sampling,
+                stop_token_ids=self.eos_token_ids,
+                seed=request_seed(self.spec.seed, call, row),
+            )
+            for row in range(rows)
+        ]
+
+    def _run(self, coro: Any, what: str) -> Any:
+        loop = getattr(self.engine, "loop", None) or asyncio.get_event_loop()
+        try:
+            return loop.run_until_complete(
+                asyncio.wait_for(coro, timeout=self.config.request_timeout_s)
+            )
+        except TimeoutError as err:
+            msg = (
+                f"SGLang did not answer {what} within rollout.request_timeout_s="
+                f"{self.config.request_timeout_s:g} s"
+            )
+            raise RlcoreError(msg) from err
+
+    def generate(self, prompts: DataProto, sampling: SamplingParams) -> DataProto:
+        """One response per row (see :class:`BaseRollout` for the layout)."""
+        self._resume(_ALL_TAGS)
+        input_ids = prompts.batch["input_ids"]  # (B, P), left-padded
+        attention_mask = prompts.batch["attention_mask"]
+        position_ids = prompts.batch.get("position_ids")
+        if position_ids is None:
+            position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+        # Until contract v1 lands in the core, SamplingParams may still carry n: expand the
+        # rows here exactly as the v1 driver will (interleaved), so the output is the same.
+        n = int(getattr(sampling, "n", 1))
+        if n > 1:
+            input_ids, attention_mask, position_ids = (
+                t.repeat_interleave(n, dim=0) for t in (input_ids, attention_mask, position_ids)
+            )
+        call = self._calls
+        self._calls += 1
+        rows = prompt_token_lists(input_ids.cpu(), attention_mask.cpu())
+        outputs = self._run(
+            self.engine.async_generate(
+                input_ids=rows,
+                sampling_params=self._request_params(sampling, len(rows), call),
+                return_logprob=sampling.return_log_probs,
+            ),
+            f"generate ({len(rows)} requests)",
+        )
+        completions = [
+            completion_from_output(
+                out,
+                row=i,
+                max_new_tokens=sampling.max_new_tokens,
+                with_log_probs=sampling.return_log_probs,
+            )
+            for i, out in enumerate(outputs)
+        ]
+        tensors = batch_tensors(
+            completions,
+            prompt_ids=input_ids.cpu(),
+            prompt_mask=attention_mask.cpu(),
+            prompt_pos=position_ids.cpu(),
+            max_new_tokens=sampling.max_new_tokens,
+            pad_token_id=self.pad_token_id,
+            eos_token_ids=self.eos_token_ids,
+            with_log_probs=sampling.return_log_probs,
+        )
+        return DataProto.from_dict(tensors=tensors)
+
+    async def generate_one(self, prompt_ids: list[int], sampling: SamplingParams) -> Any:
+        """One request (agent loops): ``GenerationResult(token_ids, log_probs, finish_reason)``.
+
+        Must be awaited on the engine's event loop, ``rollout.engine.loop`` (for instance
+        ``rollout.engine.loop.run_until_complete(agent_loop())``): SGLang's tokenizer manager
+        serves the first loop that sent it a request, and a request from another loop would
+        never be answered. Concurrent calls are batched by SGLang. Returns
+        ``rlcore.interfaces.GenerationResult`` where the core has it (contract v1), else this
+        plugin's :class:`~rlcore_sglang.translate.Completion` (the same fields).
+        """
+        if asyncio.get_running_loop() is not getattr(self.engine, "loop", None):
+            msg = (
+                "SGLangRollout.generate_one must be awaited on the engine's event loop "
+                "(rollout.engine.loop.run_until_complete(...)); SGLang serves one loop"
+            )
+            raise RlcoreError(msg)
+        self._resume(_ALL_TAGS)
+        call = self._calls
+        self._calls += 1
+        seed = request_seed(self.spec.seed, call, 0) if self.config.deterministic else None
+        try:
+            out = await asyncio.wait_for(
+                self.engine.async_generate(
+                    input_ids=list(prompt_ids),
+                    sampling_params=sampling_params_dict(
+                        sampling, stop_token_ids=self.eos_token_ids, seed=seed
+                    ),
+                    return_logprob=sampling.return_log_probs,
+                ),
+                timeout=self.config.request_timeout_s,
+            )
+        except TimeoutError as err:
+            msg = (
+                "SGLang did not answer generate_one within rollout.request_timeout_s="
+                f"{self.config.request_timeout_s:g} s"
+            )
+            raise RlcoreError(msg) from err
+        done = completion_from_output(
+            out,
+            row=0,
+            max_new_tokens=sampling.max_new_tokens,
+            with_log_probs=sampling.return_log_probs,
+        )
+        return _generation_result(done)
+
+    # --- weights and memory ---------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, int]:
+        # Per-request seeds derive from spec.seed + the call counter: resuming needs it.
+        return {"calls": self._calls}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self._calls = int(state.get("calls", 0))
+
+    @torch.no_grad()
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Send the streamed (HF name, full tensor) pairs to SGLang in buckets, then flush
+        the prefix cache once (its entries were computed with the old weights)."""
+        self._resume(("weights",))
+        dtype = _DTYPES[self.spec.dtype]
+        bucket_bytes = self.config.update_weights_bucket_mb << 20
+
+        def on_device() -> Iterable[tuple[str, torch.Tensor]]:
+            for name, tensor in named_tensors:
+                # Cast floats to the rollout dtype before the copy: fewer bytes over IPC.
+                target = dtype if tensor.is_floating_point() else tensor.dtype
+                yield name, tensor.detach().to(self.device, target).contiguous()
+
+        begin = getattr(self.engine, "begin_weight_update", None)
+        if begin is not None:
+            _check(begin(), "begin_weight_update")
+        sent = 0
+        try:
+            for bucket in bucket_named_tensors(on_device(), bucket_bytes):
+                result = self.engine.update_weights_from_tensor(
+                    named_tensors=bucket, flush_cache=False
+                )
+                _check(result, f"update_weights_from_tensor ({bucket[0][0]!r} ...)")
+                sent += len(bucket)
+        finally:
+            end = getattr(self.engine, "end_weight_update", None)
+            if begin is not None and end is not None:
+                _check(end(), "end_weight_update")
+        _check(self.engine.flush_cache(), "flush_cache after the weight update")
+        log.debug("weight sync: %d tensors sent to SGLang", sent)
+
+    def sleep(self) -> None:
+        """Release SGLang's GPU memory (weights, KV cache, CUDA graphs) while training runs."""
+        if not self.config.enable_memory_saver:
+            return
+        awake = [t for t in _ALL_TAGS if t not in self._released]
+        if awake:
+            self.engine.release_memory_occupation(tags=awake)
+            self._released.update(awake)
+
+    def wake_up(self) -> None:
+        """Restore the weights (the KV cache comes back at the next generation)."""
+        self._resume(("weights",))
+
+    def _resume(self, tags: Iterable[str]) -> None:
+        # Resuming a tag SGLang did not release fails in its scheduler: send only released ones.
+        wanted = [t for t in tags if t in self._released]
+        if wanted:
+            self.engine.resume_memory_occupation(tags=wanted)
+            self._released.difference_update(wanted)
+
+    def close(self) -> None:
+        """Stop SGLang's scheduler and detokenizer processes."""
+        engine = getattr(self, "engine", None)
+        if engine is not None:
+            engine.shutdown()
+            self.engine = None
+
+
+# --- helpers ------------------------------------------------------------------------------
+
+
+def _check(result: Any, what: str) -> None:
+    """SGLang control calls answer (success, message) or an object with ``.success``."""
+    if result is None:
+        return
+    if isinstance(result, tuple) and len(result) >= 2:
+        success, message = bool(result[0]), str(result[1])
+    else:
+        success = bool(getattr(result, "success", True))
+        message = str(getattr(result, "message", ""))
+    if not success:
+        msg = f"[rollout] SGLang {what} failed: {message}"
+        raise WeightSyncError(msg)
+
+
+def _check_server_arg_names(extra: dict[str, Any], version: str) -> None:
+    """Unknown [rollout].server_args keys, named before SGLang starts its processes."""
+    from sglang.srt.server_args import ServerArgs  # a msgspec Struct (server_args.py:551)
+
+    unknown = sorted(set(extra) - set(ServerArgs.__struct_fields__))
+    if unknown:
+        msg = "; ".join(
+            f"rollout.server_args.{k}: not a ServerArgs field of SGLang {version}" for k in unknown
+        )
+        raise ConfigError(msg)
+
+
+def _generation_result(done: Completion) -> Any:
+    try:
+        from rlcore.interfaces import GenerationResult  # type: ignore[attr-defined]
+    except ImportError:  # contract v1 not in this core yet: the same fields
+        return done
+    return GenerationResult(
+        token_ids=done.token_ids, log_probs=done.log_probs, finish_reason=done.finish_reason
+    )
+
+
+def special_token_ids(spec: RolloutSpec) -> tuple[list[int], int]:
+    """EOS ids (config, generation config, tokenizer) and the pad id, from the model folder.
+
+    The same sources as the HF rollout, without loading the model.
+    """
+    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+
+    trust = spec.trust_remote_code
+    config = AutoConfig.from_pretrained(spec.model_path, trust_remote_code=trust)
+    values: list[Any] = [config.eos_token_id]
+    pad = getattr(config, "pad_token_id", None)
+    try:
+        gen = GenerationConfig.from_pretrained(spec.model_path)
+    except OSError:  # a folder without generation_config.json
+        pass
+    else:
+        values.insert(0, gen.eos_token_id)
+        pad = gen.pad_token_id if gen.pad_token_id is not None else pad
+    try:
+        tok = AutoTokenizer.from_pretrained(spec.model_path, trust_remote_code=trust)
+    except (OSError, ValueError) as err:
+        log.info("no tokenizer at %s (%s); using the config's special ids", spec.model_path, err)
+    else:
+        values.append(tok.eos_token_id)
+        pad = tok.pad_token_id if tok.pad_token_id is not None else pad
+    eos: list[int] = []
+    for v in values:
+        eos.extend([v] if isinstance(v, int) else list(v or []))
+    eos = list(dict.fromkeys(eos))
+    if not eos:
+        msg = f"[rollout] no eos_token_id in {spec.model_path} (config or tokenizer)"
+        raise ConfigError(msg)
+    return eos, pad if pad is not None else eos[0]

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# GPU check for the FSDP2 engine (NCCL, bf16) and the HF rollout, without Ray or an install:
+# GPU check for the FSDP2 engine (NCCL, bf16), the HF rollout and, where SGLang is installed, the
+# SGLang rollout (plugins/rollout/sglang/gpu_check.py), without Ray or an install:
 #   bash scripts/gpu_check.sh [--steps N]
 # Exits 0 with a note where no CUDA device exists. Needs torch (CUDA), transformers, numpy and
 # attrs; where attrs is not installed, a folder ./.gpu_deps holding it (copied from a dev venv's
@@ -10,6 +11,7 @@ PY="${PYTHON:-python3}"
 
 if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
     echo "no CUDA device: skipping GPU check"
+    echo "skipped: SGLang rollout step (no CUDA device)"
     exit 0
 fi
 if [ -d .gpu_deps ]; then
@@ -25,4 +27,6 @@ if [ -n "$missing" ]; then
     exit 1
 fi
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-4}"
-exec "$PY" scripts/gpu_check.py --device cuda "$@"
+"$PY" scripts/gpu_check.py --device cuda "$@"
+# SGLang rollout: prints "skipped: ..." and exits 0 where SGLang is not installed.
+exec "$PY" plugins/rollout/sglang/gpu_check.py

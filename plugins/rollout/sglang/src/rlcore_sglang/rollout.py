@@ -283,6 +283,8 @@ class SGLangRollout(BaseRollout):
             ),
             f"generate ({len(rows)} requests)",
         )
+        if isinstance(outputs, dict):  # SGLang answers a single request with one dict
+            outputs = [outputs]
         completions = [
             completion_from_output(
                 out,

@@ -2,7 +2,7 @@
 
 ``sglang_output`` builds outputs of exactly the shape SGLang 0.5.23's ``Engine.generate``
 returns, field by field from SGLang's source (paths under ``python/sglang/srt/`` of the 0.5.23
-wheel): the dict is ``managers/tokenizer_manager.py:2666-2669`` (``text``, ``output_ids``,
+wheel): the dict is ``managers/tokenizer_manager.py:2665-2670`` (``text``, ``output_ids``,
 ``meta_info``), ``meta_info`` starts at ``:2507-2513`` (``id``, ``finish_reason``,
 ``prompt_tokens``, ``weight_version``, ``num_retractions``), gains ``reasoning_tokens``,
 ``completion_tokens``, ``cached_tokens`` at ``:2552-2559`` and, with ``return_logprob``,

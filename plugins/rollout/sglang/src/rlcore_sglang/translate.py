@@ -6,13 +6,13 @@ shape SGLang 0.5.23 returns (``python/sglang/srt/...`` paths below are in that r
 - Requests: ``Engine.generate(input_ids=[[int, ...], ...], sampling_params={...} | [{...}, ...],
   return_logprob=bool)`` (``entrypoints/engine.py:433``; the same arguments as
   ``managers/io_struct.py:177`` ``GenerateReqInput``). A batch returns a list of dicts in input
-  order (``managers/tokenizer_manager.py`` ``_collect_batch_responses``: ``asyncio.gather``).
+  order (``managers/tokenizer_manager.py:2197`` ``_collect_batch_responses``: ``asyncio.gather``).
 - Sampling keys are those of ``sampling/sampling_params.py:140`` ``SamplingParams``:
   ``temperature`` below 1e-6 means greedy (``:245`` turns it into ``top_k = 1``), ``top_k = -1``
   is off (``:249``; 0 is refused by ``verify`` at ``:263``), ``stop_token_ids`` (``:153``),
   ``sampling_seed`` (``:179``, honoured only with ``enable_deterministic_inference``,
   ``sampling/sampling_batch_info.py:157-170``).
-- One output (``managers/tokenizer_manager.py:2666-2669``, non-streaming, tokenizer on)::
+- One output (``managers/tokenizer_manager.py:2665-2670``, non-streaming, tokenizer on)::
 
       {"text": str, "output_ids": [int, ...],
        "meta_info": {"id": str, "finish_reason": {...}, "prompt_tokens": int,
@@ -27,7 +27,7 @@ shape SGLang 0.5.23 returns (``python/sglang/srt/...`` paths below are in that r
   ``{"type": "length", "length": int}`` (``:320``) or ``{"type": "abort", "message": ...}``
   (``:332``). ``output_ids`` include the matched stop token (``output_ids_through_stop``,
   ``schedule_batch.py:1509``, sent by ``scheduler_components/output_streamer.py:490``; only
-  the *text* is trimmed, ``detokenizer_manager.py`` ``trim_matched_stop``).
+  the *text* is trimmed, ``detokenizer_manager.py:194`` ``trim_matched_stop``).
 - Log-probs (``layers/sampler.py:192-221, 271-315``): greedy rows get ``log_softmax(logits)``;
   sampled rows get ``log softmax(logits / temperature)`` of the raw logits (before top-k/top-p
   filtering) -- the same quantity the HF rollout and the training engine's ``compute_log_prob``

@@ -11,7 +11,8 @@ Public API
 
         wg.compute_log_prob(batch)   # split batch by rank, call every rank, concat, unpad
 
-``Dispatch`` (a ``str`` enum, so a mode is also addressable by its name):
+``Dispatch`` (members are ``str``, so a mode is also addressable by its name; extendable by
+name as verl's, ``Dispatch.register("MY_MODE")``):
 
 ============================ ===================================================================
 ``ONE_TO_ALL``               every rank gets every argument; result: list of per-rank outputs
@@ -41,7 +42,8 @@ the dispatched arguments) and returns its output as is.
 Custom modes: ``register_dispatch_mode(name, dispatch_fn, collect_fn)`` with
 ``dispatch_fn(call, *args, **kwargs) -> (args_lists, kwargs_lists)`` (each a list with one item
 per rank) and ``collect_fn(call, outputs) -> result`` where ``call`` is a :class:`DispatchCall`.
-``register(dispatch_mode="NAME")`` then selects it. ``split_dataproto_args`` is the helper the
+``register(dispatch_mode="NAME")`` (or ``Dispatch.NAME``: registering adds the member) then
+selects it. ``split_dataproto_args`` is the helper the
 built-in DataProto modes use; custom modes may reuse it.
 
 Non-blocking calls (``blocking=False``) return a :class:`GroupFuture` without waiting. Passed as
@@ -50,6 +52,11 @@ number of data-parallel shards) hands each rank its own Ray ObjectRef, which Ray
 worker: the data never travels through the driver. Otherwise the future is resolved on the
 driver first. ``future.get()`` waits and collects.
 
+Differences from verl: a custom mode is registered by name with its functions
+(``register_dispatch_mode``) rather than passed to ``register`` as a dict; ``Dispatch`` members
+are strings, not ``DynamicEnum`` objects with integer values; verl's ``Dispatch.RANK_ZERO`` and
+``DIRECT_ROLLOUT_METHOD`` are not modes here (use ``Execute.RANK_ZERO``).
+
 Nothing here imports torch or Ray at module import time.
 """
 
@@ -57,7 +64,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 import attrs
@@ -76,6 +83,7 @@ __all__ = [
     "DispatchError",
     "DispatchInfo",
     "DispatchMode",
+    "DispatchName",
     "Execute",
     "GroupFuture",
     "MethodSpec",
@@ -100,17 +108,106 @@ class DispatchError(RlcoreError, ValueError):
     """A group call's arguments do not fit its dispatch mode, or the mode is unknown."""
 
 
-class Dispatch(enum.StrEnum):
-    """The built-in dispatch modes (see the module docstring); custom ones are plain strings."""
+class DispatchName(str):
+    """One member of :class:`Dispatch`: a ``str`` (its name) with enum-like ``name``/``value``."""
 
-    ONE_TO_ALL = "ONE_TO_ALL"
-    ALL_TO_ALL = "ALL_TO_ALL"
-    DP_COMPUTE = "DP_COMPUTE"
-    DP_COMPUTE_PROTO = "DP_COMPUTE_PROTO"
-    DP_COMPUTE_PROTO_WITH_FUNC = "DP_COMPUTE_PROTO_WITH_FUNC"
-    DP_COMPUTE_METRIC = "DP_COMPUTE_METRIC"
-    MESH_COMPUTE = "MESH_COMPUTE"
-    MESH_COMPUTE_PROTO = "MESH_COMPUTE_PROTO"
+    __slots__ = ()
+
+    @property
+    def name(self) -> str:
+        return str.__str__(self)
+
+    @property
+    def value(self) -> str:
+        return str.__str__(self)
+
+    def __repr__(self) -> str:
+        return f"<Dispatch.{str.__str__(self)}>"
+
+
+class _DispatchMeta(type):
+    """Enum-like access to :class:`Dispatch`: ``"X" in Dispatch``, ``Dispatch["X"]``, iteration."""
+
+    _members: dict[str, DispatchName]
+
+    def __iter__(cls) -> Iterator[DispatchName]:
+        return iter(list(cls._members.values()))
+
+    def __contains__(cls, item: object) -> bool:
+        return isinstance(item, str) and str(item) in cls._members
+
+    def __getitem__(cls, name: str) -> DispatchName:
+        try:
+            return cls._members[name]
+        except KeyError:
+            msg = f"Dispatch has no mode {name!r}; modes: {', '.join(cls._members)}"
+            raise KeyError(msg) from None
+
+    def __len__(cls) -> int:
+        return len(cls._members)
+
+
+class Dispatch(metaclass=_DispatchMeta):
+    """The dispatch modes by name, extendable as verl's ``Dispatch`` (a ``DynamicEnum``).
+
+    ``Dispatch.register("MY_MODE")`` adds ``Dispatch.MY_MODE`` (names are upper-cased, and a
+    name registered twice raises, as in verl); give it functions with
+    :func:`register_dispatch_mode`, which also adds the member when it is new. Members are
+    ``str`` subclasses, so ``Dispatch.DP_COMPUTE_PROTO == "DP_COMPUTE_PROTO"``. Mesh modes of
+    named meshes (``"MESH_COMPUTE_PROTO[rollout]"``) are members reachable with ``Dispatch[...]``.
+    """
+
+    _members: dict[str, DispatchName] = {}  # noqa: RUF012 - the registry, shared on purpose
+
+    ONE_TO_ALL = DispatchName("ONE_TO_ALL")
+    ALL_TO_ALL = DispatchName("ALL_TO_ALL")
+    DP_COMPUTE = DispatchName("DP_COMPUTE")
+    DP_COMPUTE_PROTO = DispatchName("DP_COMPUTE_PROTO")
+    DP_COMPUTE_PROTO_WITH_FUNC = DispatchName("DP_COMPUTE_PROTO_WITH_FUNC")
+    DP_COMPUTE_METRIC = DispatchName("DP_COMPUTE_METRIC")
+    MESH_COMPUTE = DispatchName("MESH_COMPUTE")
+    MESH_COMPUTE_PROTO = DispatchName("MESH_COMPUTE_PROTO")
+
+    @classmethod
+    def register(cls, name: str) -> DispatchName:
+        """Add a mode name (upper-cased, as verl); raises ``DispatchError`` if it exists."""
+        key = str(name).upper()
+        if key in cls._members:
+            msg = f"dispatch mode {key} already registered"
+            raise DispatchError(msg)
+        return cls._add(key)
+
+    @classmethod
+    def remove(cls, name: str) -> DispatchName:
+        """Drop a mode name (and its functions, if any); as verl's ``Dispatch.remove``."""
+        key = str(name).upper() if str(name).upper() in cls._members else str(name)
+        member = cls[key]
+        del cls._members[key]
+        _REGISTRY.pop(key, None)
+        if key.isidentifier() and key in cls.__dict__:
+            delattr(cls, key)
+        return member
+
+    @classmethod
+    def from_name(cls, name: str) -> DispatchName | None:
+        return cls._members.get(str(name)) or cls._members.get(str(name).upper())
+
+    @classmethod
+    def names(cls) -> list[str]:
+        return list(cls._members)
+
+    @classmethod
+    def _add(cls, key: str) -> DispatchName:
+        member = cls._members.get(key) or DispatchName(key)
+        cls._members[key] = member
+        if key.isidentifier():
+            setattr(cls, key, member)
+        return member
+
+
+for _name, _member in list(vars(Dispatch).items()):
+    if isinstance(_member, DispatchName):
+        Dispatch._members[_name] = _member
 
 
 class Execute(enum.StrEnum):
@@ -206,6 +303,7 @@ def register_dispatch_mode(
     if name in _REGISTRY and not replace:
         msg = f"dispatch mode {name!r} is already registered; pass replace=True to override it"
         raise DispatchError(msg)
+    Dispatch._add(name)
     _REGISTRY[name] = DispatchMode(
         name=name,
         dispatch_fn=dispatch_fn,
@@ -213,22 +311,24 @@ def register_dispatch_mode(
         shards_fn=shards_fn,
         shard_kind=shard_kind,
     )
-    return name
+    return Dispatch[name]
 
 
-def get_dispatch_mode(name: str | Dispatch) -> DispatchMode:
+def get_dispatch_mode(name: str) -> DispatchMode:
     try:
         return _REGISTRY[str(name)]
     except KeyError:
+        declared = " (declared with Dispatch.register but given no functions)"
         msg = (
-            f"unknown dispatch mode {str(name)!r}; registered: {', '.join(sorted(_REGISTRY))}. "
+            f"unknown dispatch mode {str(name)!r}{declared if str(name) in Dispatch else ''}; "
+            f"registered: {', '.join(sorted(_REGISTRY))}. "
             "Add custom modes with rlcore.dispatch.register_dispatch_mode"
         )
         raise DispatchError(msg) from None
 
 
 def register(
-    dispatch_mode: Dispatch | str = Dispatch.ALL_TO_ALL,
+    dispatch_mode: str = Dispatch.ALL_TO_ALL,
     execute_mode: Execute | str = Execute.ALL,
     *,
     blocking: bool = True,

@@ -23,8 +23,12 @@ class DataError(RlcoreError):
     """A data file is missing, unreadable, empty, or lacks a required field."""
 
 
-class DataProtoError(RlcoreError, ValueError):
-    """A DataProto operation got inconsistent inputs (length mismatch, conflict, uneven chunk)."""
+class DataProtoError(RlcoreError, ValueError, AssertionError):
+    """A DataProto operation got inconsistent inputs (length mismatch, conflict, uneven chunk).
+
+    Also an ``AssertionError``: verl's DataProto fails its ``assert`` statements, and ported code
+    that catches ``AssertionError`` keeps working.
+    """
 
 
 class ResourceError(RlcoreError):
@@ -33,3 +37,15 @@ class ResourceError(RlcoreError):
 
 class WorkerError(RlcoreError):
     """A remote worker failed; the message names role, rank and carries the remote traceback."""
+
+
+class WorkerTimeoutError(WorkerError, TimeoutError):
+    """A call, an actor start or a placement did not finish within its configured timeout.
+
+    The message names the group, role, ranks still pending, what was waited for and the setting
+    that bounds it (e.g. ``RLCORE_CALL_TIMEOUT_S``).
+    """
+
+
+class WorkerGroupError(RlcoreError, ValueError):
+    """A worker group was set up wrong (e.g. a runtime_env overriding a protected variable)."""

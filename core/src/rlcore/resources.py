@@ -14,12 +14,28 @@ or actor exists::
     role actor needs 4 CPU bundles of 1 CPU (4 CPU in all), the cluster has 2 CPU (2 free);
     lower the process count or add nodes
 
+Several worker groups may share one pool, as in verl: up to ``max_colocate_count`` groups
+(default 10, verl's default) each place one actor per bundle, and each of those actors asks for
+``1/max_colocate_count`` of its bundle (CPU, and GPU with ``use_gpu``), so they run side by side
+on the same devices. A group beyond that count is refused at once, before any placement group or
+actor exists::
+
+    pool 'global_pool' holds 2 groups (max_colocate_count=2: role actor, role critic); role
+    reward asked for a third; raise max_colocate_count or give it another pool
+
+Differences from verl's ``RayResourcePool``: a bundle holds ``cpus_per_process`` CPUs (verl:
+``max_colocate_count`` CPUs) because rlcore sizes torch's threads from the bundle, and
+``use_gpu`` defaults to False (the CPU path is the tested default here). The placement-group
+wait is bounded: ``ready_timeout_s`` or ``RLCORE_PLACEMENT_TIMEOUT_S`` (120 s), see
+:mod:`rlcore.workers.waiting`.
+
 Ray is imported only when a pool is used.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -59,7 +75,8 @@ class ResourcePool:
         use_gpu: bool = False,
         cpus_per_process: float = 1.0,
         name: str = "global_pool",
-        ready_timeout_s: float = 120.0,
+        max_colocate_count: int = 10,
+        ready_timeout_s: float | None = None,
     ) -> None:
         if process_on_nodes is None:
             if nnodes is None or processes_per_node is None:
@@ -73,11 +90,21 @@ class ResourcePool:
         if cpus_per_process <= 0:
             msg = f"ResourcePool {name!r}: cpus_per_process must be > 0, got {cpus_per_process}"
             raise ResourceError(msg)
+        if not isinstance(max_colocate_count, int) or max_colocate_count < 1:
+            msg = (
+                f"ResourcePool {name!r}: max_colocate_count must be a positive int, "
+                f"got {max_colocate_count!r}"
+            )
+            raise ResourceError(msg)
+        from rlcore.workers.waiting import placement_timeout_s
+
         self.process_on_nodes = counts
+        self.max_colocate_count = max_colocate_count
+        self._groups: list[str] = []
         self.use_gpu = use_gpu
         self.cpus_per_process = float(cpus_per_process)
         self.name = name
-        self.ready_timeout_s = ready_timeout_s
+        self.ready_timeout_s = placement_timeout_s(ready_timeout_s)
         self._pgs: list[Any] | None = None
 
     @property
@@ -93,6 +120,39 @@ class ResourcePool:
         if self.use_gpu:
             b["GPU"] = 1.0
         return b
+
+    def actor_share(self) -> dict[str, float]:
+        """What each group's actor asks of its bundle: ``1/max_colocate_count`` of it.
+
+        Rounded down to Ray's resource precision (1e-4) so ``max_colocate_count`` shares
+        never add up to more than the bundle.
+        """
+        k = self.max_colocate_count
+        share = {"num_cpus": math.floor(self.cpus_per_process / k * 1e4) / 1e4}
+        share["num_gpus"] = math.floor(1e4 / k) / 1e4 if self.use_gpu else 0.0
+        return share
+
+    @property
+    def groups(self) -> list[str]:
+        """The groups placed on this pool, in the order they came."""
+        return list(self._groups)
+
+    def attach(self, who: str) -> None:
+        """Reserve one of the ``max_colocate_count`` group places for ``who``, or raise."""
+        if len(self._groups) >= self.max_colocate_count:
+            n = len(self._groups)
+            msg = (
+                f"pool {self.name!r} holds {n} group{'s' if n != 1 else ''} "
+                f"(max_colocate_count={self.max_colocate_count}: {', '.join(self._groups)}); "
+                f"{who} asked for one more; raise max_colocate_count or give it another pool"
+            )
+            raise ResourceError(msg)
+        self._groups.append(who)
+
+    def detach(self, who: str) -> None:
+        """Give back the place ``who`` held (its actors are gone)."""
+        if who in self._groups:
+            self._groups.remove(who)
 
     def demand(self) -> dict[str, float]:
         """Total resources this pool reserves."""
@@ -126,8 +186,8 @@ class ResourcePool:
                     ray.util.remove_placement_group(pg)
                 msg = (
                     f"{who or 'pool ' + repr(self.name)}: placement groups for "
-                    f"{self.describe()} were not ready after {self.ready_timeout_s:g} s; "
-                    "other jobs may hold the resources"
+                    f"{self.describe()} were not ready after {self.ready_timeout_s:g} s "
+                    "(RLCORE_PLACEMENT_TIMEOUT_S); other jobs may hold the resources"
                 )
                 raise ResourceError(msg)
             self._pgs = pgs
@@ -151,6 +211,7 @@ class ResourcePool:
             for pg in self._pgs:
                 ray.util.remove_placement_group(pg)
             self._pgs = None
+        self._groups.clear()
 
     def __repr__(self) -> str:
         return f"ResourcePool({self.name!r}, {self.process_on_nodes}, {self.describe()})"

@@ -11,19 +11,30 @@ methods under their own names::
     views = wg.spawn()
     views["actor"].update_actor(batch)      # same as wg.actor_update_actor(batch)
 
+Role methods may be ``async def``: when any role has one, the process class is
+:class:`AsyncColocatedWorker` (a Ray async actor, as a group of that role alone would be) and
+the group calls those methods through ``rlcore_call_role_async``, which awaits them on the
+actor's event loop.
+
 The class is a fixed class of this module (not one built at run time), so Ray pickles it by
 reference and imports the role classes by reference in the worker.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from typing import Any
 
 from rlcore.dispatch import DEFAULT_MESH, DispatchInfo
 from rlcore.workers.worker import Worker
 
-__all__ = ["ClassWithInitArgs", "ColocatedWorker", "create_colocated_worker_cls"]
+__all__ = [
+    "AsyncColocatedWorker",
+    "ClassWithInitArgs",
+    "ColocatedWorker",
+    "create_colocated_worker_cls",
+]
 
 
 class ClassWithInitArgs:
@@ -62,6 +73,26 @@ class ColocatedWorker(Worker):
         return inst.rlcore_dispatch_info(mesh) if isinstance(inst, Worker) else None
 
 
+class AsyncColocatedWorker(ColocatedWorker):
+    """A :class:`ColocatedWorker` whose roles have ``async def`` methods: it awaits them."""
+
+    async def rlcore_call_role_async(
+        self, role: str, method: str, *args: Any, **kwargs: Any
+    ) -> Any:
+        result = getattr(self.roles[role], method)(*args, **kwargs)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+
+def _has_async_methods(cls: type[Any]) -> bool:
+    return any(
+        inspect.iscoroutinefunction(getattr(cls, name, None))
+        for name in dir(cls)
+        if not name.startswith("__")
+    )
+
+
 def create_colocated_worker_cls(roles: Mapping[str, ClassWithInitArgs]) -> ClassWithInitArgs:
     """One process class holding every role in ``roles`` (see the module docstring)."""
     if not roles:
@@ -74,4 +105,5 @@ def create_colocated_worker_cls(roles: Mapping[str, ClassWithInitArgs]) -> Class
         if not isinstance(spec, ClassWithInitArgs):
             msg = f"role {name!r}: expected ClassWithInitArgs, got {type(spec).__name__}"
             raise TypeError(msg)
-    return ClassWithInitArgs(ColocatedWorker, dict(roles))
+    any_async = any(_has_async_methods(spec.cls) for spec in roles.values())
+    return ClassWithInitArgs(AsyncColocatedWorker if any_async else ColocatedWorker, dict(roles))

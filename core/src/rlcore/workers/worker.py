@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-from rlcore.dispatch import DEFAULT_MESH, DispatchInfo
+from rlcore.dispatch import DEFAULT_MESH, DispatchError, DispatchInfo
 from rlcore.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -181,11 +181,19 @@ class Worker:
         """Declare this rank's data-parallel place in ``mesh`` for the mesh dispatch modes.
 
         With tensor or pipeline parallelism, ranks of one data-parallel group get the same
-        chunk and only the one with ``is_collect=True`` returns data.
+        chunk and only the one with ``is_collect=True`` returns data. A mesh is declared once:
+        declaring it again raises ``DispatchError`` (a ``ValueError``), as verl's
+        ``_register_dispatch_collect_info`` does, so two engines cannot silently share a name.
         """
         if not 0 <= dp_rank < dp_size:
             msg = f"set_dispatch_info: dp_rank {dp_rank} is outside [0, {dp_size})"
             raise ValueError(msg)
+        if mesh in self._dispatch_info:
+            msg = (
+                f"set_dispatch_info: mesh {mesh!r} is already declared on rank {self._rank} "
+                f"({self._dispatch_info[mesh]}); give the second engine its own mesh name"
+            )
+            raise DispatchError(msg)
         self._dispatch_info[mesh] = DispatchInfo(
             dp_rank=dp_rank, dp_size=dp_size, is_collect=is_collect
         )

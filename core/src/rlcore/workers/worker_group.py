@@ -21,6 +21,23 @@ and ``wg.spawn()`` returns ``{role: view}`` with each role's methods under their
 Other helpers: ``execute_all(name, *args)`` (call any method on every rank, same arguments),
 ``execute_rank(rank, name, *args)``, ``process_info`` (pid and node per rank), ``shutdown()``.
 
+Several groups may share one pool (up to its ``max_colocate_count``, each actor taking that
+fraction of its bundle), e.g. an actor group and a critic group side by side; see
+:mod:`rlcore.resources`.
+
+No wait is unbounded. Actor start (placement in the pool's bundles and ``__init__``) is bounded
+by ``start_timeout_s`` / ``RLCORE_START_TIMEOUT_S`` (600 s), every call (and
+``GroupFuture.get()``) by ``call_timeout_s`` / ``RLCORE_CALL_TIMEOUT_S`` (3600 s); on expiry a
+``WorkerTimeoutError`` names the group, the ranks still pending and what they were doing::
+
+    role critic: ranks [0, 1] did not start within 2 s (RLCORE_START_TIMEOUT_S): not placed in
+    pool 'global_pool' bundles [0, 1] (its resources are held by others); ...
+    role actor: method hang on ranks [0, 1] did not return within 2 s (RLCORE_CALL_TIMEOUT_S)
+
+A user ``runtime_env`` may add environment variables but not override the ones the group sets
+(``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ...): that raises ``WorkerGroupError`` before any
+actor starts, as verl's "Cannot override protected system env".
+
 Worker modules must be importable in the actor processes; Ray puts the driver's working
 directory on their path. For modules elsewhere (e.g. test helpers), pass
 ``runtime_env={"env_vars": {"PYTHONPATH": folder}}``.
@@ -28,6 +45,7 @@ directory on their path. For modules elsewhere (e.g. test helpers), pass
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import os
@@ -46,9 +64,16 @@ from rlcore.dispatch import (
     get_dispatch_mode,
     get_method_spec,
 )
-from rlcore.errors import WorkerError
+from rlcore.errors import WorkerError, WorkerGroupError, WorkerTimeoutError
 from rlcore.resources import ResourcePool
 from rlcore.workers.colocate import ClassWithInitArgs, ColocatedWorker
+from rlcore.workers.waiting import (
+    CALL_TIMEOUT_ENV,
+    START_TIMEOUT_ENV,
+    wait_in_completion_order,
+)
+from rlcore.workers.waiting import call_timeout_s as _call_timeout
+from rlcore.workers.waiting import start_timeout_s as _start_timeout
 from rlcore.workers.worker import (
     COLLECTIVE_TIMEOUT_ENV,
     Worker,
@@ -58,9 +83,25 @@ from rlcore.workers.worker import (
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RayWorkerGroup", "registered_methods"]
+__all__ = ["PROTECTED_ENV", "RayWorkerGroup", "registered_methods"]
 
-_FORWARDED_ENV = (COLLECTIVE_TIMEOUT_ENV,)
+# Settings read in the workers; a joined cluster's workers do not inherit the driver's.
+_FORWARDED_ENV = (COLLECTIVE_TIMEOUT_ENV, CALL_TIMEOUT_ENV)
+# Set by the group for each actor; a user runtime_env may not override them.
+PROTECTED_ENV = frozenset(
+    {
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "RLCORE_ROLE",
+        "RLCORE_NUM_THREADS",
+        "OMP_NUM_THREADS",
+        "MKL_NUM_THREADS",
+    }
+)
 # After a rank fails, how long to look for a peer that died (the likelier root cause): Ray
 # reports a SIGKILLed actor on this node within about a second.
 _DEATH_GRACE_S = 3.0
@@ -131,6 +172,8 @@ class RayWorkerGroup:
         role: str = "worker",
         runtime_env: Mapping[str, Any] | None = None,
         who: str | None = None,
+        call_timeout_s: float | None = None,
+        start_timeout_s: float | None = None,
     ) -> None:
         import ray
 
@@ -144,9 +187,15 @@ class RayWorkerGroup:
         self._role = role
         self._route: str | None = None  # set on per-role views of a colocated group
         self._cls = cls
+        self._async_methods: frozenset[str] = frozenset()
         self._info_cache: dict[str, list[DispatchInfo]] = {}
         self._owner = True
+        self._pool = resource_pool
+        self._who = who or f"role {role}"
+        self._call_timeout_s = _call_timeout(call_timeout_s)
+        start_s = _start_timeout(start_timeout_s)
         self.method_names: list[str] = []
+        self._actors: list[Any] = []
         # Unknown dispatch modes fail here, before anything is placed.
         roles: Mapping[str, ClassWithInitArgs] = {}
         if issubclass(cls, ColocatedWorker):
@@ -158,25 +207,69 @@ class RayWorkerGroup:
         for c in [cls, *(spec.cls for spec in roles.values())]:
             for mspec in registered_methods(c).values():
                 get_dispatch_mode(mspec.dispatch_mode)
-
-        locations = resource_pool.locations(who=who or f"role {role}")
-        self._world_size = len(locations)
-        threads = max(1, math.floor(resource_pool.cpus_per_process))
         base_env = dict(runtime_env or {})
-        user_vars = dict(base_env.pop("env_vars", {}) or {})
-        remote_cls = ray.remote(cls)
-        # Settings read in the workers; a joined cluster's workers do not inherit ours.
+        user_vars = {str(k): str(v) for k, v in (base_env.pop("env_vars", {}) or {}).items()}
+        clash = sorted(PROTECTED_ENV & user_vars.keys())
+        if clash:
+            msg = (
+                f"role {role}: Cannot override protected system env {clash} in runtime_env; "
+                "the group sets them for each actor (threads follow the pool's cpus_per_process)"
+            )
+            raise WorkerGroupError(msg)
+
+        # A place among the pool's groups first: a group too many fails before anything starts.
+        resource_pool.attach(self._who)
+        try:
+            locations = resource_pool.locations(who=self._who)
+            self._world_size = len(locations)
+            self._start(resource_pool, locations, ray_cls_with_init, base_env, user_vars, start_s)
+        except BaseException:
+            for a in self._actors:
+                ray.kill(a, no_restart=True)
+            self._actors.clear()
+            resource_pool.detach(self._who)
+            raise
+
+        self._views: dict[str, RayWorkerGroup] = {}
+        if roles:
+            for role_name, spec in roles.items():
+                view = self._make_view(role_name, spec.cls)
+                self._views[role_name] = view
+                for m in view.method_names:
+                    self._bind(f"{role_name}_{m}", getattr(view, m))
+        else:
+            self._async_methods = _async_methods(cls)
+            for name, mspec in registered_methods(cls).items():
+                self._bind(name, self._make_proxy(name, mspec))
+
+    def _start(
+        self,
+        pool: ResourcePool,
+        locations: Sequence[Any],
+        cls_with_init: ClassWithInitArgs,
+        base_env: Mapping[str, Any],
+        user_vars: Mapping[str, str],
+        timeout_s: float,
+    ) -> None:
+        """Start one actor per location and wait (bounded) until every ``__init__`` is done."""
+        import ray
+
+        role = self._role
+        threads = max(1, math.floor(pool.cpus_per_process))
+        share = pool.actor_share()
+        remote_cls = ray.remote(self._cls)
+        # The user's value of a forwarded setting wins over the driver's.
         forwarded = {k: os.environ[k] for k in _FORWARDED_ENV if k in os.environ}
 
         def start(rank: int, addr: str | None, port: int | None) -> Any:
             loc = locations[rank]
             env = {
+                **forwarded,
                 **user_vars,
                 "RANK": str(rank),
                 "WORLD_SIZE": str(self._world_size),
                 "LOCAL_RANK": str(loc.local_rank),
                 "LOCAL_WORLD_SIZE": str(loc.local_world_size),
-                **forwarded,
                 "RLCORE_ROLE": role,
                 "RLCORE_NUM_THREADS": str(threads),
                 "OMP_NUM_THREADS": str(threads),
@@ -189,11 +282,11 @@ class RayWorkerGroup:
                 placement_group_bundle_index=loc.bundle_index,
             )
             return remote_cls.options(  # type: ignore[attr-defined]
-                num_cpus=resource_pool.cpus_per_process,
-                num_gpus=1 if resource_pool.use_gpu else 0,
+                num_cpus=share["num_cpus"],
+                num_gpus=share["num_gpus"],
                 scheduling_strategy=strategy,
                 runtime_env={**base_env, "env_vars": env},
-            ).remote(*ray_cls_with_init.args, **ray_cls_with_init.kwargs)
+            ).remote(*cls_with_init.args, **cls_with_init.kwargs)
 
         # torch.distributed needs rank 0's address and a free port there. When rank 0 lands on
         # the driver's node the driver picks the port and all actors start at once; otherwise
@@ -201,15 +294,13 @@ class RayWorkerGroup:
         pg0 = locations[0].placement_group
         bundle_nodes = ray.util.placement_group_table(pg0).get("bundles_to_node_id", {})
         here = ray.get_runtime_context().get_node_id()
-        self._actors: list[Any] = []
         if bundle_nodes.get(locations[0].bundle_index) == here:
             addr, port = node_ip_address(), find_free_port()
             self._actors = [start(r, addr, port) for r in range(self._world_size)]
         else:
             self._actors = [start(0, None, None)]
-            addr, port = self._gather(
-                [self._actors[0].rlcore_master_address.remote()], "__init__", [0]
-            )[0]
+            refs = [self._actors[0].rlcore_master_address.remote()]
+            addr, port = self._gather(refs, "__init__", [0], timeout_s=timeout_s)[0]
             self._actors += [start(r, addr, port) for r in range(1, self._world_size)]
         self.master_addr, self.master_port = addr, port
         # Waits for every __init__, so construction errors surface here, with role and rank.
@@ -217,18 +308,8 @@ class RayWorkerGroup:
             [a.rlcore_process_info.remote() for a in self._actors],
             "__init__",
             list(range(self._world_size)),
+            timeout_s=timeout_s,
         )
-
-        self._views: dict[str, RayWorkerGroup] = {}
-        if roles:
-            for role_name, spec in roles.items():
-                view = self._make_view(role_name, spec.cls)
-                self._views[role_name] = view
-                for m in view.method_names:
-                    self._bind(f"{role_name}_{m}", getattr(view, m))
-        else:
-            for name, mspec in registered_methods(cls).items():
-                self._bind(name, self._make_proxy(name, mspec))
 
     # --- views for colocated roles ------------------------------------------------------
 
@@ -237,8 +318,12 @@ class RayWorkerGroup:
         view._role = f"{self._role}.{role_name}"
         view._route = role_name
         view._cls = cls
+        view._async_methods = _async_methods(cls)
         view._info_cache = {}
         view._owner = False
+        view._pool = self._pool
+        view._who = self._who
+        view._call_timeout_s = self._call_timeout_s
         view.method_names = []
         view._world_size = self._world_size
         view._actors = self._actors
@@ -295,7 +380,10 @@ class RayWorkerGroup:
         actor = self._actors[rank]
         if self._route is None:
             return getattr(actor, method).remote(*args, **kwargs)
-        return actor.rlcore_call_role.remote(self._route, method, *args, **kwargs)
+        # An async role method runs on the worker's event loop (awaited there), as it would
+        # in a group of its own.
+        via = "rlcore_call_role_async" if method in self._async_methods else "rlcore_call_role"
+        return getattr(actor, via).remote(self._route, method, *args, **kwargs)
 
     def _make_proxy(self, name: str, spec: MethodSpec) -> Callable[..., Any]:
         mode = get_dispatch_mode(spec.dispatch_mode)
@@ -376,42 +464,97 @@ class RayWorkerGroup:
 
     # --- errors ---------------------------------------------------------------------------
 
-    def _gather(self, refs: list[Any], method: str, ranks: Sequence[int]) -> list[Any]:
+    def _gather(
+        self,
+        refs: list[Any],
+        method: str,
+        ranks: Sequence[int],
+        *,
+        timeout_s: float | None = None,
+    ) -> list[Any]:
         """Every rank's result, in order; the first failure to arrive raises at once.
 
         A plain ``ray.get(refs)`` waits for the refs in order: when rank 1 dies while rank 0
         waits for it in a collective, the driver would sit on rank 0's result until the
         collective timeout. Waiting for whichever ref finishes first surfaces the death as
-        soon as Ray notices it (about a second after a SIGKILL on this node).
+        soon as Ray notices it (about a second after a SIGKILL on this node). The whole wait
+        is bounded by ``timeout_s`` (default: the group's call timeout).
         """
         import ray
         from ray.exceptions import RayActorError, RayError
 
         index = {ref: i for i, ref in enumerate(refs)}
         out: list[Any] = [None] * len(refs)
-        pending = list(index)
+        pending = set(index)
+        limit = self._call_timeout_s if timeout_s is None else timeout_s
+        setting = START_TIMEOUT_ENV if method == "__init__" else CALL_TIMEOUT_ENV
+
+        def on_timeout(left: list[int], waited: float) -> BaseException:
+            return self._timeout_error(method, [ranks[i] for i in left], limit, waited, setting)
+
+        waiter = wait_in_completion_order(
+            refs, timeout_s=limit, on_timeout=on_timeout, on_tick=self._on_wait_tick(method, ranks)
+        )
         try:
-            while pending:
-                ready, pending = ray.wait(pending, num_returns=1)
-                for ref in ready:
-                    i = index[ref]
-                    try:
-                        out[i] = ray.get(ref)
-                    except RayActorError as died:
-                        raise self._worker_error(died, ranks[i], method) from died
-                    except RayError as failed:
-                        # A peer's death often shows first as a collective error in a
-                        # live rank ("Connection closed by peer"): name the dead one.
-                        root = self._dead_peer(pending, index, ranks)
-                        err = self._worker_error(
-                            root[1] if root else failed, root[0] if root else ranks[i], method
-                        )
-                        raise err from failed
+            for i in waiter:
+                ref = refs[i]
+                pending.discard(ref)
+                try:
+                    out[i] = ray.get(ref)  # finished: returns at once
+                except RayActorError as died:
+                    raise self._worker_error(died, ranks[i], method) from died
+                except RayError as failed:
+                    # A peer's death often shows first as a collective error in a
+                    # live rank ("Connection closed by peer"): name the dead one.
+                    root = self._dead_peer(list(pending), index, ranks)
+                    err = self._worker_error(
+                        root[1] if root else failed, root[0] if root else ranks[i], method
+                    )
+                    raise err from failed
         except RayError as err:  # raised by ray.wait itself: no rank to name
             raise self._worker_error(err, None, method) from err
         if len(index) < len(refs):  # the same ref twice: fill the duplicates
             out = [out[index[ref]] for ref in refs]
         return out
+
+    def _on_wait_tick(
+        self, method: str, ranks: Sequence[int]
+    ) -> Callable[[list[int], float], None] | None:
+        """Hook run while a call waits (every few seconds); a liveness check may raise here."""
+        return None
+
+    def _timeout_error(
+        self, method: str, ranks: list[int], limit: float, waited: float, setting: str
+    ) -> WorkerTimeoutError:
+        if method == "__init__":
+            what = self._start_state(ranks)
+            msg = (
+                f"role {self._role}: ranks {ranks} did not start within {limit:g} s "
+                f"({setting}): {what}"
+            )
+        else:
+            msg = (
+                f"role {self._role}: method {method} on ranks {ranks} did not return within "
+                f"{limit:g} s ({setting}); the workers may be stuck (a hang, a deadlocked "
+                "collective) or the call needs a longer timeout"
+            )
+        return WorkerTimeoutError(msg)
+
+    def _start_state(self, ranks: list[int]) -> str:
+        """Why actors have not started: not yet placed (resources) or still in ``__init__``."""
+        states = {r: _actor_state(self._actors[r]) for r in ranks if r < len(self._actors)}
+        unplaced = [r for r, st in states.items() if st in _UNPLACED_STATES]
+        parts = []
+        if unplaced:
+            parts.append(
+                f"ranks {unplaced} not placed in their bundles of pool {self._pool.name!r} "
+                f"(each actor asks {_fmt_share(self._pool.actor_share())}; groups on the pool: "
+                f"{', '.join(self._pool.groups)}; other actors or jobs may hold the bundles)"
+            )
+        running = [r for r in states if r not in unplaced]
+        if running:
+            parts.append(f"ranks {running} still in __init__ (slow model load or a hang?)")
+        return "; ".join(parts) or "state unknown"
 
     def _dead_peer(
         self, pending: list[Any], index: Mapping[Any, int], ranks: Sequence[int]
@@ -467,6 +610,7 @@ class RayWorkerGroup:
         for a in self._actors:
             ray.kill(a, no_restart=True)
         self._actors.clear()
+        self._pool.detach(self._who)
 
 
 def _check_mesh(role: str, mesh: str, infos: list[DispatchInfo]) -> None:
@@ -482,3 +626,39 @@ def _check_mesh(role: str, mesh: str, infos: list[DispatchInfo]) -> None:
             f"0..{dp - 1}, got collect ranks for dp ranks {collect}"
         )
         raise DispatchError(msg)
+
+
+# Ray actor states before the actor process runs its __init__ (GCS actor table names).
+_UNPLACED_STATES = frozenset({"DEPENDENCIES_UNREADY", "PENDING_CREATION"})
+
+
+def _actor_state(actor: Any) -> str | None:
+    """The actor's state in Ray's actor table (e.g. ``PENDING_CREATION``), None if unknown.
+
+    Uses ``ray._private.state.actors``, which reads the GCS directly and needs no dashboard;
+    a Ray that changed it gives None and the error just says less.
+    """
+    try:
+        from ray._private import state
+
+        info = state.actors(actor_id=actor._actor_id.hex())
+        return str(info.get("State")) if isinstance(info, dict) else None
+    except Exception:  # pragma: no cover - private API of one Ray version
+        log.debug("no actor state from Ray", exc_info=True)
+        return None
+
+
+def _fmt_share(share: Mapping[str, float]) -> str:
+    text = f"{share['num_cpus']:g} CPU"
+    if share.get("num_gpus"):
+        text += f" + {share['num_gpus']:g} GPU"
+    return text
+
+
+def _async_methods(cls: type[Any]) -> frozenset[str]:
+    """Names of ``cls``'s registered methods that are ``async def``."""
+    return frozenset(
+        name
+        for name in registered_methods(cls)
+        if inspect.iscoroutinefunction(getattr(cls, name, None))
+    )

@@ -543,18 +543,26 @@ class RayWorkerGroup:
     def _start_state(self, ranks: list[int]) -> str:
         """Why actors have not started: not yet placed (resources) or still in ``__init__``."""
         states = {r: _actor_state(self._actors[r]) for r in ranks if r < len(self._actors)}
-        unplaced = [r for r, st in states.items() if st in _UNPLACED_STATES]
+        unplaced = [r for r, (st, pid) in states.items() if st in _UNPLACED_STATES and not pid]
+        running = {r: pid for r, (st, pid) in states.items() if pid}
         parts = []
         if unplaced:
             parts.append(
                 f"ranks {unplaced} not placed in their bundles of pool {self._pool.name!r} "
-                f"(each actor asks {_fmt_share(self._pool.actor_share())}; groups on the pool: "
-                f"{', '.join(self._pool.groups)}; other actors or jobs may hold the bundles)"
+                f"(no process yet; each actor asks {_fmt_share(self._pool.actor_share())}; "
+                f"groups on the pool: {', '.join(self._pool.groups)}; other actors or jobs may "
+                "hold the bundles)"
             )
-        running = [r for r in states if r not in unplaced]
         if running:
-            parts.append(f"ranks {running} still in __init__ (slow model load or a hang?)")
-        return "; ".join(parts) or "state unknown"
+            pids = ", ".join(str(p) for p in running.values())
+            parts.append(
+                f"ranks {list(running)} still in __init__ (pids {pids}; a slow model load or a "
+                "hang: raise RLCORE_START_TIMEOUT_S or look at the workers' logs)"
+            )
+        other = [r for r in states if r not in unplaced and r not in running]
+        if other:
+            parts.append(f"ranks {other} in an unknown state")
+        return "; ".join(parts)
 
     def _dead_peer(
         self, pending: list[Any], index: Mapping[Any, int], ranks: Sequence[int]
@@ -632,20 +640,23 @@ def _check_mesh(role: str, mesh: str, infos: list[DispatchInfo]) -> None:
 _UNPLACED_STATES = frozenset({"DEPENDENCIES_UNREADY", "PENDING_CREATION"})
 
 
-def _actor_state(actor: Any) -> str | None:
-    """The actor's state in Ray's actor table (e.g. ``PENDING_CREATION``), None if unknown.
+def _actor_state(actor: Any) -> tuple[str | None, int]:
+    """The actor's state in Ray's actor table and its pid (0 while it has no process).
 
-    Uses ``ray._private.state.actors``, which reads the GCS directly and needs no dashboard;
-    a Ray that changed it gives None and the error just says less.
+    An actor is ``PENDING_CREATION`` both while it waits for resources and while its
+    ``__init__`` runs; only the pid tells them apart. Uses ``ray._private.state.actors``,
+    which reads the GCS directly and needs no dashboard; a Ray that changed it gives
+    ``(None, 0)`` and the error just says less.
     """
     try:
         from ray._private import state
 
         info = state.actors(actor_id=actor._actor_id.hex())
-        return str(info.get("State")) if isinstance(info, dict) else None
+        if isinstance(info, dict):
+            return str(info.get("State")), int(info.get("Pid") or 0)
     except Exception:  # pragma: no cover - private API of one Ray version
         log.debug("no actor state from Ray", exc_info=True)
-        return None
+    return None, 0
 
 
 def _fmt_share(share: Mapping[str, float]) -> str:

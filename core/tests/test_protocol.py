@@ -364,7 +364,9 @@ def test_make_iterator_seeded_shuffle_per_epoch():
     def run(seed):
         return [
             mb.non_tensor_batch["uid"].tolist()
-            for mb in d.make_iterator(mini_batch_size=4, epochs=2, seed=seed)
+            for mb in d.make_iterator(
+                mini_batch_size=4, epochs=2, seed=seed, dataloader_kwargs={"shuffle": True}
+            )
         ]
 
     a = run(0)
@@ -373,11 +375,12 @@ def test_make_iterator_seeded_shuffle_per_epoch():
     assert all(len(mb) == 4 for mb in a)
     assert sorted(a[0] + a[1]) == sorted(a[2] + a[3]) == sorted(f"u{i}" for i in range(8))
     assert a[:2] != a[2:]  # epochs are reshuffled (fixed seed: deterministic)
+    in_order = [["u0", "u1", "u2", "u3"], ["u4", "u5", "u6", "u7"]]
     mbs = list(d.make_iterator(4, 1, dataloader_kwargs={"shuffle": False}))
-    assert [m.non_tensor_batch["uid"].tolist() for m in mbs] == [
-        ["u0", "u1", "u2", "u3"],
-        ["u4", "u5", "u6", "u7"],
-    ]
+    assert [m.non_tensor_batch["uid"].tolist() for m in mbs] == in_order
+    # verl's default (a torch DataLoader's): no shuffle
+    default = [m.non_tensor_batch["uid"].tolist() for m in d.make_iterator(4, 2, seed=3)]
+    assert default == in_order * 2
     assert mbs[0].meta_info is d.meta_info
 
 

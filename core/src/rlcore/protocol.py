@@ -7,10 +7,29 @@ A DataProto holds three things:
   dicts, lists; any dtype is accepted);
 - ``meta_info``: a plain dict for the whole batch (temperature, metrics, ...).
 
-Names and semantics follow verl's ``verl/protocol.py`` so verl code ports, with two deliberate
-differences: ``batch`` is a plain dict rather than a TensorDict (``data.batch["x"]`` reads the
-same), and inconsistent inputs raise :class:`~rlcore.errors.DataProtoError` instead of failing
-an ``assert``. Pickling (and so Ray) carries tensors as numpy buffers; see ``_serialize``.
+Names and semantics follow verl's ``verl/protocol.py`` so verl code ports: construction
+(``from_dict``/``from_single_dict`` with ``auto_padding``, ``from_tensordict``), indexing,
+``select``/``pop``/``rename``/``union``, ``chunk``/``split``/``concat``, ``repeat``,
+``sample_level_repeat``, ``unfold_column_chunks``, ``padding``/``is_padding_enabled`` with
+``DataProtoConfig.auto_padding``, ``make_iterator``, ``to_tensordict``, ``save_to_disk``, and the
+module functions ``pad_dataproto_to_divisor``/``unpad_dataproto``/``fold_batch_dim``/
+``unfold_batch_dim``.
+
+Deliberate differences, and why:
+
+- ``batch`` is a plain ``dict[str, Tensor]``, not a TensorDict (``data.batch["x"]`` reads the
+  same): tensordict stays optional. ``to_tensordict``/``from_tensordict`` convert when it is
+  installed. So ``num_batch_dims`` must be 1; fold rows with ``fold_batch_dim`` instead.
+- Inconsistent inputs raise :class:`~rlcore.errors.DataProtoError` with a message naming the
+  key, instead of a bare ``assert`` (which ``python -O`` drops). It subclasses both
+  ``ValueError`` and ``AssertionError``, so ported ``except AssertionError`` code still works.
+- An uneven ``chunk`` with padding enabled always gives ``chunks`` parts (sizes differ by at
+  most one); verl's TensorDict.chunk may give fewer.
+- ``unfold_column_chunks(n, split_keys=None)`` repeats every key, tensors and non-tensors alike
+  (verl fails on non-tensor keys when ``split_keys`` is None).
+- ``save_to_disk`` writes a file that loads without unpickling arbitrary objects.
+
+Pickling (and so Ray) carries tensors as numpy buffers; see ``_serialize``.
 """
 
 from __future__ import annotations
@@ -20,12 +39,25 @@ import dataclasses
 import logging
 import os
 import pickle
-from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, Self, TypeAlias
+from collections.abc import Iterator, Sequence
+from typing import Any, ClassVar, Self
 
 import numpy as np
 import torch
 
+from rlcore._protocol_helpers import (
+    DataProtoIndexError,
+    Index,
+    Keys,
+    _as_row_array,
+    _check_rows,
+    _keys,
+    _merge_meta,
+    _normalize_indices,
+    _pick,
+    _require_keys,
+    _values_equal,
+)
 from rlcore._serialize import (
     compact_tensor,
     decode_safe,
@@ -41,23 +73,18 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "DataProto",
+    "DataProtoConfig",
     "DataProtoIndexError",
     "DataProtoItem",
+    "fold_batch_dim",
     "pad_dataproto_to_divisor",
+    "unfold_batch_dim",
     "unpad_dataproto",
 ]
 
-Index: TypeAlias = (
-    "int | np.integer[Any] | slice | Sequence[int] | Sequence[bool] | np.ndarray | torch.Tensor"
-)
-Keys: TypeAlias = "str | Iterable[str] | None"
 
 _FILE_FORMAT = "rlcore.DataProto"
 _FILE_VERSION = 1
-
-
-class DataProtoIndexError(DataProtoError, IndexError):
-    """A row index is out of range (also an ``IndexError``, so ``for row in data`` stops)."""
 
 
 @dataclasses.dataclass
@@ -96,13 +123,33 @@ class DataProto:
         tensors: dict[str, torch.Tensor] | None = None,
         non_tensors: dict[str, Any] | None = None,
         meta_info: dict[str, Any] | None = None,
+        num_batch_dims: int = 1,
+        auto_padding: bool = False,
     ) -> Self:
-        """Build from tensors, per-row values (lists become object arrays) and meta_info."""
-        return cls(batch=tensors, non_tensor_batch=non_tensors, meta_info=meta_info)
+        """Build from tensors, per-row values (lists become object arrays) and meta_info.
+
+        ``auto_padding=True`` marks this DataProto (in meta_info, under verl's key) so that
+        :meth:`chunk` accepts a row count that does not divide evenly. ``num_batch_dims``
+        other than 1 is refused: the batch here has one row dimension (fold rows with
+        :func:`fold_batch_dim` instead).
+        """
+        if num_batch_dims != 1:
+            msg = (
+                f"from_dict: num_batch_dims={num_batch_dims!r} is not supported (DataProto rows "
+                "are dim 0 only); build with 1 and use fold_batch_dim/unfold_batch_dim"
+            )
+            raise DataProtoError(msg)
+        meta = dict(meta_info) if meta_info is not None else {}
+        if auto_padding:
+            meta[DataProtoConfig.auto_padding_key] = True
+        return cls(batch=tensors, non_tensor_batch=non_tensors, meta_info=meta)
 
     @classmethod
     def from_single_dict(
-        cls, data: dict[str, torch.Tensor | np.ndarray], meta_info: dict[str, Any] | None = None
+        cls,
+        data: dict[str, torch.Tensor | np.ndarray],
+        meta_info: dict[str, Any] | None = None,
+        auto_padding: bool = False,
     ) -> Self:
         """Build from one dict, sorting tensors into ``batch`` and numpy arrays into the rest."""
         tensors: dict[str, torch.Tensor] = {}
@@ -115,7 +162,36 @@ class DataProto:
             else:
                 msg = f"from_single_dict: {key!r} is a {type(val).__name__}, not a tensor or array"
                 raise DataProtoError(msg)
-        return cls(batch=tensors, non_tensor_batch=non_tensors, meta_info=meta_info)
+        return cls.from_dict(tensors, non_tensors, meta_info, auto_padding=auto_padding)
+
+    @classmethod
+    def from_tensordict(
+        cls,
+        tensor_dict: Any,
+        meta_info: dict[str, Any] | None = None,
+        num_batch_dims: int = 1,
+    ) -> Self:
+        """From a ``tensordict.TensorDict`` (needs the optional ``tensordict`` package).
+
+        Tensors go to ``batch``, ``NonTensorStack`` entries to ``non_tensor_batch``,
+        ``NonTensorData`` entries to ``meta_info`` (as verl's ``to_tensordict`` writes them).
+        """
+        from rlcore._protocol_tensordict import from_tensordict
+
+        if num_batch_dims != 1:
+            msg = f"from_tensordict: num_batch_dims={num_batch_dims!r} is not supported (use 1)"
+            raise DataProtoError(msg)
+        tensors, non_tensors, meta = from_tensordict(tensor_dict)
+        return cls(
+            batch=tensors, non_tensor_batch=non_tensors, meta_info={**meta, **(meta_info or {})}
+        )
+
+    def to_tensordict(self) -> Any:
+        """A ``tensordict.TensorDict`` with the tensors, per-row values as ``NonTensorStack``
+        and meta_info entries as ``NonTensorData`` (verl's layout; needs ``tensordict``)."""
+        from rlcore._protocol_tensordict import to_tensordict
+
+        return to_tensordict(self.batch, self.non_tensor_batch, self.meta_info, len(self))
 
     def check_consistency(self) -> None:
         """Raise DataProtoError unless every tensor and array has the same number of rows."""
@@ -329,19 +405,49 @@ class DataProto:
         return type(first)(batch=batch, non_tensor_batch=non_tensors, meta_info=_merge_meta(data))
 
     def chunk(self, chunks: int) -> list[Self]:
-        """Split into ``chunks`` equal parts (views); len(self) must be divisible by ``chunks``."""
+        """Split into ``chunks`` parts (views); len(self) must be divisible by ``chunks``.
+
+        With padding enabled (:meth:`is_padding_enabled`) an uneven count is allowed: the
+        first ``len % chunks`` parts get one row more (verl defers to TensorDict.chunk,
+        which can return fewer than ``chunks`` parts; here there are always ``chunks``).
+        """
         if not isinstance(chunks, int) or chunks < 1:
             msg = f"chunk needs a positive number of chunks, got {chunks!r}"
             raise DataProtoError(msg)
         n = len(self)
-        if n % chunks:
+        if n % chunks and not self.is_padding_enabled():
             msg = (
                 f"cannot chunk {n} rows into {chunks} equal parts; "
                 "pad first with pad_dataproto_to_divisor(data, chunks)"
             )
             raise DataProtoError(msg)
-        size = n // chunks
-        return [self.slice(i * size, (i + 1) * size) for i in range(chunks)]
+        size, extra = divmod(n, chunks)
+        bounds = [i * size + min(i, extra) for i in range(chunks + 1)]
+        return [self.slice(bounds[i], bounds[i + 1]) for i in range(chunks)]
+
+    def is_padding_enabled(self) -> bool:
+        """True when this DataProto was built with ``auto_padding`` or
+        ``DataProtoConfig.auto_padding`` is on (verl's semantics)."""
+        return bool(self.meta_info.get(DataProtoConfig.auto_padding_key, False)) or bool(
+            DataProtoConfig.auto_padding
+        )
+
+    def padding(self, padding_size: int, padding_candidate: str = "") -> None:
+        """Append ``padding_size`` copies of the first (``"first"``) or last row, in place."""
+        if not isinstance(padding_size, int) or padding_size < 0:
+            msg = f"padding_size must be a non-negative int, got {padding_size!r}"
+            raise DataProtoError(msg)
+        if padding_size == 0:
+            return
+        if len(self) == 0:
+            msg = "padding: an empty DataProto has no row to repeat"
+            raise DataProtoError(msg)
+        row = 0 if padding_candidate == "first" else len(self) - 1
+        padded = self.select_idxs(
+            np.concatenate([np.arange(len(self)), np.full(padding_size, row)])
+        )
+        self._batch = padded._batch
+        self.non_tensor_batch = padded.non_tensor_batch
 
     def split(self, split_size: int) -> list[Self]:
         """Consecutive parts of ``split_size`` rows (the last may be shorter)."""
@@ -367,6 +473,67 @@ class DataProto:
             }
         return self._new(batch, non_tensors)
 
+    def sample_level_repeat(self, repeat_times: Sequence[int] | torch.Tensor | np.ndarray) -> Self:
+        """Repeat row i ``repeat_times[i]`` times, in order (0 drops the row)."""
+        if isinstance(repeat_times, torch.Tensor):
+            repeat_times = repeat_times.detach().cpu().numpy()
+        counts = np.asarray(repeat_times)
+        if counts.ndim != 1 or (counts.size and not np.issubdtype(counts.dtype, np.integer)):
+            msg = (
+                "sample_level_repeat: repeat_times must be a 1-D sequence of ints, "
+                f"got {counts.dtype} {counts.shape}"
+            )
+            raise DataProtoError(msg)
+        if len(counts) != len(self) or (counts.size and counts.min() < 0):
+            msg = (
+                f"sample_level_repeat: need one non-negative count per row ({len(self)}), "
+                f"got {len(counts)} counts"
+            )
+            raise DataProtoError(msg)
+        return self.select_idxs(np.repeat(np.arange(len(self)), counts.astype(np.int64)))
+
+    def unfold_column_chunks(self, n_split: int, split_keys: Sequence[str] | None = None) -> Self:
+        """Split dim 1 of each key in ``split_keys`` into ``n_split`` parts and move them to
+        rows (row i becomes rows i*n_split .. i*n_split+n_split-1); other keys are repeated
+        to match. With ``split_keys=None`` every key is repeated (as verl)."""
+        if not isinstance(n_split, int) or n_split < 1:
+            msg = f"unfold_column_chunks: n_split must be a positive int, got {n_split!r}"
+            raise DataProtoError(msg)
+        keys = set(split_keys or ())
+        unknown = keys - self._batch.keys() - self.non_tensor_batch.keys()
+        if unknown:
+            msg = f"unfold_column_chunks: no keys {sorted(unknown)} in batch or non_tensor_batch"
+            raise DataProtoError(msg)
+
+        def unfold(name: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+            if len(shape) < 2 or shape[1] % n_split:
+                msg = (
+                    f"unfold_column_chunks: {name} has shape {shape}; dim 1 must divide into "
+                    f"{n_split} parts"
+                )
+                raise DataProtoError(msg)
+            return (shape[0] * n_split, shape[1] // n_split, *shape[2:])
+
+        batch = {
+            k: v.reshape(unfold(k, tuple(v.shape)))
+            if k in keys
+            else torch.repeat_interleave(v, n_split, dim=0)
+            for k, v in self._batch.items()
+        }
+        non_tensors = {
+            k: v.reshape(unfold(k, v.shape)) if k in keys else np.repeat(v, n_split, axis=0)
+            for k, v in self.non_tensor_batch.items()
+        }
+        return self._new(batch, non_tensors)
+
+    def fold_batch_dim(self, new_batch_size: int) -> DataProto:
+        """Rows ``(bsz, ...)`` -> ``(new_batch_size, bsz // new_batch_size, ...)``."""
+        return fold_batch_dim(self, new_batch_size)
+
+    def unfold_batch_dim(self, batch_dims: int = 2) -> DataProto:
+        """The first ``batch_dims`` dims of every entry become one row dim."""
+        return unfold_batch_dim(self, batch_dims)
+
     def reorder(self, indices: torch.Tensor | np.ndarray | Sequence[int]) -> None:
         """Permute rows in place: row i becomes old row ``indices[i]``."""
         reordered = self.select_idxs(indices)
@@ -382,12 +549,13 @@ class DataProto:
     ) -> Iterator[Self]:
         """Yield ``epochs`` passes of mini-batches of ``mini_batch_size`` rows, sharing meta_info.
 
-        Rows are reshuffled every epoch from one generator seeded by ``seed`` (same seed, same
-        order). ``dataloader_kwargs`` accepts only ``shuffle`` (default True here; verl passes it
-        through to a torch DataLoader, whose default is False).
+        Rows come in order unless ``dataloader_kwargs={"shuffle": True}`` (verl's default,
+        a torch DataLoader's); shuffled rows are redrawn every epoch from one generator seeded
+        by ``seed`` (same seed, same order). ``dataloader_kwargs`` accepts only ``shuffle``
+        (and ignores ``drop_last``).
         """
         kwargs = dict(dataloader_kwargs or {})
-        shuffle = bool(kwargs.pop("shuffle", True))
+        shuffle = bool(kwargs.pop("shuffle", False))
         kwargs.pop("drop_last", None)  # irrelevant: the size must divide evenly
         if kwargs:
             msg = f"make_iterator: unsupported dataloader_kwargs {sorted(kwargs)} (only shuffle)"
@@ -542,137 +710,66 @@ def unpad_dataproto(data: DataProto, pad_size: int) -> DataProto:
     return data[: len(data) - pad_size]  # type: ignore[no-any-return]
 
 
-# --- helpers ------------------------------------------------------------------------------
+# --- verl's folding of rows -----------------------------------------------------------------
 
 
-def _as_row_array(value: Any, key: str) -> np.ndarray:
-    if isinstance(value, np.ndarray):
-        return value
-    if isinstance(value, list | tuple):
-        # One element per row, whatever the elements are (np.array would turn a list of
-        # equal-length lists into a 2-D array).
-        arr = np.empty(len(value), dtype=object)
-        for i, v in enumerate(value):
-            arr[i] = v
-        return arr
-    msg = f"non_tensor_batch[{key!r}] is a {type(value).__name__}; give a numpy array or list"
-    raise DataProtoError(msg)
-
-
-def _check_rows(
-    name: str, shape: tuple[int, ...], first: tuple[str, int] | None
-) -> tuple[str, int]:
-    if len(shape) == 0:
-        msg = f"{name} is 0-dimensional; every entry needs a row dimension"
+def fold_batch_dim(data: DataProto, new_batch_size: int) -> DataProto:
+    """Rows ``(bsz, ...)`` -> ``(new_batch_size, bsz // new_batch_size, ...)`` for every entry."""
+    n = len(data)
+    if not isinstance(new_batch_size, int) or new_batch_size < 1 or n % new_batch_size:
+        msg = f"fold_batch_dim: {n} rows do not fold into {new_batch_size!r} equal rows"
         raise DataProtoError(msg)
-    if first is not None and shape[0] != first[1]:
-        msg = f"{name} has {shape[0]} rows but {first[0]} has {first[1]}"
-        raise DataProtoError(msg)
-    return first or (name, int(shape[0]))
+    batch = {k: v.reshape(new_batch_size, -1, *v.shape[1:]) for k, v in data._batch.items()}
+    non_tensors = {
+        k: v.reshape(new_batch_size, -1, *v.shape[1:]) for k, v in data.non_tensor_batch.items()
+    }
+    return type(data)(batch=batch, non_tensor_batch=non_tensors, meta_info=data.meta_info)
 
 
-def _keys(keys: Keys) -> list[str]:
-    if keys is None:
-        return []
-    if isinstance(keys, str):
-        return [keys]
-    return list(keys)
-
-
-def _require_keys(d: dict[str, Any], keys: list[str], name: str) -> None:
-    missing = [k for k in keys if k not in d]
-    if missing:
-        msg = f"{name} has no keys {missing}; present: {sorted(d)}"
-        raise DataProtoError(msg)
-
-
-def _pick(d: dict[str, Any], keys: Keys, name: str) -> dict[str, Any]:
-    if keys is None:
-        return dict(d)
-    wanted = _keys(keys)
-    _require_keys(d, wanted, name)
-    return {k: d[k] for k in wanted}
-
-
-def _normalize_indices(idxs: Index, n: int) -> np.ndarray:
-    """Int64 indices in [0, n) from ints, a bool mask, a list, an array or a tensor."""
-    if isinstance(idxs, torch.Tensor):
-        idxs = idxs.detach().cpu().numpy()
-    arr = np.asarray(idxs)
-    if arr.dtype == np.bool_:
-        if arr.shape != (n,):
-            msg = f"boolean mask has shape {arr.shape}; expected ({n},)"
-            raise DataProtoError(msg)
-        return np.flatnonzero(arr).astype(np.int64)
-    if arr.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
-        msg = f"row indices must be a 1-D integer or boolean sequence, got {arr.dtype} {arr.shape}"
-        raise DataProtoError(msg)
-    if arr.min() < -n or arr.max() >= n:
-        msg = f"row index out of range for a DataProto of {n} rows"
-        raise DataProtoIndexError(msg)
-    return np.where(arr < 0, arr + n, arr).astype(np.int64)
-
-
-def _values_equal(a: Any, b: Any) -> bool:
-    """Equality for union/concat conflicts: tensors, arrays (NaN equals NaN), anything else."""
-    if a is b:
-        return True
-    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
-            return False
-        if a.shape != b.shape or a.dtype != b.dtype:
-            return False
-        if a.is_floating_point() or a.is_complex():
-            return bool(torch.allclose(a, b, rtol=0.0, atol=0.0, equal_nan=True))
-        return bool(torch.equal(a, b))
-    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)) or a.shape != b.shape:
-            return False
-        if a.dtype.hasobject or b.dtype.hasobject:
-            return all(_values_equal(x, y) for x, y in zip(a.reshape(-1), b.reshape(-1)))
-        return bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc" and b.dtype.kind in "fc"))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_values_equal(a[k], b[k]) for k in a)
-    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
-        return (
-            type(a) is type(b)
-            and len(a) == len(b)
-            and all(_values_equal(x, y) for x, y in zip(a, b))
+def unfold_batch_dim(data: DataProto, batch_dims: int = 2) -> DataProto:
+    """The first ``batch_dims`` dims of every entry become one row dim (undoes the fold)."""
+    shapes = {
+        **{f"batch[{k!r}]": tuple(v.shape) for k, v in data._batch.items()},
+        **{f"non_tensor_batch[{k!r}]": v.shape for k, v in data.non_tensor_batch.items()},
+    }
+    leading = {shape[:batch_dims] for shape in shapes.values()}
+    if batch_dims < 1 or len(leading) > 1 or any(len(s) < batch_dims for s in shapes.values()):
+        msg = (
+            f"unfold_batch_dim: entries must share their first {batch_dims} dims, got "
+            + ", ".join(f"{k} {v}" for k, v in shapes.items())
         )
-    try:
-        return bool(a == b) or (a != a and b != b)  # NaN == NaN here
-    except (TypeError, ValueError):
-        return False
+        raise DataProtoError(msg)
+    batch = {k: v.reshape(-1, *v.shape[batch_dims:]) for k, v in data._batch.items()}
+    non_tensors = {
+        k: v.reshape(-1, *v.shape[batch_dims:]) for k, v in data.non_tensor_batch.items()
+    }
+    return type(data)(batch=batch, non_tensor_batch=non_tensors, meta_info=data.meta_info)
 
 
-def _merge_meta(data: Sequence[DataProto]) -> dict[str, Any]:
-    merged: dict[str, Any] = {}
-    metrics: dict[str, list[Any]] = {}
-    has_metrics = False
-    for i, d in enumerate(data):
-        for key, val in d.meta_info.items():
-            if key == "metrics":
-                if val is None:
-                    continue
-                has_metrics = True
-                for worker_metrics in val if isinstance(val, list) else [val]:
-                    if not isinstance(worker_metrics, dict):
-                        msg = f"concat: part {i} meta_info['metrics'] holds a {type(worker_metrics).__name__}, not a dict"  # noqa: E501
-                        raise DataProtoError(msg)
-                    for name, v in worker_metrics.items():
-                        bucket = metrics.setdefault(name, [])
-                        if isinstance(v, list):
-                            bucket.extend(v)
-                        else:
-                            bucket.append(v)
-            elif key in merged:
-                if not _values_equal(merged[key], val):
-                    msg = f"concat conflict: meta_info[{key!r}] differs between parts 0..{i}"
-                    raise DataProtoError(msg)
-            else:
-                merged[key] = val
-    if has_metrics:
-        merged["metrics"] = metrics
-    return merged
+# --- verl's global padding switch -----------------------------------------------------------
+
+
+class _DataProtoConfigMeta(type):
+    _config: ClassVar[dict[str, bool]] = {}
+    auto_padding_key = "_verl_auto_padding"
+
+    @property
+    def auto_padding(cls) -> bool:
+        """On when set here or by ``VERL_AUTO_PADDING``/``RLCORE_AUTO_PADDING`` = true/1."""
+        by_env = any(
+            os.environ.get(name, "").strip().upper() in ("TRUE", "1")
+            for name in ("VERL_AUTO_PADDING", "RLCORE_AUTO_PADDING")
+        )
+        return by_env or cls._config.get(cls.auto_padding_key, False)
+
+    @auto_padding.setter
+    def auto_padding(cls, enabled: bool) -> None:
+        if not isinstance(enabled, bool):
+            msg = f"DataProtoConfig.auto_padding must be a bool, got {enabled!r}"
+            raise DataProtoError(msg)
+        cls._config[cls.auto_padding_key] = enabled
+
+
+class DataProtoConfig(metaclass=_DataProtoConfigMeta):
+    """Process-wide DataProto switches, as verl: ``DataProtoConfig.auto_padding = True`` lets
+    every DataProto :meth:`~DataProto.chunk` unevenly."""

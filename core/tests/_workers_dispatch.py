@@ -42,6 +42,14 @@ def _collect_sum(call: DispatchCall, outputs: list[Any]) -> int:
 SUM_MODE = register_dispatch_mode("TEST_SUM_WITH_RANK", _dispatch_with_rank, _collect_sum)
 
 
+def _collect_max(call: DispatchCall, outputs: list[Any]) -> int:
+    return max(outputs)
+
+
+# verl style: a lower-case name becomes the member Dispatch.TEST_MAX_WITH_RANK.
+register_dispatch_mode("test_max_with_rank", _dispatch_with_rank, _collect_max)
+
+
 class DispatchWorker(Worker):
     def __init__(self, offset: int = 0) -> None:
         super().__init__()
@@ -83,6 +91,11 @@ class DispatchWorker(Worker):
     def times_rank(self, pair: tuple[int, int]) -> int:
         x, r = pair
         assert r == self.rank
+        return x * (r + 1)
+
+    @register(dispatch_mode=Dispatch.TEST_MAX_WITH_RANK)
+    def times_rank_max(self, pair: tuple[int, int]) -> int:
+        x, r = pair
         return x * (r + 1)
 
     # --- futures ---------------------------------------------------------------------------

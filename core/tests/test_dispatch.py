@@ -11,7 +11,14 @@ import numpy as np
 import pytest
 import torch
 
-from rlcore.dispatch import DispatchError, GroupFuture, register, register_dispatch_mode
+from rlcore.dispatch import (
+    Dispatch,
+    DispatchError,
+    GroupFuture,
+    get_dispatch_mode,
+    register,
+    register_dispatch_mode,
+)
 from rlcore.protocol import DataProto
 from rlcore.resources import ResourcePool
 from rlcore.workers import ClassWithInitArgs, RayWorkerGroup
@@ -110,6 +117,38 @@ def test_execute_rank_zero(wg):
 
 def test_custom_mode_by_name(wg):
     assert wg.times_rank(5) == 5 * 1 + 5 * 2
+
+
+def test_custom_mode_by_dispatch_member(wg):
+    # registered as "test_max_with_rank", used as Dispatch.TEST_MAX_WITH_RANK (verl style)
+    assert wg.times_rank_max(5) == 10
+
+
+def test_dispatch_is_extendable_by_name():
+    member = Dispatch.register("test_declared_only")
+    try:
+        assert member == "TEST_DECLARED_ONLY"
+        assert Dispatch.TEST_DECLARED_ONLY is member
+        assert member.name == member.value == "TEST_DECLARED_ONLY"
+        assert "TEST_DECLARED_ONLY" in Dispatch
+        assert Dispatch["TEST_DECLARED_ONLY"] is member
+        assert Dispatch.from_name("test_declared_only") is member
+        assert "DP_COMPUTE_PROTO" in Dispatch.names()
+        assert Dispatch.DP_COMPUTE_PROTO in list(Dispatch)
+        with pytest.raises(DispatchError, match="TEST_DECLARED_ONLY already registered"):
+            Dispatch.register("TEST_DECLARED_ONLY")
+        with pytest.raises(ValueError, match="already registered"):  # verl raises ValueError
+            Dispatch.register("DP_COMPUTE_PROTO")
+        # declared but without functions: a clear error when a group is built
+        with pytest.raises(DispatchError, match=r"declared with Dispatch\.register but given no"):
+            get_dispatch_mode(Dispatch.TEST_DECLARED_ONLY)
+        # functions added later attach to the declared member
+        assert register_dispatch_mode(member, lambda c: ((), {}), lambda c, o: o) is member
+        assert get_dispatch_mode("test_declared_only").name == "TEST_DECLARED_ONLY"
+    finally:
+        Dispatch.remove("TEST_DECLARED_ONLY")
+    assert "TEST_DECLARED_ONLY" not in Dispatch
+    assert not hasattr(Dispatch, "TEST_DECLARED_ONLY")
 
 
 def test_custom_mode_registration_errors():

@@ -95,3 +95,38 @@ def test_configuration_errors():
     with pytest.raises(ResourceError, match="nnodes and processes_per_node"):
         ResourcePool(nnodes=2)
     assert ResourcePool(nnodes=2, processes_per_node=3).world_size == 6
+    with pytest.raises(ResourceError, match="max_colocate_count must be a positive int"):
+        ResourcePool([1], max_colocate_count=0)
+
+
+def test_colocation_shares_and_group_places():
+    pool = ResourcePool([2], cpus_per_process=1.0, max_colocate_count=3, name="p3")
+    # three shares never add up to more than the bundle (Ray rounds to 1e-4)
+    assert pool.actor_share() == {"num_cpus": 0.3333, "num_gpus": 0.0}
+    gpu = ResourcePool([1], use_gpu=True, cpus_per_process=2.0, max_colocate_count=2)
+    assert gpu.actor_share() == {"num_cpus": 1.0, "num_gpus": 0.5}
+    assert ResourcePool([1]).max_colocate_count == 10  # verl's default
+    for who in ("role actor", "role critic", "role ref"):
+        pool.attach(who)
+    with pytest.raises(ResourceError) as info:
+        pool.attach("role reward")
+    assert str(info.value) == (
+        "pool 'p3' holds 3 groups (max_colocate_count=3: role actor, role critic, role ref); "
+        "role reward asked for one more; raise max_colocate_count or give it another pool"
+    )
+    pool.detach("role critic")
+    pool.attach("role reward")
+    assert pool.groups == ["role actor", "role ref", "role reward"]
+
+
+def test_placement_timeout_setting(monkeypatch):
+    from rlcore.errors import ConfigError
+
+    monkeypatch.delenv("RLCORE_PLACEMENT_TIMEOUT_S", raising=False)
+    assert ResourcePool([1]).ready_timeout_s == 120.0
+    monkeypatch.setenv("RLCORE_PLACEMENT_TIMEOUT_S", "7.5")
+    assert ResourcePool([1]).ready_timeout_s == 7.5
+    assert ResourcePool([1], ready_timeout_s=3).ready_timeout_s == 3.0  # the argument wins
+    monkeypatch.setenv("RLCORE_PLACEMENT_TIMEOUT_S", "soon")
+    with pytest.raises(ConfigError, match="RLCORE_PLACEMENT_TIMEOUT_S='soon': expected a positive"):
+        ResourcePool([1])

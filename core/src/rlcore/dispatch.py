@@ -299,7 +299,9 @@ def register_dispatch_mode(
     ``shards_fn``/``shard_kind`` (optional) let non-blocking results of this mode be chained
     into the next call without a driver round trip (see :class:`GroupFuture`).
     """
-    name = str(name)
+    # Upper-cased as verl's Dispatch.register does, so register_dispatch_mode("my_mode", ...)
+    # gives Dispatch.MY_MODE; derived names such as "MESH_COMPUTE_PROTO[rollout]" stay as given.
+    name = str(name).upper() if str(name).isidentifier() else str(name)
     if name in _REGISTRY and not replace:
         msg = f"dispatch mode {name!r} is already registered; pass replace=True to override it"
         raise DispatchError(msg)
@@ -318,6 +320,8 @@ def get_dispatch_mode(name: str) -> DispatchMode:
     try:
         return _REGISTRY[str(name)]
     except KeyError:
+        if str(name).upper() in _REGISTRY:
+            return _REGISTRY[str(name).upper()]
         declared = " (declared with Dispatch.register but given no functions)"
         msg = (
             f"unknown dispatch mode {str(name)!r}{declared if str(name) in Dispatch else ''}; "

@@ -11,7 +11,7 @@ methods under their own names::
     views = wg.spawn()
     views["actor"].update_actor(batch)      # same as wg.actor_update_actor(batch)
 
-Role methods may be ``async def``: when any role has one, the process class is
+Registered role methods may be ``async def``: when any role has one, the process class is
 :class:`AsyncColocatedWorker` (a Ray async actor, as a group of that role alone would be) and
 the group calls those methods through ``rlcore_call_role_async``, which awaits them on the
 actor's event loop.
@@ -26,7 +26,7 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
-from rlcore.dispatch import DEFAULT_MESH, DispatchInfo
+from rlcore.dispatch import DEFAULT_MESH, DispatchInfo, get_method_spec
 from rlcore.workers.worker import Worker
 
 __all__ = [
@@ -86,11 +86,13 @@ class AsyncColocatedWorker(ColocatedWorker):
 
 
 def _has_async_methods(cls: type[Any]) -> bool:
-    return any(
-        inspect.iscoroutinefunction(getattr(cls, name, None))
-        for name in dir(cls)
-        if not name.startswith("__")
-    )
+    """Whether a registered method of ``cls`` is ``async def`` (only those are called from the
+    driver, so only they make the process an async actor)."""
+    for name in dir(cls):
+        fn = getattr(cls, name, None)
+        if get_method_spec(fn) is not None and inspect.iscoroutinefunction(fn):
+            return True
+    return False
 
 
 def create_colocated_worker_cls(roles: Mapping[str, ClassWithInitArgs]) -> ClassWithInitArgs:

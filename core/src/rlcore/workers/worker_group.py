@@ -49,7 +49,6 @@ import inspect
 import logging
 import math
 import os
-import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -66,6 +65,15 @@ from rlcore.dispatch import (
 )
 from rlcore.errors import WorkerError, WorkerGroupError, WorkerTimeoutError
 from rlcore.resources import ResourcePool
+from rlcore.workers._group_util import (
+    _UNPLACED_STATES,
+    _actor_state,
+    _check_mesh,
+    _death_cause,
+    _first_line,
+    _fmt_share,
+    _plain,
+)
 from rlcore.workers.colocate import ClassWithInitArgs, ColocatedWorker
 from rlcore.workers.waiting import (
     CALL_TIMEOUT_ENV,
@@ -132,33 +140,6 @@ def registered_methods(cls: type[Any]) -> dict[str, MethodSpec]:
         if spec is not None:
             out[name] = spec
     return out
-
-
-def _plain(err: BaseException) -> str:
-    """Ray's message without its terminal colour codes."""
-    return re.sub(r"\x1b\[[0-9;]*m", "", str(err))
-
-
-def _death_cause(text: str) -> str:
-    """The cause in Ray's actor-death message, e.g. ``exit SYSTEM_ERROR: Worker unexpectedly
-    exits with a connection error code 2. End of file. (killed, out of memory or crashed)``."""
-    found = re.search(
-        r"Worker exit type: (\S+) Worker exit detail: (.*?)(?: Some common causes| There are"
-        r" some potential root causes|$)",
-        text,
-        re.S,
-    )
-    if found is None:
-        return _first_line(text)
-    kind, detail = found.group(1), " ".join(found.group(2).split())
-    if kind == "SYSTEM_ERROR":
-        detail += " (the process was killed, ran out of memory or crashed)"
-    return f"exit {kind}: {detail}"
-
-
-def _first_line(text: str) -> str:
-    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
-    return lines[0] if lines else ""
 
 
 class RayWorkerGroup:
@@ -619,51 +600,6 @@ class RayWorkerGroup:
             ray.kill(a, no_restart=True)
         self._actors.clear()
         self._pool.detach(self._who)
-
-
-def _check_mesh(role: str, mesh: str, infos: list[DispatchInfo]) -> None:
-    sizes = {i.dp_size for i in infos}
-    if len(sizes) != 1:
-        msg = f"role {role}: ranks disagree on dp_size in mesh {mesh!r}: {sorted(sizes)}"
-        raise DispatchError(msg)
-    dp = sizes.pop()
-    collect = sorted(i.dp_rank for i in infos if i.is_collect)
-    if collect != list(range(dp)):
-        msg = (
-            f"role {role}: mesh {mesh!r} needs exactly one collect rank per data-parallel rank "
-            f"0..{dp - 1}, got collect ranks for dp ranks {collect}"
-        )
-        raise DispatchError(msg)
-
-
-# Ray actor states before the actor process runs its __init__ (GCS actor table names).
-_UNPLACED_STATES = frozenset({"DEPENDENCIES_UNREADY", "PENDING_CREATION"})
-
-
-def _actor_state(actor: Any) -> tuple[str | None, int]:
-    """The actor's state in Ray's actor table and its pid (0 while it has no process).
-
-    An actor is ``PENDING_CREATION`` both while it waits for resources and while its
-    ``__init__`` runs; only the pid tells them apart. Uses ``ray._private.state.actors``,
-    which reads the GCS directly and needs no dashboard; a Ray that changed it gives
-    ``(None, 0)`` and the error just says less.
-    """
-    try:
-        from ray._private import state
-
-        info = state.actors(actor_id=actor._actor_id.hex())
-        if isinstance(info, dict):
-            return str(info.get("State")), int(info.get("Pid") or 0)
-    except Exception:  # pragma: no cover - private API of one Ray version
-        log.debug("no actor state from Ray", exc_info=True)
-    return None, 0
-
-
-def _fmt_share(share: Mapping[str, float]) -> str:
-    text = f"{share['num_cpus']:g} CPU"
-    if share.get("num_gpus"):
-        text += f" + {share['num_gpus']:g} GPU"
-    return text
 
 
 def _async_methods(cls: type[Any]) -> frozenset[str]:

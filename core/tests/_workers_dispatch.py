@@ -46,6 +46,15 @@ def _collect_max(call: DispatchCall, outputs: list[Any]) -> int:
     return max(outputs)
 
 
+# verl's inline form: dispatch_fn(worker_group, *args) and collect_fn(worker_group, outputs).
+def verl_style_dispatch(worker_group: Any, x: int):
+    return ([x + r for r in range(worker_group.world_size)],), {}
+
+
+def verl_style_collect(worker_group: Any, outputs: list[Any]) -> list[Any]:
+    return list(reversed(outputs))
+
+
 # verl style: a lower-case name becomes the member Dispatch.TEST_MAX_WITH_RANK.
 register_dispatch_mode("test_max_with_rank", _dispatch_with_rank, _collect_max)
 
@@ -97,6 +106,10 @@ class DispatchWorker(Worker):
     def times_rank_max(self, pair: tuple[int, int]) -> int:
         x, r = pair
         return x * (r + 1)
+
+    @register(dispatch_mode={"dispatch_fn": verl_style_dispatch, "collect_fn": verl_style_collect})
+    def echo_inline(self, y: int) -> tuple[int, int]:
+        return self.rank, y
 
     # --- futures ---------------------------------------------------------------------------
 

@@ -124,6 +124,17 @@ def test_custom_mode_by_dispatch_member(wg):
     assert wg.times_rank_max(5) == 10
 
 
+def test_inline_dict_dispatch_mode_and_verl_execute_names(wg):
+    # verl's functions take the worker group; a DispatchCall has the same world_size
+    assert wg.echo_inline(7) == [(1, 8), (0, 7)]
+    assert wg.execute_rank_zero("add_rank", 3) == 3
+    assert wg.execute_all_sync("add_rank", 3) == [3, 4]
+    with pytest.raises(DispatchError, match=r"needs callables under \['collect_fn'\]"):
+        register(dispatch_mode={"dispatch_fn": wd.verl_style_dispatch})
+    with pytest.raises(DispatchError, match="already used with another collect_fn"):
+        register(dispatch_mode={"dispatch_fn": wd.verl_style_dispatch, "collect_fn": len})
+
+
 def test_dispatch_is_extendable_by_name():
     member = Dispatch.register("test_declared_only")
     try:

@@ -39,7 +39,8 @@ is_collect=..., mesh=...)``; a worker that never does is its own data-parallel g
 ``Execute.ALL`` calls every rank; ``Execute.RANK_ZERO`` calls only rank 0 (with rank 0's share of
 the dispatched arguments) and returns its output as is.
 
-Custom modes: ``register_dispatch_mode(name, dispatch_fn, collect_fn)`` with
+Custom modes: ``register_dispatch_mode(name, dispatch_fn, collect_fn)`` (or, as verl,
+``register(dispatch_mode={"dispatch_fn": f, "collect_fn": g})``) with
 ``dispatch_fn(call, *args, **kwargs) -> (args_lists, kwargs_lists)`` (each a list with one item
 per rank) and ``collect_fn(call, outputs) -> result`` where ``call`` is a :class:`DispatchCall`.
 ``register(dispatch_mode="NAME")`` (or ``Dispatch.NAME``: registering adds the member) then
@@ -52,10 +53,11 @@ number of data-parallel shards) hands each rank its own Ray ObjectRef, which Ray
 worker: the data never travels through the driver. Otherwise the future is resolved on the
 driver first. ``future.get()`` waits and collects.
 
-Differences from verl: a custom mode is registered by name with its functions
-(``register_dispatch_mode``) rather than passed to ``register`` as a dict; ``Dispatch`` members
-are strings, not ``DynamicEnum`` objects with integer values; verl's ``Dispatch.RANK_ZERO`` and
-``DIRECT_ROLLOUT_METHOD`` are not modes here (use ``Execute.RANK_ZERO``).
+Differences from verl: ``Dispatch`` members are strings, not ``DynamicEnum`` objects with
+integer values; verl's ``Dispatch.RANK_ZERO`` and ``DIRECT_ROLLOUT_METHOD`` are not modes here
+(use ``Execute.RANK_ZERO``). Custom dispatch and collect functions get a :class:`DispatchCall`
+where verl passes the worker group; it has ``world_size`` (and ``group``), so verl functions
+that read ``worker_group.world_size`` port unchanged.
 
 Nothing here imports torch or Ray at module import time.
 """
@@ -332,17 +334,24 @@ def get_dispatch_mode(name: str) -> DispatchMode:
 
 
 def register(
-    dispatch_mode: str = Dispatch.ALL_TO_ALL,
+    dispatch_mode: str | Mapping[str, Callable[..., Any]] = Dispatch.ALL_TO_ALL,
     execute_mode: Execute | str = Execute.ALL,
     *,
     blocking: bool = True,
 ) -> Callable[[F], F]:
-    """Mark a worker method for a worker group proxy. The function itself is unchanged."""
+    """Mark a worker method for a worker group proxy. The function itself is unchanged.
+
+    ``dispatch_mode`` is a mode name or, as in verl, a dict ``{"dispatch_fn": ...,
+    "collect_fn": ...}``: that pair is registered under a name derived from the dispatch
+    function (``CUSTOM[module.qualname]``), the same in the driver and in every worker.
+    """
     try:
         execute = Execute(str(execute_mode))
     except ValueError:
         msg = f"unknown execute mode {execute_mode!r}; use one of {[e.value for e in Execute]}"
         raise DispatchError(msg) from None
+    if isinstance(dispatch_mode, Mapping):
+        dispatch_mode = _register_inline_mode(dispatch_mode)
     spec = MethodSpec(dispatch_mode=str(dispatch_mode), execute_mode=execute, blocking=blocking)
 
     def decorate(fn: F) -> F:
@@ -351,6 +360,24 @@ def register(
         return fn
 
     return decorate
+
+
+def _register_inline_mode(fns: Mapping[str, Callable[..., Any]]) -> str:
+    missing = [k for k in ("dispatch_fn", "collect_fn") if not callable(fns.get(k))]
+    if missing:
+        msg = f"register: a dict dispatch_mode needs callables under {missing}"
+        raise DispatchError(msg)
+    dispatch_fn, collect_fn = fns["dispatch_fn"], fns["collect_fn"]
+    name = f"CUSTOM[{dispatch_fn.__module__}.{dispatch_fn.__qualname__}]"
+    existing = _REGISTRY.get(name)
+    if existing is not None and (
+        existing.dispatch_fn is not dispatch_fn or existing.collect_fn is not collect_fn
+    ):
+        # Re-registering the same pair (a module imported twice) is fine; a different pair under
+        # the same function name would silently change another method's dispatch.
+        msg = f"register: dispatch function {name[7:-1]} is already used with another collect_fn"
+        raise DispatchError(msg)
+    return register_dispatch_mode(name, dispatch_fn, collect_fn, replace=True)
 
 
 def get_method_spec(fn: object) -> MethodSpec | None:

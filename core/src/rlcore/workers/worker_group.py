@@ -121,7 +121,9 @@ _RESERVED = frozenset(
         "spawn",
         "shutdown",
         "execute_all",
+        "execute_all_sync",
         "execute_rank",
+        "execute_rank_zero",
         "dispatch_info",
         "process_info",
         "workers",
@@ -415,6 +417,14 @@ class RayWorkerGroup:
 
     def execute_rank(self, rank: int, method: str, *args: Any, **kwargs: Any) -> Any:
         return self._gather([self._remote(rank, method, args, kwargs)], method, [rank])[0]
+
+    def execute_all_sync(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+        """verl's name for :meth:`execute_all` (which waits here)."""
+        return self.execute_all(method, *args, **kwargs)
+
+    def execute_rank_zero(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """verl's name: call ``method`` on rank 0 only and wait for its result."""
+        return self.execute_rank(0, method, *args, **kwargs)
 
     def dispatch_info(self, mesh: str = DEFAULT_MESH) -> list[DispatchInfo]:
         """Each rank's data-parallel place in ``mesh`` (cached once every rank declared one).

@@ -303,3 +303,33 @@ def test_small_cheap_batches_stay_in_the_driver(tokenizer):
     assert rm._pool is None  # ~10 µs a call: a pool would not pay
     assert rm._seconds_per_task is not None
     assert all(out.non_tensor_batch["acc"])
+
+
+class _ImportingReward(doubles.ScriptedReward):
+    """Imports a module whose import takes 0.4 s of Python work, then spins."""
+
+    def score(self, data_source, solution_str, ground_truth, extra_info=None):
+        import rlcore_slow_reward_import  # noqa: F401
+
+        end = time.monotonic() + 2.0
+        while time.monotonic() < end:
+            pass
+        return 1.0
+
+
+def test_alarm_never_fires_inside_an_import(tmp_path, monkeypatch):
+    # A deadline landing in an import would leave the module half-initialised in
+    # sys.modules for the rest of the process; the tick is deferred until it is done.
+    from rlcore.reward._scoring import alarm_handler, call_reward
+
+    (tmp_path / "rlcore_slow_reward_import.py").write_text(
+        "import time\n_end = time.monotonic() + 0.4\n"
+        "while time.monotonic() < _end:\n    pass\nDONE = True\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "rlcore_slow_reward_import", raising=False)
+    task = (0, "imp", "toy", "x", "1", None)
+    with alarm_handler():
+        status, *_ = call_reward({"imp": _ImportingReward()}, task, 0.02)
+    assert status == "timeout"
+    assert sys.modules["rlcore_slow_reward_import"].DONE is True

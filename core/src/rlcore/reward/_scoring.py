@@ -11,7 +11,10 @@ and its outcome another::
 The time limit is ``SIGALRM`` (``setitimer``), so it works only on a process's main thread;
 it interrupts pure-Python code and Python's ``re`` (which checks for signals while it
 backtracks). Code that blocks signals or loops in C is cut off by the pool's watchdog instead,
-which kills the worker.
+which kills the worker. The alarm never raises inside an ``import``: a module cut off half-way
+stays half-initialised in ``sys.modules`` for the rest of the process (sympy left that way
+breaks every later math check), so a tick there is deferred by ``_RETRY_S`` until the import
+has finished.
 """
 
 from __future__ import annotations
@@ -49,11 +52,28 @@ class ScoreTimeout(BaseException):
 # The handler raises only while a call is armed, so an alarm that lands after the scorer
 # returned (between its return and the timer being cleared) cannot escape.
 _armed = False
+# A tick that lands inside an import is retried this much later.
+_RETRY_S = 0.05
+
+
+def _in_import(frame: Any) -> bool:
+    """Whether the interrupted frame runs inside the import machinery (up to call_reward)."""
+    while frame is not None:
+        code = frame.f_code
+        if code is call_reward.__code__:
+            return False
+        if code.co_filename.startswith("<frozen importlib."):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _on_alarm(signum: int, frame: Any) -> None:
     global _armed
     if _armed:
+        if _in_import(frame):
+            signal.setitimer(signal.ITIMER_REAL, _RETRY_S)
+            return
         _armed = False
         raise ScoreTimeout
 

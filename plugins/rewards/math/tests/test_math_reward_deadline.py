@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -141,3 +142,77 @@ def test_big_symbolic_power_stays_in_limit_under_load(cpu_hogs):
         elapsed = time.monotonic() - start
         assert out["acc"] is False
         assert elapsed < limit + grace, (elapsed, text, ref)
+
+
+def test_deadline_never_fires_inside_an_import(tmp_path, monkeypatch):
+    # A module whose import takes 0.4 s of Python work, under a 0.02 s deadline: the tick is
+    # deferred until the import is done, so the module is never left half-initialised.
+    (tmp_path / "rlcore_slow_import_mod.py").write_text(
+        "import time\n"
+        "_end = time.monotonic() + 0.4\n"
+        "while time.monotonic() < _end:\n"
+        "    pass\n"
+        "DONE = True\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "rlcore_slow_import_mod", raising=False)
+
+    def work():
+        import rlcore_slow_import_mod
+
+        _busy(2.0)  # plain code after the import: here the deadline may fire
+        return rlcore_slow_import_mod
+
+    with pytest.raises(DeadlineExceeded):
+        call_with_deadline(work, 0.02)
+    assert sys.modules["rlcore_slow_import_mod"].DONE is True
+
+
+# A fresh interpreter: the reward is built (importing math-verify), scored once with a 1 ms
+# limit (may time out, must not raise), then symbolic pairs must all come out right.
+_FRESH_PROCESS_SCRIPT = r"""
+import json
+from rlcore_math.reward import MathReward
+from rlcore_math.verify import check_equiv
+
+out = {}
+try:
+    out["tiny"] = MathReward(MathReward.Config(timeout_s=1e-3)).score(
+        "math", "\\boxed{3\\sqrt{2}}", "\\sqrt{18}")["acc"]
+except Exception as err:
+    out["tiny"] = f"raised {type(err).__name__}"
+try:
+    out["tiny_check"] = list(check_equiv("\\frac{2}{\\sqrt{2}}", "\\sqrt{2}", timeout_s=1e-3))
+except Exception as err:
+    out["tiny_check"] = f"raised {type(err).__name__}"
+pairs = [("\\sqrt{4}", "2"), ("\\frac{\\sqrt{3}}{3}", "\\frac{1}{\\sqrt{3}}"),
+         ("x^2+2x+1", "(x+1)^2"), ("\\frac{\\pi}{4}", "0.25\\pi"), ("2\\sqrt{3}", "\\sqrt{12}")]
+out["after"] = [check_equiv(p, r, timeout_s=60.0)[0] for p, r in pairs]
+out["wrong"] = check_equiv("\\sqrt{5}", "2", timeout_s=60.0)[0]
+print(json.dumps(out))
+"""
+
+
+def _run_fresh(_: int) -> dict:
+    proc = subprocess.run(
+        [sys.executable, "-c", _FRESH_PROCESS_SCRIPT],
+        capture_output=True, text=True, timeout=240, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.timeout(600)
+def test_fresh_processes_under_load_score_right(cpu_hogs):
+    # Regression: the first deadline firing inside the lazy math-verify/sympy import left
+    # sympy half-loaded, and every later symbolic check said "different" (36 of 46 fresh
+    # processes). Now the import runs when the reward is built, never under a deadline.
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(_run_fresh, range(20)))
+    good = [
+        r for r in results
+        if r["tiny"] in (True, False)
+        and r["tiny_check"] in ([True, "math_verify"], [False, "timeout"])
+        and r["after"] == [True] * 5 and r["wrong"] is False
+    ]  # fmt: skip
+    assert len(good) == 20, [r for r in results if r not in good]

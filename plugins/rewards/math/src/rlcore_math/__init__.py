@@ -2,7 +2,8 @@
 
 The plain functions are importable for reuse; the reward class is
 ``rlcore_math.reward:MathReward`` (registered as ``math``). Importing this package loads
-neither sympy nor math-verify; they load on the first symbolic comparison.
+neither sympy nor math-verify; they load when a ``MathReward`` is built (or before the first
+symbolic comparison), never under a deadline.
 """
 
 from __future__ import annotations

@@ -9,7 +9,10 @@ raise in a thread). We call it with its timeouts off and impose ours:
   the call has unwound, and never raises inside a finalizer: a raise there is swallowed
   by Python, and with a one-shot alarm a GC pass at the wrong moment let a 1 s limit run
   for the whole computation (45 s). A timer the caller had armed (pytest-timeout) is
-  re-armed afterwards with its remaining time.
+  re-armed afterwards with its remaining time. Nor does it raise inside an ``import``: a
+  module cut off half-way stays in ``sys.modules`` half-initialised (sympy left that way made
+  every later math-verify check say "different"), so a tick during an import is deferred to
+  the next one, after the import has finished.
 - other threads: the work runs in a daemon thread that we stop waiting for. Python cannot
   kill a thread, so a runaway computation keeps a core busy until it ends; the input guards
   in :mod:`rlcore_math.verify` keep such work short.
@@ -28,7 +31,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TypeVar
 
-__all__ = ["DeadlineExceeded", "call_with_deadline"]
+__all__ = ["DeadlineExceeded", "call_with_deadline", "in_import_or_finalizer"]
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +40,36 @@ T = TypeVar("T")
 # After the first tick, the alarm fires again this often until the call has unwound.
 _RETRY_S = 0.05
 _FINALIZER_FILES = ("weakref.py", "_weakrefset.py")
+# Frames of the import machinery (``<frozen importlib._bootstrap>``, ``..._external>``).
+_IMPORT_FILES = ("<frozen importlib.",)
+
+
+def in_import_or_finalizer(frame: FrameType | None, stop: object = None) -> bool:
+    """Whether ``frame`` (a signal handler's) runs inside an import or a finalizer.
+
+    Walks outwards until ``stop`` (a code object) or the bottom of the stack. Raising there
+    would leave a half-initialised module in ``sys.modules`` (import) or be swallowed by
+    Python (``__del__``, weakref callbacks).
+    """
+    while frame is not None:
+        code = frame.f_code
+        if code is stop:
+            return False
+        name = code.co_filename
+        if code.co_name == "__del__" or name.endswith(_FINALIZER_FILES):
+            return True
+        if name.startswith(_IMPORT_FILES):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _inside(frame: FrameType | None, code: object) -> bool:
+    while frame is not None:
+        if frame.f_code is code:
+            return True
+        frame = frame.f_back
+    return False
 
 
 class DeadlineExceeded(TimeoutError):
@@ -64,17 +97,11 @@ def _call_with_alarm(fn: Callable[[], T], timeout_s: float) -> T:
 
     def on_alarm(signum: int, frame: FrameType | None) -> None:
         # Raise only inside ``limited``: a tick that lands after it returned (while we
-        # disarm) is ignored instead of escaping into the caller. Nor inside a finalizer
-        # (``__del__``, weakref callback) run by the GC: Python would swallow the raise
-        # ("Exception ignored") and the library's cleanup would be cut short; the next
-        # tick, _RETRY_S later, tries again.
-        while frame is not None:
-            code = frame.f_code
-            if code is limited_code:
-                raise _DeadlineHit
-            if code.co_name == "__del__" or code.co_filename.endswith(_FINALIZER_FILES):
-                return
-            frame = frame.f_back
+        # disarm) is ignored instead of escaping into the caller. Not inside an import or a
+        # finalizer either (see the module docstring): the next tick, _RETRY_S later, tries
+        # again.
+        if _inside(frame, limited_code) and not in_import_or_finalizer(frame, limited_code):
+            raise _DeadlineHit
 
     start = time.monotonic()
     old_handler = signal.signal(signal.SIGALRM, on_alarm)

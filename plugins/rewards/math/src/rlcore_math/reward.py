@@ -7,7 +7,9 @@ Example::
     # -> {"score": 1.0, "acc": True, "pred": "\\dfrac{1}{2}"}
 
 Scoring never raises on model output and returns within about ``timeout_s`` (see
-:mod:`rlcore_math.verify` for how the comparison is bounded).
+:mod:`rlcore_math.verify` for how the comparison is bounded). Building the reward (or
+unpickling it in a pool worker) imports math-verify and sympy, ~0.5-2 s once per process, so
+that no import ever runs under a deadline.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import attrs
 
 from rlcore.interfaces import BaseReward
 from rlcore_math.extract import extract_answer, remove_boxed
-from rlcore_math.verify import check_equiv
+from rlcore_math.verify import check_equiv, warm_up
 
 __all__ = ["MathReward"]
 
@@ -46,6 +48,20 @@ class MathReward(BaseReward):
 
     config: MathReward.Config
 
+    def __init__(self, config: MathReward.Config | None = None) -> None:
+        super().__init__(config)
+        self._warm_up()
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # Unpickled in a reward-pool worker: import there too before the first deadline.
+        self.__dict__.update(state)
+        self._warm_up()
+
+    def _warm_up(self) -> None:
+        """Import math-verify now, never under a per-sample deadline (see verify.py)."""
+        if self.config.use_math_verify:
+            warm_up()
+
     def score(
         self,
         data_source: str,
@@ -70,7 +86,7 @@ class MathReward(BaseReward):
                 use_math_verify=cfg.use_math_verify and remaining > 0.0,
                 timeout_s=max(remaining, 1e-3),
             )
-            if reason in ("timeout", "unsafe"):
+            if reason in ("timeout", "unsafe", "error"):
                 log.debug("math reward for %s: %s answer judged wrong", data_source, reason)
             if acc:
                 break

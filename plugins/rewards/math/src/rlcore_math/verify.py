@@ -19,6 +19,13 @@ power over 100 (``(x+1)^{5000}``: expanding it takes minutes) or an unevaluated
 sum/integral/limit: such values block inside C (big-int arithmetic holds the GIL) where no
 timer can interrupt them, or run far past the limit. Parse + compare run under
 :func:`rlcore_math.deadline.call_with_deadline`.
+
+Imports never run under that deadline: math-verify, sympy and the ANTLR parser are imported
+(and one comparison run, which loads what sympy imports lazily) by :func:`warm_up`, which
+:class:`rlcore_math.reward.MathReward` calls when it is built or unpickled in a pool worker and
+:func:`check_equiv` calls before arming the deadline. An import cut off half-way leaves sympy
+half-loaded for the rest of the process; the deadline also defers any tick that lands inside
+an import (:mod:`rlcore_math.deadline`).
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ from rlcore_math.normalize import (
     split_top_level,
 )
 
-__all__ = ["check_equiv", "is_equiv"]
+__all__ = ["check_equiv", "is_equiv", "warm_up"]
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +59,7 @@ _MAX_SYMBOLIC_POWER = 100
 # Reasons returned by check_equiv.
 STRING, NUMBER, TUPLE, MATH_VERIFY = "string", "number", "tuple", "math_verify"
 DIFFERENT, EMPTY, TOO_LONG, UNSAFE, TIMEOUT = "different", "empty", "too_long", "unsafe", "timeout"
+ERROR = "error"
 
 
 def is_equiv(
@@ -79,10 +87,14 @@ def check_equiv(
         return False, DIFFERENT
     if _nesting_depth(pred) > _MAX_DEPTH or _nesting_depth(ref) > _MAX_DEPTH:
         return False, UNSAFE
+    warm_up()  # imports happen here, never under the deadline
     try:
         verdict = call_with_deadline(lambda: _math_verify_equal(pred, ref), timeout_s)
     except DeadlineExceeded:
         return False, TIMEOUT
+    except Exception as err:  # math-verify's own bug on odd input: judged wrong, never raised
+        log.debug("math-verify on %r vs %r: %s: %s", pred, ref, type(err).__name__, err)
+        return False, ERROR
     if verdict is None:
         return False, UNSAFE
     return verdict, MATH_VERIFY if verdict else DIFFERENT
@@ -133,6 +145,34 @@ def _math_verify() -> tuple[Any, Any, Any]:
     grader.TIMEOUT_WARNING_SHOWN = True
     config = [math_verify.LatexExtractionConfig(boxed_match_priority=0)]
     return math_verify.parse, math_verify.verify, config
+
+
+# Pairs whose comparison walks the parser, the numeric and symbolic comparison and the
+# set/interval code, so that the modules sympy imports on first use are loaded by warm_up.
+_WARM_UP_PAIRS = (
+    ("\\sqrt{4}", "2"),
+    ("\\frac{\\sqrt{3}}{3}", "\\frac{1}{\\sqrt{3}}"),
+    ("(x+1)^2", "x^2+2x+1"),
+    ("[1, 2)", "\\{1\\}"),
+    ("x \\in (0, \\infty)", "x > 0"),
+    ("\\text{(A)}\\ 3", "3"),
+)
+
+
+@lru_cache(maxsize=1)
+def warm_up() -> None:
+    """Import math-verify and sympy and run a few comparisons, outside any deadline.
+
+    Idempotent (cached) and cheap after the first call; the first costs ~0.5-2 s (imports).
+    """
+    _math_verify()
+    import sympy  # noqa: F401  (the safety walk below uses it)
+
+    for pred, ref in _WARM_UP_PAIRS:
+        try:
+            _math_verify_equal(pred, ref)
+        except Exception as err:  # a library bug must not stop the reward from being built
+            log.debug("math-verify warm-up on %r: %s: %s", pred, type(err).__name__, err)
 
 
 @lru_cache(maxsize=4096)

@@ -47,6 +47,14 @@ EQUAL = [
     ("\\frac{\\sqrt{2}}{2}", "\\frac{1}{\\sqrt{2}}"),
     ("x^2+2x+1", "(x+1)^2"),
     ("\\frac{1}{2}\\pi", "\\frac{\\pi}{2}"),
+    # unit powers dropped when only one side states a unit; bases written the same way
+    ("864", "864 \\mbox{ inches}^2"),
+    ("864 \\text{ inches}^{2}", "864 \\mbox{ inches}^2"),
+    ("52_{9}", "52_9"),
+    ("\\$36", "36"),
+    # a text command around math; subscripted symbols renamed consistently
+    ("\\text{3\\sqrt{13}}", "3\\sqrt{13}"),
+    ("\\frac{2}{6} E_{1}+\\frac{2}{3} E_{2}", "\\frac{1}{3} E_{1}+\\frac{2}{3} E_{2}"),
 ]
 
 DIFFERENT = [
@@ -59,6 +67,18 @@ DIFFERENT = [
     ("2", "\\sqrt{4}+1"),
     ("25", "025.5"),
     ("", "1"),
+    # issue 11: unit exponents, number bases, subscripted symbols, failed parses
+    ("864 \\mbox{ inches}^3", "864 \\mbox{ inches}^2"),
+    ("864 \\mbox{ inches}^7", "864 \\mbox{ inches}^2"),
+    ("15 \\text{ cubic feet}", "15 \\text{ square feet}"),
+    ("52_9", "52_8"),
+    ("1011_{2}", "1011_{3}"),
+    ("52", "52_8"),
+    ("\\frac{1}{4} E_{1}+\\frac{2}{3} E_{2}", "\\frac{1}{3} E_{1}+\\frac{2}{3} E_{2}"),
+    (
+        "m_{p} c^{2}\\left(\\gamma^{2}-2\\right) \\sin ^{2} \\theta",
+        "m_{p} c^{2}\\left(\\gamma^{2}-1\\right) \\sin ^{2} \\theta",
+    ),
 ]
 
 

@@ -13,6 +13,8 @@ from rlcore_math import extract_answer, last_boxed_only_string, remove_boxed
         ("nested \\boxed{\\left\\{ x^{2} \\right\\}}", "\\boxed{\\left\\{ x^{2} \\right\\}}"),
         ("escaped brace \\boxed{\\{1, 2\\}}", "\\boxed{\\{1, 2\\}}"),
         ("space form $\\boxed 7$ end", "\\boxed 7"),
+        ("escaped dollar $\\boxed \\$36$ end", "\\boxed \\$36"),
+        ("escaped dollar at the end \\boxed \\$36", "\\boxed \\$36"),
         ("fbox \\fbox{12}", "\\fbox{12}"),
         ("\\boxed{1} later \\fbox{2}", "\\fbox{2}"),
         ("no box here", None),

@@ -10,15 +10,25 @@ Used by ``benchmarks/math_reward_accuracy.py`` (all data sets, a table) and by t
 - ``amc23``: no solutions; the response is ``The answer is $\\boxed{27.0}$`` built from the
   float ``answer``, scored against that float.
 
-False positives: each response against the answer of another row (a seeded derangement),
-skipping pairs whose answers are truly equal (equal normalised strings or numbers).
+Checks, each over every row:
+
+- ``self``: the response against its own answer (accuracy);
+- ``shifted`` false positives: each response against the answer of another row (a seeded
+  derangement), skipping pairs whose answers are truly equal (equal normalised strings or
+  numbers);
+- ``changed-digit`` false positives: the answer with one digit changed (seeded position and
+  digit), boxed, against the answer. Pairs known to be truly equal after the change (e.g. a
+  digit multiplied by 0) are listed in :data:`TRULY_EQUAL_CHANGED` and left out;
+- rewrites: the answer rewritten in an equivalent form (:data:`REWRITES`), boxed, against the
+  answer; each kind's acceptance rate (the rows it applies to).
 """
 
 from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterable
+import re
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +38,15 @@ from rlcore_math.extract import last_boxed_only_string, remove_boxed
 from rlcore_math.reward import MathReward
 from rlcore_math.verify import check_equiv
 
-__all__ = ["DATASETS", "AccuracyReport", "evaluate", "load_pairs"]
+__all__ = [
+    "DATASETS",
+    "REWRITES",
+    "TRULY_EQUAL_CHANGED",
+    "AccuracyReport",
+    "change_one_digit",
+    "evaluate",
+    "load_pairs",
+]
 
 DATASETS = ("math500", "minerva_math", "amc23", "aime24")
 
@@ -49,6 +67,12 @@ class AccuracyReport:
     excluded_equal: int
     failures: list[tuple[int, str, str, str]]  # (row, pred, answer, reason)
     fp_examples: list[tuple[int, str, str]]  # (row, pred, other answer)
+    excluded_pairs: list[tuple[int, str, str]] = attrs.field(factory=list)  # truly equal
+    changed_pairs: int = 0  # answers with a digit to change (truly-equal ones excluded)
+    changed_false_positives: list[tuple[int, str, str]] = attrs.field(factory=list)
+    changed_excluded: list[tuple[int, str, str]] = attrs.field(factory=list)
+    # kind -> (rows it applies to, accepted, examples of rejected (row, rewritten, answer))
+    rewrites: dict[str, tuple[int, int, list[tuple[int, str, str]]]] = attrs.field(factory=dict)
 
     @property
     def accuracy(self) -> float:
@@ -76,6 +100,63 @@ def load_pairs(dataset: str, data_dir: Path) -> list[Pair]:
         else:
             pairs.append(Pair(response=row["solution"], answer=row["answer"]))
     return pairs
+
+
+def change_one_digit(answer: str, row: int, seed: int = 0) -> str | None:
+    """``answer`` with one digit replaced by another (seeded by ``row``), or None if no digit."""
+    positions = [k for k, ch in enumerate(answer) if ch.isdigit()]
+    if not positions:
+        return None
+    rng = random.Random(seed * 1_000_003 + row)
+    k = rng.choice(positions)
+    digit = rng.choice([d for d in "0123456789" if d != answer[k]])
+    return answer[:k] + digit + answer[k + 1 :]
+
+
+# (dataset, row, changed answer): changes that leave the answer's value equal, checked by
+# hand. Filled from the benchmark's output; each names why.
+TRULY_EQUAL_CHANGED: dict[tuple[str, int, str], str] = {}
+
+_FRAC_RE = re.compile(r"^(-?)\\frac\{(\d+)\}\{(\d+)\}$")
+
+
+def _as_decimal(answer: str) -> str | None:
+    # \frac{3}{8} -> 0.375 when the decimal terminates (within 6 places).
+    m = _FRAC_RE.match(answer.strip())
+    if not m or int(m.group(3)) == 0:
+        return None
+    num, den = int(m.group(2)), int(m.group(3))
+    for places in range(7):
+        if (num * 10**places) % den == 0:
+            value = num * 10**places // den
+            text = str(value).rjust(places + 1, "0")
+            return m.group(1) + (text[:-places] + "." + text[-places:] if places else text)
+    return None
+
+
+def _paren(answer: str) -> str | None:
+    if "(" not in answer or "\\left" in answer:
+        return None
+    return answer.replace("(", "\\left(").replace(")", "\\right)")
+
+
+#: Equivalent rewrites of an answer: kind -> function (None where it does not apply).
+REWRITES: dict[str, Callable[[str], str | None]] = {
+    "text": lambda a: f"\\text{{{a}}}" if "\\text" not in a else None,
+    "dfrac": lambda a: a.replace("\\frac", "\\dfrac") if "\\frac" in a else None,
+    "x=": lambda a: f"x = {a}" if "=" not in a and "," not in a else None,
+    "no-spaces": lambda a: a.replace(" ", "") if " " in a else None,
+    "comma-space": lambda a: a.replace(",", ", ") if "," in a else None,
+    "left-right": _paren,
+    "decimal": _as_decimal,
+    "unbraced-box": lambda a: a if "$" not in a and "\n" not in a else None,
+}
+
+
+def _boxed(answer: str, kind: str = "") -> str:
+    if kind == "unbraced-box":
+        return f"The answer is $\\boxed {answer}$."
+    return f"The answer is $\\boxed{{{answer}}}$."
 
 
 def _derangement(n: int, seed: int) -> list[int]:
@@ -109,23 +190,59 @@ def evaluate(
         failures.append((i, str(pred), str(pair.answer), reason))
     fp = compared = excluded = 0
     fp_examples: list[tuple[int, str, str]] = []
+    excluded_pairs: list[tuple[int, str, str]] = []
     for i, j in enumerate(_derangement(len(pairs), seed)):
         a_i, a_j = str(pairs[i].answer), str(pairs[j].answer)
         if check_equiv(a_i, a_j, use_math_verify=False)[0]:
             excluded += 1
+            excluded_pairs.append((i, a_i, a_j))
             continue
         compared += 1
         out = reward.score(dataset, pairs[i].response, pairs[j].answer)
         if out["acc"]:
             fp += 1
             fp_examples.append((i, str(out["pred"]), a_j))
+    changed_pairs = 0
+    changed_fp: list[tuple[int, str, str]] = []
+    changed_excluded: list[tuple[int, str, str]] = []
+    for i, pair in enumerate(pairs):
+        answer = str(pair.answer)
+        changed = change_one_digit(answer, i, seed)
+        if changed is None:
+            continue
+        if (dataset, i, changed) in TRULY_EQUAL_CHANGED:
+            changed_excluded.append((i, changed, answer))
+            continue
+        changed_pairs += 1
+        if reward.score(dataset, _boxed(changed), pair.answer)["acc"]:
+            changed_fp.append((i, changed, answer))
+    rewrites: dict[str, tuple[int, int, list[tuple[int, str, str]]]] = {}
+    for kind, rewrite in REWRITES.items():
+        applies = accepted = 0
+        rejected: list[tuple[int, str, str]] = []
+        for i, pair in enumerate(pairs):
+            answer = str(pair.answer)
+            new = rewrite(answer)
+            if new is None or (new == answer and kind != "unbraced-box"):
+                continue
+            applies += 1
+            if reward.score(dataset, _boxed(new, kind), pair.answer)["acc"]:
+                accepted += 1
+            else:
+                rejected.append((i, new, answer))
+        rewrites[kind] = (applies, accepted, rejected)
     return AccuracyReport(
         dataset=dataset,
+        changed_pairs=changed_pairs,
+        changed_false_positives=changed_fp,
+        changed_excluded=changed_excluded,
+        rewrites=rewrites,
         n=len(pairs),
         correct=correct,
         fp_pairs=compared,
         false_positives=fp,
         excluded_equal=excluded,
+        excluded_pairs=excluded_pairs,
         failures=failures,
         fp_examples=fp_examples,
     )

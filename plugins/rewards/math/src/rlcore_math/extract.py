@@ -75,10 +75,14 @@ def last_boxed_only_string(text: str) -> str | None:
             return None
         return text[start:end]
     if rest.startswith(" ") and stripped:
-        # ``\boxed 5`` (no braces): the answer runs to the closing ``$`` or end of line.
-        value = re.split(r"[$\n]", stripped, maxsplit=1)[0].strip()
+        # ``\boxed 5`` (no braces): the answer runs to the closing ``$`` or end of line;
+        # an escaped ``\$`` (``\boxed \$36``) is part of the answer, not its end.
+        value = _UNBRACED_END_RE.split(stripped, maxsplit=1)[0].strip()
         return "\\boxed " + value if value else None
     return None
+
+
+_UNBRACED_END_RE = re.compile(r"(?<!\\)\$|\n")
 
 
 def remove_boxed(boxed: str) -> str:

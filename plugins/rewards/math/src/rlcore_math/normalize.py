@@ -16,9 +16,12 @@ from fractions import Fraction
 
 __all__ = [
     "MAX_ANSWER_CHARS",
+    "base_subscripts",
     "normalize_answer",
     "parse_number",
     "split_top_level",
+    "unit_powers",
+    "unwrap_outer_text",
 ]
 
 # No MATH/Minerva/AMC/AIME reference answer is longer than ~300 characters; anything past
@@ -97,6 +100,11 @@ _UNIT_TEXT_RE = re.compile(
     r"(?<=[0-9}.)])\s*\\(?:text|mbox|mathrm|textrm)\{\s*[a-zA-Z ]{1,30}(?:\^\{?[23]\}?)?\s*\}"
     r"(?:\^\{?[23]\}?)?\s*$"
 )
+_UNIT_WORD_POWER_RE = re.compile(
+    r"(?<=[0-9}.)])\s*(?:"
+    + "|".join(sorted((re.escape(u) for u in _UNIT_WORDS), key=len, reverse=True))
+    + r")\^\{?(\d{1,3})\}?\s*$"
+)
 _UNIT_WORD_RE = re.compile(
     r"(?<=[0-9}.)])\s*(?:"
     + "|".join(sorted((re.escape(u) for u in _UNIT_WORDS), key=len, reverse=True))
@@ -122,6 +130,66 @@ _THOUSANDS_RE = re.compile(r"^-?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
 _LEADING_ZEROS_RE = re.compile(r"(?<![\d.])0+(?=\d)")
 
 
+# The power of a unit: "\mbox{ inches}^3", "\text{cm}^{2}", "\text{ m^2}", "square feet".
+_UNIT_POWER_RE = re.compile(
+    r"\\(?:text|mbox|mathrm|textrm)\{\s*[a-zA-Z ]{1,30}(?:\^\{?(\d{1,3})\}?)?\s*\}"
+    r"(?:\^\{?(\d{1,3})\}?)?"
+)
+_UNIT_POWER_WORD_RE = re.compile(r"\b(square|sq|cubic)\b")
+# A number written in a base: "52_9", "1011_{2}", "A3_{16}" (digits/capitals, then _base).
+_BASE_SUBSCRIPT_RE = re.compile(r"(?<![a-z\\])([0-9A-Z]+)\s*_\s*\{?\s*(\d+)\s*\}?")
+
+
+def unit_powers(answer: str) -> tuple[int, ...]:
+    """The powers of the units in an answer: ``"864 \\mbox{ inches}^3"`` -> ``(3,)``.
+
+    :func:`normalize_answer` drops units (a reference with units must match a bare number);
+    two answers that both state a unit power must state the same one (cm^2 is not cm^3).
+    """
+    powers = [
+        int(next(g for g in m.groups() if g))
+        for m in _UNIT_POWER_RE.finditer(answer)
+        if any(m.groups())
+    ]
+    m = _UNIT_WORD_POWER_RE.search(answer)
+    if m:
+        powers.append(int(m.group(1)))
+    for m in _UNIT_POWER_WORD_RE.finditer(answer):
+        powers.append(3 if m.group(1) == "cubic" else 2)
+    return tuple(sorted(powers))
+
+
+def base_subscripts(answer: str) -> tuple[tuple[str, int], ...]:
+    """The numbers written in a base: ``"52_9"`` -> ``(("52", 9),)``.
+
+    math-verify drops subscripts (``52_9`` parses as 52), so such answers are compared here:
+    both must write the same digits in the same bases.
+    """
+    out = []
+    for m in _BASE_SUBSCRIPT_RE.finditer(answer):
+        digits = m.group(1).lstrip("0") or "0"
+        out.append((digits, int(m.group(2))))
+    return tuple(sorted(out))
+
+
+_OUTER_TEXT_RE = re.compile(r"^\\(?:text|textbf|textrm|mbox|mathrm)\s*\{")
+
+
+def unwrap_outer_text(answer: str) -> str:
+    """``\\text{3\\sqrt{13}}`` -> ``3\\sqrt{13}``: a text command around the whole answer
+    (nested braces inside, which the unit and text rules below do not take apart)."""
+    s = answer.strip()
+    m = _OUTER_TEXT_RE.match(s)
+    if not m or not s.endswith("}"):
+        return answer
+    depth = 0
+    for k in range(m.end() - 1, len(s)):
+        depth += {"{": 1, "}": -1}.get(s[k], 0)
+        if depth == 0:
+            return s[m.end() : -1].strip() if k == len(s) - 1 else answer
+    return answer
+
+
 def _unwrap_text(s: str) -> str:
     # \text{\textbf{x}}: unwrap innermost first, a bounded number of times.
     for _ in range(5):
@@ -143,7 +211,8 @@ def normalize_answer(answer: str) -> str:
         from rlcore_math.extract import remove_boxed
 
         s = remove_boxed(s)
-    s = s.replace("\n", " ").replace("$", "").replace("\\$", "")
+    # "\$36": the escaped dollar first, or removing "$" would leave a stray backslash.
+    s = s.replace("\n", " ").replace("\\$", "").replace("$", "")
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
     s = s.replace("\\dbinom", "\\binom").replace("\\tbinom", "\\binom")
     s = _LEFT_RIGHT_RE.sub(r"\1", s)

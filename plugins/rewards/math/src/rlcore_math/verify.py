@@ -2,6 +2,9 @@
 
 Order of checks (the first that decides wins):
 
+0. what normalising and math-verify would drop: both answers state a unit power and the
+   powers differ (``cm^2`` vs ``cm^3``), or the numbers written in a base (``52_9``) are not
+   the same digits in the same bases: different;
 1. both normalised strings equal (:func:`rlcore_math.normalize.normalize_answer`);
 2. both plain numbers (integer, decimal, ``1.6e-19``, ``3\\times10^{8}``, ``\\frac{a}{b}``,
    ``a/b``): exact comparison as ``fractions.Fraction``; unequal numbers are final;
@@ -32,15 +35,19 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from functools import lru_cache
 from typing import Any
 
 from rlcore_math.deadline import DeadlineExceeded, call_with_deadline
 from rlcore_math.normalize import (
     MAX_ANSWER_CHARS,
+    base_subscripts,
     normalize_answer,
     parse_number,
     split_top_level,
+    unit_powers,
+    unwrap_outer_text,
 )
 
 __all__ = ["check_equiv", "is_equiv", "warm_up"]
@@ -75,11 +82,13 @@ def check_equiv(
     """``(equal, reason)``; ``reason`` names the check that decided (see module docstring)."""
     if pred is None:
         return False, EMPTY
-    pred, ref = str(pred).strip(), str(ref).strip()
+    pred, ref = unwrap_outer_text(str(pred)).strip(), unwrap_outer_text(str(ref)).strip()
     if not pred or not ref:
         return False, EMPTY
     if len(pred) > MAX_ANSWER_CHARS or len(ref) > MAX_ANSWER_CHARS:
         return False, TOO_LONG
+    if _differ_in_what_normalising_drops(pred, ref):
+        return False, DIFFERENT
     fast = _fast_equiv(normalize_answer(pred), normalize_answer(ref))
     if fast is not None:
         return fast
@@ -98,6 +107,18 @@ def check_equiv(
     if verdict is None:
         return False, UNSAFE
     return verdict, MATH_VERIFY if verdict else DIFFERENT
+
+
+def _differ_in_what_normalising_drops(pred: str, ref: str) -> bool:
+    """Unit powers (both stated, unequal: cm^2 vs cm^3) or number bases (52_9 vs 52_8).
+
+    Normalising drops units so that ``864`` matches ``864 \\mbox{ inches}^2``, and
+    math-verify drops subscripts; without this check both would accept a changed answer.
+    """
+    p_units, r_units = unit_powers(pred), unit_powers(ref)
+    if p_units and r_units and p_units != r_units:
+        return True
+    return base_subscripts(pred) != base_subscripts(ref)
 
 
 def _fast_equiv(pred: str, ref: str) -> tuple[bool, str] | None:
@@ -189,15 +210,58 @@ def _parse(answer: str) -> tuple[Any, ...]:
     return tuple(parsed)
 
 
+# A one-letter symbol with a subscript (``E_{1}``, ``m_p``), not a command's (``\\log_2``).
+_SUBSCRIPTED_RE = re.compile(r"(?<![\\A-Za-z])([A-Za-z])_(\{[A-Za-z0-9]+\}|[A-Za-z0-9])")
+_PLACEHOLDERS = "uvwpqrstabcdfghjklmnyz"
+
+
+def _rename_subscripted(pred: str, ref: str) -> tuple[str, str]:
+    """Replace each subscripted symbol by a fresh letter, the same in both answers.
+
+    The LaTeX parser mangles some of them (``\\frac{1}{3} E_{1}+\\frac{2}{3} E_{2}`` parses as
+    ``2/3``, so any change of the first coefficient was accepted); plain letters parse right.
+    Letters that occur anywhere in either answer are not used.
+    """
+    names = sorted(
+        {
+            m.group(0).replace("{", "").replace("}", "")
+            for text in (pred, ref)
+            for m in _SUBSCRIPTED_RE.finditer(text)
+        }
+    )
+    if not names:
+        return pred, ref
+    free = [c for c in _PLACEHOLDERS if c not in pred and c not in ref]
+    if len(free) < len(names):
+        return pred, ref
+    table = dict(zip(names, free))
+
+    def sub(text: str) -> str:
+        return _SUBSCRIPTED_RE.sub(
+            lambda m: " " + table[m.group(0).replace("{", "").replace("}", "")] + " ", text
+        )
+
+    return sub(pred), sub(ref)
+
+
 def _math_verify_equal(pred: str, ref: str) -> bool | None:
     """math-verify's verdict, or None when an expression is unsafe to compare."""
+    pred, ref = _rename_subscripted(pred, ref)
     gold, target = _parse(ref), _parse(pred)
     if not gold or not target:
         return False
     if not all(_is_safe(expr) for expr in (*gold, *target)):
         return None
+    if "\\infty" not in pred + ref and any(_has_undefined(e) for e in (*gold, *target)):
+        return None  # a parse gone wrong (``\\gamma^{2}`` read as gamma() -> zoo)
     _, verify, _ = _math_verify()
     return bool(verify(list(gold), list(target), timeout_seconds=None))
+
+
+def _has_undefined(expr: Any) -> bool:
+    import sympy
+
+    return isinstance(expr, sympy.Basic) and expr.has(sympy.zoo, sympy.nan)
 
 
 def _is_safe(expr: Any) -> bool:

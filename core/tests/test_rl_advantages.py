@@ -140,6 +140,20 @@ def ref_rloo(r, m, uids):
 
 
 def ref_rpp(r, m, gamma):
+    """G_t over the valid tokens only: masked tokens are not steps, the return carries."""
+    rows, length = len(r), len(r[0])
+    returns = [[0.0] * length for _ in range(rows)]
+    for i in range(rows):
+        running = 0.0
+        for t in range(length - 1, -1, -1):
+            if m[i][t] != 0:
+                running = r[i][t] + gamma * running
+                returns[i][t] = running
+    return ref_whiten(returns, m), returns
+
+
+def ref_rpp_verl(r, m, gamma):
+    """verl's recursion: add r_t everywhere, reset the running return at masked tokens."""
     rows, length = len(r), len(r[0])
     returns = [[0.0] * length for _ in range(rows)]
     for i in range(rows):
@@ -272,6 +286,22 @@ def test_reinforce_plus_plus_matches_reference(seed, gamma):
     ref_adv, ref_ret = ref_rpp(to_lists(rewards), to_lists(mask), gamma)
     assert max_diff(adv, ref_adv) <= TOL
     assert max_diff(ret, ref_ret) <= TOL
+    if not seed % 2:  # right padding only: the same as verl's reset-at-mask recursion
+        verl_adv, verl_ret = ref_rpp_verl(to_lists(rewards), to_lists(mask), gamma)
+        assert max_diff(adv, verl_adv) <= TOL
+        assert max_diff(ret, verl_ret) <= TOL
+
+
+def test_reinforce_plus_plus_carries_the_return_through_tool_tokens():
+    # Multi-turn: turn 1 (3 tokens), tool output (2 masked tokens), turn 2 (2 tokens), pad.
+    # The outcome reward on the last token reaches turn 1 undiscounted by the tool tokens.
+    mask = torch.tensor([[1, 1, 1, 0, 0, 1, 1, 0]], dtype=torch.float64)
+    rewards = torch.zeros(1, 8, dtype=torch.float64)
+    rewards[0, 6] = 1.0
+    rewards[0, 3] = 5.0  # a reward on a tool token is not the policy's: ignored
+    _, ret = compute_reinforce_plus_plus_outcome_advantage(rewards, mask, gamma=0.5)
+    expected = [0.5**4, 0.5**3, 0.5**2, 0.0, 0.0, 0.5, 1.0, 0.0]
+    assert ret[0].tolist() == pytest.approx(expected, abs=1e-12)
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -15,9 +15,16 @@ import torch
 from rlcore.interfaces import BatchTotals, ModelOutputs
 from rlcore.protocol import DataProto
 from rlcore.rl.advantages import compute_grpo_outcome_advantage
-from rlcore.rl.algorithm import KLControlConfig, PolicyGradientAlgorithm
+from rlcore.rl.algorithm import POLICY_LOSSES, KLControlConfig, PolicyGradientAlgorithm
 from rlcore.rl.kl import kl_penalty
-from rlcore.rl.losses import LOSS_AGG_MODES, agg_loss, compute_policy_loss_vanilla, local_totals
+from rlcore.rl.losses import (
+    LOSS_AGG_MODES,
+    agg_loss,
+    compute_policy_loss_cispo,
+    compute_policy_loss_vanilla,
+    local_totals,
+)
+from rlcore.rl.rollout_is import rollout_is_weights
 
 
 class GroupAlgorithm(PolicyGradientAlgorithm):
@@ -54,6 +61,8 @@ def make_batch(seed: int, rows: int = 12, length: int = 10) -> DataProto:
             "token_level_scores": torch.randn(rows, length, generator=gen, dtype=torch.float64)
             * mask,
             "log_probs": old + 0.4 * torch.randn(rows, length, generator=gen, dtype=torch.float64),
+            "rollout_log_probs": old
+            + 0.2 * torch.randn(rows, length, generator=gen, dtype=torch.float64),
             "entropy": torch.rand(rows, length, generator=gen, dtype=torch.float64) * 3,
         },
         non_tensors={"uid": np.array([f"p{i % 4}" for i in range(rows)], dtype=object)},
@@ -118,12 +127,17 @@ def test_policy_loss_combines_pg_kl_and_entropy(mode, kl_type):
 
 
 @pytest.mark.parametrize("mode", LOSS_AGG_MODES)
-@pytest.mark.parametrize("policy_loss", ["vanilla", "gspo"])
-def test_policy_loss_gradient_independent_of_split(mode, policy_loss):
+@pytest.mark.parametrize("policy_loss", POLICY_LOSSES)
+@pytest.mark.parametrize("rollout_is", ["none", "token", "sequence"])
+def test_policy_loss_gradient_independent_of_split(mode, policy_loss, rollout_is):
     """One mini-batch vs the same rows as micro-batches of unequal token counts."""
     batch = make_batch(1, rows=12)
     cfg = GroupAlgorithm.Config(
-        loss_agg_mode=mode, policy_loss=policy_loss, use_kl_loss=True, entropy_coeff=0.02
+        loss_agg_mode=mode,
+        policy_loss=policy_loss,
+        use_kl_loss=True,
+        entropy_coeff=0.02,
+        rollout_is=rollout_is,
     )
     algo = GroupAlgorithm(cfg)
     totals = local_totals(batch.batch["response_mask"])
@@ -144,6 +158,29 @@ def test_policy_loss_gradient_independent_of_split(mode, policy_loss):
     for a, b in zip(whole, split):
         assert float((a - b).abs().max()) <= 1e-12
         assert float(a.abs().max()) > 0
+
+
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_rollout_is_in_the_algorithm_is_the_weighted_loss(level):
+    batch = make_batch(3, rows=12)
+    t = batch.batch
+    algo = GroupAlgorithm(
+        GroupAlgorithm.Config(policy_loss="cispo", rollout_is=level, rollout_is_cap=1.2)
+    )
+    totals = local_totals(t["response_mask"])
+    loss, metrics = algo.policy_loss(ModelOutputs(log_probs=t["log_probs"]), batch, totals)
+    w = rollout_is_weights(
+        t["old_log_probs"], t["rollout_log_probs"], t["response_mask"], level=level, cap=1.2
+    )
+    want = compute_policy_loss_cispo(
+        t["old_log_probs"], t["log_probs"], t["advantages"], t["response_mask"],
+        totals=totals, rollout_is_weights=w,
+    )[0]  # fmt: skip
+    assert abs(float(loss.detach()) - float(want.detach())) <= 1e-12
+    assert 0.0 < metrics["actor/rollout_is_truncated_frac"] < 1.0
+    batch.pop(batch_keys=["rollout_log_probs"])
+    with pytest.raises(KeyError, match="rollout_log_probs"):
+        algo.policy_loss(ModelOutputs(log_probs=t["log_probs"]), batch, totals)
 
 
 def test_policy_loss_missing_inputs_are_named():
@@ -232,7 +269,10 @@ def test_config_defaults():
     [
         ({"clip_ratio_c": 1.0}, "'clip_ratio_c' must be > 1.0"),
         ({"clip_ratio_low": 1.0}, "'clip_ratio_low' must be < 1.0"),
-        ({"loss_agg_mode": "token-sum"}, "'loss_agg_mode' must be in"),
+        ({"loss_agg_mode": "token-total"}, "'loss_agg_mode' must be in"),
+        ({"rollout_is": "seq"}, "'rollout_is' must be in"),
+        ({"rollout_is_cap": 0.0}, "'rollout_is_cap' must be >"),
+        ({"sapo_tau_neg": 0.0}, "'sapo_tau_neg' must be >"),
         ({"kl_loss_type": "k4"}, "'kl_loss_type' must be in"),
         ({"policy_loss": "ppo"}, "'policy_loss' must be in"),
     ],

@@ -92,6 +92,23 @@ def test_adaptive_controller_matches_reference():
     assert other.value == ctrl.value
 
 
+def test_adaptive_controller_never_goes_negative():
+    # One update of 6x the horizon with KL far below target: verl's factor is
+    # 1 + (-0.2) * 6 = -0.2, a negative coefficient (a reward for leaving the reference).
+    ctrl = KLController(value=0.2, adaptive=True, target_kl=0.1, horizon=100)
+    ctrl.update(current_kl=0.0, n_steps=600)
+    assert ctrl.value == 0.0
+    ctrl.update(current_kl=1.0, n_steps=600)  # multiplicative: stays at 0
+    assert ctrl.value == 0.0
+    # Exactly 5x: the factor is 0, and below that the formula is verl's unchanged.
+    ctrl = KLController(value=0.2, adaptive=True, target_kl=0.1, horizon=100)
+    ctrl.update(current_kl=0.0, n_steps=500)
+    assert ctrl.value == 0.0
+    ctrl = KLController(value=0.2, adaptive=True, target_kl=0.1, horizon=100)
+    ctrl.update(current_kl=0.0, n_steps=250)
+    assert ctrl.value == pytest.approx(0.2 * (1 - 0.2 * 2.5), abs=1e-15)
+
+
 @pytest.mark.parametrize("name", ["kl", "k3", "abs", "mse"])
 def test_apply_kl_penalty_matches_reference(name):
     gen = torch.Generator().manual_seed(3)

@@ -46,6 +46,8 @@ def ref_weights(m: list[list[float]], mode: str, totals: BatchTotals) -> list[li
                 w.append(0.0)
             elif mode == "token-mean":
                 w.append(1.0 / max(totals.tokens, 1))
+            elif mode == "token-sum":
+                w.append(1.0)
             elif mode == "seq-mean-token-sum":
                 w.append(1.0 / totals.sequences)
             elif mode == "seq-mean-token-mean":
@@ -111,8 +113,8 @@ def test_agg_loss_fully_masked_is_zero_with_graph(mode):
 
 
 def test_agg_loss_unknown_mode():
-    with pytest.raises(ValueError, match="unknown loss_agg_mode 'token-sum'"):
-        agg_loss(torch.zeros(2, 2), torch.ones(2, 2), "token-sum")
+    with pytest.raises(ValueError, match="unknown loss_agg_mode 'token-total'"):
+        agg_loss(torch.zeros(2, 2), torch.ones(2, 2), "token-total")
 
 
 # --- PPO clipped policy loss ------------------------------------------------------------------

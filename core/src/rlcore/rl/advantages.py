@@ -18,7 +18,7 @@ from collections.abc import Hashable, Sequence
 import numpy as np
 import torch
 
-from rlcore.rl.masked import masked_whiten
+from rlcore.rl.masked import apply_mask, masked_whiten
 
 __all__ = [
     "compute_gae_advantage_return",
@@ -64,7 +64,7 @@ def _outcome_scores(
 
 def _broadcast(adv: torch.Tensor, like: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     # (B,) float64 -> (B, R) in the rewards' dtype, zero on padding.
-    return adv.to(like.dtype).unsqueeze(-1) * mask.to(like.dtype)
+    return apply_mask(adv.to(like.dtype).unsqueeze(-1).expand_as(like), mask)
 
 
 @torch.no_grad()
@@ -88,6 +88,8 @@ def compute_gae_advantage_return(
     # Time-major (R, B) copies: each step then reads contiguous rows instead of a strided
     # column (2-3x faster at 4096 x 1024, benchmarks/algorithms.py).
     valid = (mask > 0).t().contiguous()  # (R, B)
+    # NaN/inf at padding never reaches a valid token: the running values below only take
+    # valid positions, and the result is selected with the mask.
     reward_minus_value = (token_level_rewards - values).t().contiguous()  # (R, B)
     values_t = values.t().contiguous()  # (R, B)
     next_values = torch.zeros_like(values_t[0])  # (B,)
@@ -102,8 +104,8 @@ def compute_gae_advantage_return(
         last_gae = torch.where(valid[t], gae, last_gae)
         advantages_t[t] = last_gae
     advantages = advantages_t.t().contiguous()  # (B, R)
-    returns = (advantages + values) * mask
-    advantages = masked_whiten(advantages, mask) * mask
+    returns = apply_mask(advantages + values, mask)
+    advantages = apply_mask(masked_whiten(advantages, mask), mask)
     return advantages, returns
 
 
@@ -161,21 +163,26 @@ def compute_reinforce_plus_plus_outcome_advantage(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """REINFORCE++ (arXiv 2501.03262): discounted returns, whitened over the batch.
 
-    ``G_t = r_t + gamma * G_{t+1}``, reset at padding so rewards there never reach valid
-    tokens; ``advantages = whiten(G) * mask`` over all valid tokens; ``returns = G * mask``.
+    ``G_t = r_t + gamma * G_{t+1}`` over the *valid* tokens only: a masked token is not an
+    action, so it neither adds its reward nor counts as a discount step, and the return is
+    carried through it to the valid tokens before. With a plain right-padded mask this is
+    verl's recursion exactly (it resets the return at masked tokens, and nothing follows the
+    padding). With gaps in the mask (multi-turn: tool output inside the response) verl's
+    reset would cut the outcome reward off every turn before the last tool call, so those
+    turns would learn nothing from the outcome; carrying it through is what multi-turn needs
+    (as GAE here skips padding). ``advantages = whiten(G)`` over all valid tokens;
+    ``returns = G``; both 0 on masked tokens.
     """
-    mask = response_mask.to(token_level_rewards.dtype)
+    valid = (response_mask != 0).t().contiguous()  # (R, B)
     rewards_t = token_level_rewards.t().contiguous()  # (R, B), time-major as in GAE
-    mask_t = mask.t().contiguous()  # (R, B)
     returns_t = torch.empty_like(rewards_t)  # (R, B)
     running = torch.zeros_like(rewards_t[0])  # (B,)
     for t in reversed(range(rewards_t.shape[0])):
-        running = torch.add(rewards_t[t], running, alpha=gamma)
+        running = torch.where(valid[t], torch.add(rewards_t[t], running, alpha=gamma), running)
         returns_t[t] = running
-        running = running * mask_t[t]
-    returns = returns_t.t().contiguous()  # (B, R)
-    advantages = masked_whiten(returns, mask) * mask
-    return advantages, returns * mask
+    returns = apply_mask(returns_t.t().contiguous(), response_mask)  # (B, R)
+    advantages = apply_mask(masked_whiten(returns, response_mask), response_mask)
+    return advantages, returns
 
 
 @torch.no_grad()
@@ -190,7 +197,6 @@ def compute_reinforce_plus_plus_baseline_outcome_advantage(
     (verl uses mean 0 there). ``returns = advantages``.
     """
     scores, _, _, _, means = _outcome_scores(token_level_rewards, uids)
-    mask = response_mask.to(token_level_rewards.dtype)
     centered = _broadcast(scores - means, token_level_rewards, response_mask)  # (B, R)
-    out = masked_whiten(centered, mask) * mask
+    out = apply_mask(masked_whiten(centered, response_mask), response_mask)
     return out, out

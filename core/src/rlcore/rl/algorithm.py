@@ -30,16 +30,29 @@ from rlcore.rl.losses import (
     LOSS_AGG_MODES,
     LossAggMode,
     agg_loss,
+    compute_policy_loss_cispo,
+    compute_policy_loss_gmpo,
+    compute_policy_loss_gpg,
     compute_policy_loss_gspo,
+    compute_policy_loss_sapo,
     compute_policy_loss_vanilla,
+)
+from rlcore.rl.rollout_is import (
+    ROLLOUT_IS_LEVELS,
+    RolloutIS,
+    rollout_is_metrics,
+    rollout_is_weights,
 )
 
 if TYPE_CHECKING:
     from rlcore.protocol import DataProto
 
-__all__ = ["KLControlConfig", "PolicyGradientAlgorithm", "require"]
+__all__ = ["POLICY_LOSSES", "KLControlConfig", "PolicyGradientAlgorithm", "require"]
 
 _v = attrs.validators
+
+PolicyLoss = Literal["vanilla", "gspo", "cispo", "gpg", "sapo", "gmpo"]
+POLICY_LOSSES: tuple[str, ...] = ("vanilla", "gspo", "cispo", "gpg", "sapo", "gmpo")
 
 
 @attrs.frozen(kw_only=True)
@@ -73,6 +86,8 @@ def _local_metric(value: torch.Tensor, mode: str, totals: BatchTotals, mask: tor
     Losses are divided by mini-batch totals (so micro-batch losses sum to the mini-batch
     loss); metrics report each micro-batch's own mean, which the engine then averages.
     """
+    if mode == "token-sum":
+        return float(value.detach().item())  # not normalised by totals
     if mode == "token-mean":
         local = int(mask.sum().item())
         scale = totals.tokens / local if local else 0.0
@@ -92,9 +107,16 @@ class PolicyGradientAlgorithm(BaseAlgorithm):
         - ``clip_ratio_low`` / ``clip_ratio_high``: PPO clip range ``[1 - low, 1 + high]``
           (DAPO's clip-higher raises ``high``, e.g. 0.28).
         - ``clip_ratio_c``: dual-clip bound for negative advantages (> 1).
-        - ``loss_agg_mode``: ``token-mean`` | ``seq-mean-token-sum`` | ``seq-mean-token-mean``
-          | ``seq-mean-token-sum-norm`` (see :mod:`rlcore.rl.losses`).
-        - ``policy_loss``: ``vanilla`` (token ratio, PPO) or ``gspo`` (sequence ratio).
+        - ``loss_agg_mode``: ``token-mean`` | ``token-sum`` | ``seq-mean-token-sum`` |
+          ``seq-mean-token-mean`` | ``seq-mean-token-sum-norm`` (see :mod:`rlcore.rl.losses`).
+        - ``policy_loss``: ``vanilla`` (token ratio, PPO), ``gspo`` (sequence ratio),
+          ``cispo`` (clipped, detached IS weight times log-prob), ``gpg`` (``-A * log pi``),
+          ``sapo`` (smooth gate, ``sapo_tau_pos`` / ``sapo_tau_neg``), ``gmpo`` (geometric
+          mean of the token ratios; ``clip_ratio_low``/``high`` are then log-space bounds and
+          ``loss_agg_mode`` does not apply). See :mod:`rlcore.rl.losses`.
+        - ``rollout_is``: ``none`` | ``token`` | ``sequence``: truncated importance weights
+          ``min(pi_old / pi_rollout, rollout_is_cap)`` on the policy loss, from the batch's
+          ``rollout_log_probs`` (vLLM/SGLang rollouts; :mod:`rlcore.rl.rollout_is`).
         - ``use_kl_loss`` / ``kl_loss_coef`` / ``kl_loss_type``: KL to the reference as a loss
           term (GRPO's way); ``kl_loss_type`` one of k1/kl, abs, k2/mse, k3/low_var_kl, each
           optionally with ``+`` (value of the estimator, gradient of k2).
@@ -109,9 +131,11 @@ class PolicyGradientAlgorithm(BaseAlgorithm):
         loss_agg_mode: LossAggMode = attrs.field(
             default="token-mean", validator=_v.in_(LOSS_AGG_MODES)
         )
-        policy_loss: Literal["vanilla", "gspo"] = attrs.field(
-            default="vanilla", validator=_v.in_(("vanilla", "gspo"))
-        )
+        policy_loss: PolicyLoss = attrs.field(default="vanilla", validator=_v.in_(POLICY_LOSSES))
+        sapo_tau_pos: float = attrs.field(default=1.0, validator=_v.gt(0.0))
+        sapo_tau_neg: float = attrs.field(default=1.05, validator=_v.gt(0.0))
+        rollout_is: RolloutIS = attrs.field(default="none", validator=_v.in_(ROLLOUT_IS_LEVELS))
+        rollout_is_cap: float = attrs.field(default=2.0, validator=_v.gt(0.0))
         use_kl_loss: bool = False
         kl_loss_coef: float = attrs.field(default=0.001, validator=_v.ge(0.0))
         kl_loss_type: str = attrs.field(default="low_var_kl", validator=_v.in_(KL_ESTIMATORS))
@@ -190,25 +214,28 @@ class PolicyGradientAlgorithm(BaseAlgorithm):
         old_log_prob = require(batch, "old_log_probs").to(log_prob.dtype)
         advantages = require(batch, "advantages").to(log_prob.dtype)
         mode = cfg.loss_agg_mode
-        if cfg.policy_loss == "gspo":
-            pg_loss, clipfrac, ppo_kl, clipfrac_lower = compute_policy_loss_gspo(
-                old_log_prob, log_prob, advantages, mask,
-                clip_ratio_low=cfg.clip_ratio_low, clip_ratio_high=cfg.clip_ratio_high,
-                loss_agg_mode=mode, totals=totals,
+        weights = None
+        is_metrics: dict[str, float] = {}
+        if cfg.rollout_is != "none":
+            weights = rollout_is_weights(
+                old_log_prob, require(batch, "rollout_log_probs").to(log_prob.dtype), mask,
+                level=cfg.rollout_is, cap=cfg.rollout_is_cap,
             )  # fmt: skip
-        else:
-            pg_loss, clipfrac, ppo_kl, clipfrac_lower = compute_policy_loss_vanilla(
-                old_log_prob, log_prob, advantages, mask,
-                clip_ratio_low=cfg.clip_ratio_low, clip_ratio_high=cfg.clip_ratio_high,
-                clip_ratio_c=cfg.clip_ratio_c, loss_agg_mode=mode, totals=totals,
-            )  # fmt: skip
+            is_metrics = rollout_is_metrics(weights, mask, cfg.rollout_is_cap)
+        pg_loss, clipfrac, ppo_kl, clipfrac_lower = self._pg_loss(
+            old_log_prob, log_prob, advantages, mask, totals, weights
+        )
+        if cfg.policy_loss == "gmpo":
+            mode = "seq-mean-token-sum"  # a per-row loss over totals.sequences, for metrics
         loss = pg_loss
         metrics = {
             "actor/pg_loss": _local_metric(pg_loss, mode, totals, mask),
             "actor/pg_clipfrac": float(clipfrac.item()),
             "actor/pg_clipfrac_lower": float(clipfrac_lower.item()),
             "actor/ppo_kl": float(ppo_kl.item()),
+            **is_metrics,
         }
+        mode = cfg.loss_agg_mode
         if outputs.entropy is not None:
             entropy = agg_loss(outputs.entropy, mask, mode, totals)
             metrics["actor/entropy"] = _local_metric(entropy, mode, totals, mask)
@@ -225,3 +252,46 @@ class PolicyGradientAlgorithm(BaseAlgorithm):
             metrics["actor/kl_loss"] = _local_metric(kl_loss, mode, totals, mask)
             metrics["actor/kl_coef"] = cfg.kl_loss_coef
         return loss, metrics
+
+    def _pg_loss(
+        self,
+        old_log_prob: torch.Tensor,
+        log_prob: torch.Tensor,
+        advantages: torch.Tensor,
+        mask: torch.Tensor,
+        totals: BatchTotals,
+        weights: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The configured policy loss: (loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower)."""
+        cfg = self.config
+        old, new, adv = old_log_prob, log_prob, advantages
+        low, high, mode = cfg.clip_ratio_low, cfg.clip_ratio_high, cfg.loss_agg_mode
+        if cfg.policy_loss == "gspo":
+            return compute_policy_loss_gspo(
+                old, new, adv, mask, clip_ratio_low=low, clip_ratio_high=high,
+                loss_agg_mode=mode, totals=totals, rollout_is_weights=weights,
+            )  # fmt: skip
+        if cfg.policy_loss == "cispo":
+            return compute_policy_loss_cispo(
+                old, new, adv, mask, clip_ratio_low=low, clip_ratio_high=high,
+                loss_agg_mode=mode, totals=totals, rollout_is_weights=weights,
+            )  # fmt: skip
+        if cfg.policy_loss == "gpg":
+            return compute_policy_loss_gpg(
+                old, new, adv, mask, loss_agg_mode=mode, totals=totals, rollout_is_weights=weights
+            )
+        if cfg.policy_loss == "sapo":
+            return compute_policy_loss_sapo(
+                old, new, adv, mask, tau_pos=cfg.sapo_tau_pos, tau_neg=cfg.sapo_tau_neg,
+                loss_agg_mode=mode, totals=totals, rollout_is_weights=weights,
+            )  # fmt: skip
+        if cfg.policy_loss == "gmpo":
+            return compute_policy_loss_gmpo(
+                old, new, adv, mask, clip_ratio_low=low, clip_ratio_high=high,
+                totals=totals, rollout_is_weights=weights,
+            )  # fmt: skip
+        return compute_policy_loss_vanilla(
+            old, new, adv, mask, clip_ratio_low=low, clip_ratio_high=high,
+            clip_ratio_c=cfg.clip_ratio_c, loss_agg_mode=mode, totals=totals,
+            rollout_is_weights=weights,
+        )  # fmt: skip

@@ -18,7 +18,7 @@ import attrs
 import numpy as np
 import torch
 
-from rlcore.rl.masked import masked_mean
+from rlcore.rl.masked import apply_mask, masked_mean
 
 __all__ = ["KL_ESTIMATORS", "KLController", "apply_kl_penalty", "kl_penalty"]
 
@@ -56,7 +56,12 @@ class KLController:
     """The coefficient of the KL penalty in the reward: fixed, or adaptive (Ziegler et al. 2019).
 
     Adaptive: after each batch, ``coef *= 1 + clip(kl / target_kl - 1, -0.2, 0.2) * n / horizon``
-    with ``n`` the batch's number of rows, as verl's ``AdaptiveKLController``. This is run
+    with ``n`` the batch's number of rows, as verl's ``AdaptiveKLController``, then clamped at
+    0: when one update covers more than 5x the horizon (``n > 5 * horizon``) and the KL is
+    below target, the factor is negative and verl's coefficient turns negative (a reward for
+    moving *away* from the reference). Here it stops at 0 instead, and stays there: a
+    multiplicative controller cannot climb back from 0, so keep ``horizon`` well above the
+    batch size (verl's default 10000 rows). This is run
     state: it lives on the driver only (the algorithm instance there holds it) and is saved
     with the trainer's checkpoint through :meth:`state_dict`.
     """
@@ -71,7 +76,7 @@ class KLController:
         if not self.adaptive:
             return
         error = float(np.clip(current_kl / self.target_kl - 1.0, -0.2, 0.2))
-        self.value *= 1.0 + error * n_steps / self.horizon
+        self.value = max(0.0, self.value * (1.0 + error * n_steps / self.horizon))
 
     def state_dict(self) -> dict[str, float]:
         return {"value": self.value}
@@ -95,8 +100,8 @@ def apply_kl_penalty(
     The current KL, fed to the adaptive controller, is the mean over rows of each row's
     token-mean KL (verl's ``apply_kl_penalty``).
     """
-    mask = response_mask.to(token_level_scores.dtype)
-    kld = kl_penalty(old_log_probs, ref_log_prob, estimator).to(token_level_scores.dtype) * mask
+    kld = kl_penalty(old_log_probs, ref_log_prob, estimator).to(token_level_scores.dtype)
+    kld = apply_mask(kld, response_mask)
     rewards = token_level_scores - coef * kld
-    current_kl = float(masked_mean(kld, mask, dim=-1).mean()) if kld.shape[0] else 0.0
+    current_kl = float(masked_mean(kld, response_mask, dim=-1).mean()) if kld.shape[0] else 0.0
     return rewards, current_kl

@@ -1,4 +1,4 @@
-"""Loss aggregation, the PPO clipped policy loss (and GSPO), and the clipped value loss.
+"""Loss aggregation, the policy losses (PPO clipped, GSPO, CISPO, GPG, SAPO, GMPO), value loss.
 
 Normalisation (results depend on it, so every loss says which one it uses). A loss on one
 micro-batch is normalised by the *mini-batch* totals (:class:`rlcore.interfaces.BatchTotals`,
@@ -6,6 +6,8 @@ over all micro-batches and data-parallel ranks), so summing micro-batch losses g
 mini-batch loss exactly and the gradient does not depend on how the batch was split:
 
 - ``token-mean``: sum of token losses / ``totals.tokens``.
+- ``token-sum``: sum of token losses, unnormalised (each token counts fully: the gradient
+  grows with the number of tokens; pair it with a smaller learning rate).
 - ``seq-mean-token-sum``: sum over rows of each row's token sum / ``totals.sequences``.
 - ``seq-mean-token-mean``: sum over rows of each row's token mean / ``totals.sequences``.
 - ``seq-mean-token-sum-norm`` (Dr. GRPO): sum over rows of (row token sum /
@@ -13,6 +15,11 @@ mini-batch loss exactly and the gradient does not depend on how the batch was sp
 
 ``totals.sequences`` counts rows, fully masked ones included (as verl's ``global_batch_size``).
 Without ``totals`` the micro-batch's own counts are used (a single micro-batch, or metrics).
+
+Every policy loss takes ``rollout_is_weights`` (B, R), detached truncated importance weights
+``pi_old / pi_rollout`` (:mod:`rlcore.rl.rollout_is`), multiplying each token's loss (GMPO:
+their per-row geometric mean multiplies the row's loss), as verl's ``rollout_is_weights``.
+Masks select (``torch.where``): a NaN or inf at a padded position never reaches a loss.
 """
 
 from __future__ import annotations
@@ -22,22 +29,31 @@ from typing import Literal
 import torch
 
 from rlcore.interfaces import BatchTotals
-from rlcore.rl.masked import masked_mean, masked_sum
+from rlcore.rl.masked import apply_mask, masked_mean, masked_sum
 
 __all__ = [
     "LOSS_AGG_MODES",
     "LossAggMode",
     "agg_loss",
+    "compute_policy_loss_cispo",
+    "compute_policy_loss_gmpo",
+    "compute_policy_loss_gpg",
     "compute_policy_loss_gspo",
+    "compute_policy_loss_sapo",
     "compute_policy_loss_vanilla",
     "compute_value_loss",
 ]
 
 LossAggMode = Literal[
-    "token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"
+    "token-mean",
+    "token-sum",
+    "seq-mean-token-sum",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum-norm",
 ]
 LOSS_AGG_MODES: tuple[str, ...] = (
     "token-mean",
+    "token-sum",
     "seq-mean-token-sum",
     "seq-mean-token-mean",
     "seq-mean-token-sum-norm",
@@ -68,14 +84,16 @@ def agg_loss(
     """
     if totals is None:
         totals = local_totals(response_mask)
-    mask = response_mask.to(loss_mat.dtype)
+    mask = response_mask
     if loss_agg_mode == "token-mean":
         return masked_sum(loss_mat, mask) / max(totals.tokens, 1)
+    if loss_agg_mode == "token-sum":
+        return masked_sum(loss_mat, mask)
     seq_sums = masked_sum(loss_mat, mask, dim=-1)  # (B,)
     if loss_agg_mode == "seq-mean-token-sum":
         seq_losses = seq_sums
     elif loss_agg_mode == "seq-mean-token-mean":
-        seq_losses = seq_sums / mask.sum(dim=-1).clamp(min=1)
+        seq_losses = seq_sums / (mask != 0).sum(dim=-1).clamp(min=1).to(loss_mat.dtype)
     elif loss_agg_mode == "seq-mean-token-sum-norm":
         seq_losses = seq_sums / max(totals.max_response_length, 1)
     else:
@@ -96,6 +114,7 @@ def compute_policy_loss_vanilla(
     clip_ratio_c: float = 3.0,
     loss_agg_mode: str = "token-mean",
     totals: BatchTotals | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> PolicyLossResult:
     """PPO clipped objective, clip-higher and dual-clip (verl's ``compute_policy_loss_vanilla``).
 
@@ -106,6 +125,9 @@ def compute_policy_loss_vanilla(
     larger), ``pg_clipfrac_lower`` (dual-clip active), ``ppo_kl`` (mean of
     ``old_log_prob - log_prob``, clamped as the ratio is).
     """
+    old_log_prob, log_prob, advantages = _valid_only(
+        response_mask, old_log_prob, log_prob, advantages
+    )
     if clip_ratio_c <= 1.0:
         msg = f"clip_ratio_c must be > 1.0 for dual-clip PPO, got {clip_ratio_c}"
         raise ValueError(msg)
@@ -116,7 +138,9 @@ def compute_policy_loss_vanilla(
     clipped = torch.maximum(losses1, losses2)
     losses3 = -advantages * clip_ratio_c
     dual = torch.minimum(clipped, losses3)
-    pg_losses = torch.where(advantages < 0, dual, clipped)
+    pg_losses = _weighted(
+        torch.where(advantages < 0, dual, clipped), rollout_is_weights, response_mask
+    )
     loss = agg_loss(pg_losses, response_mask, loss_agg_mode, totals)
     with torch.no_grad():
         clipfrac = masked_mean((losses2 > losses1).to(log_prob.dtype), response_mask)
@@ -136,6 +160,7 @@ def compute_policy_loss_gspo(
     clip_ratio_high: float = 0.2,
     loss_agg_mode: str = "seq-mean-token-mean",
     totals: BatchTotals | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> PolicyLossResult:
     """GSPO, a sequence-level importance ratio (arXiv 2507.18071), as verl's GSPO loss.
 
@@ -144,20 +169,201 @@ def compute_policy_loss_gspo(
     clamped at 10; then the clipped objective (no dual-clip). The paper aggregates with
     ``seq-mean-token-mean``; the configured mode is used. ``pg_clipfrac_lower`` is 0.
     """
-    mask = response_mask.to(log_prob.dtype)
+    old_log_prob, log_prob, advantages = _valid_only(
+        response_mask, old_log_prob, log_prob, advantages
+    )
+    mask = response_mask
     neg_approx_kl = log_prob - old_log_prob  # (b, R)
-    seq_lengths = mask.sum(dim=-1).clamp(min=1)  # (b,)
+    seq_lengths = _lengths(mask, log_prob.dtype)  # (b,)
     seq_log_ratio = masked_sum(neg_approx_kl, mask, dim=-1) / seq_lengths  # (b,)
     log_ratio = log_prob - log_prob.detach() + seq_log_ratio.detach().unsqueeze(-1)
     ratio = torch.exp(torch.clamp(log_ratio, max=10.0))
     losses1 = -advantages * ratio
     losses2 = -advantages * torch.clamp(ratio, 1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
-    pg_losses = torch.maximum(losses1, losses2)
+    pg_losses = _weighted(torch.maximum(losses1, losses2), rollout_is_weights, response_mask)
     loss = agg_loss(pg_losses, response_mask, loss_agg_mode, totals)
     with torch.no_grad():
         clipfrac = masked_mean((losses2 > losses1).to(log_prob.dtype), mask)
         ppo_kl = masked_mean(-neg_approx_kl, mask)
-    return loss, clipfrac, ppo_kl, torch.zeros((), dtype=log_prob.dtype, device=log_prob.device)
+    return loss, clipfrac, ppo_kl, _zero(log_prob)
+
+
+def _valid_only(mask: torch.Tensor, *tensors: torch.Tensor) -> list[torch.Tensor]:
+    """The inputs with padded positions set to 0 (selected, so gradients there are 0 too).
+
+    Selecting only the loss matrix is not enough for the backward pass: the gradient of
+    ``adv * log_prob`` at a padded token is ``0 * adv``, NaN when ``adv`` is NaN there.
+    """
+    return [apply_mask(x, mask) for x in tensors]
+
+
+def _zero(like: torch.Tensor) -> torch.Tensor:
+    return torch.zeros((), dtype=like.dtype, device=like.device)
+
+
+def _lengths(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Valid tokens per row (b,), at least 1."""
+    return (mask != 0).sum(dim=-1).clamp(min=1).to(dtype)
+
+
+def _weighted(
+    pg_losses: torch.Tensor, rollout_is_weights: torch.Tensor | None, mask: torch.Tensor
+) -> torch.Tensor:
+    """Token losses times the detached rollout IS weights (selected on valid tokens)."""
+    if rollout_is_weights is None:
+        return pg_losses
+    return pg_losses * apply_mask(rollout_is_weights.detach().to(pg_losses.dtype), mask)
+
+
+def _log_ratio(old_log_prob: torch.Tensor, log_prob: torch.Tensor) -> torch.Tensor:
+    # log(pi / pi_old), clamped as verl does before exp().
+    return torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)
+
+
+def compute_policy_loss_cispo(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    clip_ratio_low: float = 0.2,
+    clip_ratio_high: float = 0.2,
+    loss_agg_mode: str = "token-mean",
+    totals: BatchTotals | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> PolicyLossResult:
+    """CISPO (MiniMax-M1, arXiv 2506.13585): clip the importance weight, not the update.
+
+    Per token ``L = -sg(clip(r, 1 - clip_ratio_low, 1 + clip_ratio_high)) * A * log pi``
+    with ``r = exp(log pi - log pi_old)`` (log clamped at +-20): every token keeps a
+    gradient ``-clip(r) * A * grad log pi``, even where PPO would have clipped it away.
+    ``pg_clipfrac``: tokens whose weight was clipped. As verl's ``compute_policy_loss_cispo``.
+    """
+    old_log_prob, log_prob, advantages = _valid_only(
+        response_mask, old_log_prob, log_prob, advantages
+    )
+    neg_approx_kl = _log_ratio(old_log_prob, log_prob)
+    ratio = torch.exp(neg_approx_kl)
+    clipped = torch.clamp(ratio, 1.0 - clip_ratio_low, 1.0 + clip_ratio_high).detach()
+    pg_losses = _weighted(-clipped * advantages * log_prob, rollout_is_weights, response_mask)
+    loss = agg_loss(pg_losses, response_mask, loss_agg_mode, totals)
+    with torch.no_grad():
+        clipfrac = masked_mean((ratio != clipped).to(log_prob.dtype), response_mask)
+        ppo_kl = masked_mean(-neg_approx_kl, response_mask)
+    return loss, clipfrac, ppo_kl, _zero(log_prob)
+
+
+def compute_policy_loss_gpg(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    loss_agg_mode: str = "token-mean",
+    totals: BatchTotals | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> PolicyLossResult:
+    """GPG (arXiv 2504.02546): plain policy gradient, ``L = -A * log pi`` per token.
+
+    No ratio and no clipping (one update per batch is the intended use; ``old_log_prob``
+    only feeds the ``ppo_kl`` metric). As verl's ``compute_policy_loss_gpg``.
+    """
+    old_log_prob, log_prob, advantages = _valid_only(
+        response_mask, old_log_prob, log_prob, advantages
+    )
+    pg_losses = _weighted(-advantages * log_prob, rollout_is_weights, response_mask)
+    loss = agg_loss(pg_losses, response_mask, loss_agg_mode, totals)
+    with torch.no_grad():
+        ppo_kl = masked_mean(old_log_prob - log_prob, response_mask)
+    return loss, _zero(log_prob), ppo_kl, _zero(log_prob)
+
+
+def compute_policy_loss_sapo(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    tau_pos: float = 1.0,
+    tau_neg: float = 1.05,
+    loss_agg_mode: str = "seq-mean-token-mean",
+    totals: BatchTotals | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> PolicyLossResult:
+    """SAPO (arXiv 2511.20347): a smooth, temperature-controlled gate instead of a hard clip.
+
+    Per token ``L = -f(r) * A`` with ``f(r) = sigmoid(tau * (r - 1)) * 4 / tau``, ``tau =
+    tau_pos`` where ``A > 0`` else ``tau_neg`` (``f'(1) = 1``: on-policy it is the plain
+    gradient; far from 1 the gradient fades). verl always aggregates SAPO with
+    ``seq-mean-token-mean`` (the paper's); here the configured mode is used and that is the
+    default. Clip fractions are 0.
+    """
+    old_log_prob, log_prob, advantages = _valid_only(
+        response_mask, old_log_prob, log_prob, advantages
+    )
+    neg_approx_kl = _log_ratio(old_log_prob, log_prob)
+    ratio = torch.exp(neg_approx_kl)
+    taus = torch.where(
+        advantages > 0,
+        torch.tensor(tau_pos, dtype=log_prob.dtype, device=log_prob.device),
+        torch.tensor(tau_neg, dtype=log_prob.dtype, device=log_prob.device),
+    )
+    gates = torch.sigmoid(taus * (ratio - 1.0)) * (4.0 / taus)
+    pg_losses = _weighted(-gates * advantages, rollout_is_weights, response_mask)
+    loss = agg_loss(pg_losses, response_mask, loss_agg_mode, totals)
+    with torch.no_grad():
+        ppo_kl = masked_mean(-neg_approx_kl, response_mask)
+    return loss, _zero(log_prob), ppo_kl, _zero(log_prob)
+
+
+def compute_policy_loss_gmpo(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    clip_ratio_low: float = 0.4,
+    clip_ratio_high: float = 0.4,
+    totals: BatchTotals | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> PolicyLossResult:
+    """GMPO (arXiv 2507.20673): the geometric mean of the token ratios, clipped per token.
+
+    With ``d_t = log pi - log pi_old`` and ``s = sign(A_t)``, each token's log-ratio is
+    clipped in log space, pessimistically: ``c_t = s * min(s * d_t, s * clip(d_t,
+    -clip_ratio_low, clip_ratio_high))`` (so the bounds are ``exp(-low)``, ``exp(high)`` on
+    the ratio: the paper's ``(e^-0.4, e^0.4)`` is low = high = 0.4). A row's loss is
+    ``-mean_t(A_t) * exp(mean_t c_t)``; the loss is the sum over rows / ``totals.sequences``
+    (verl: the mean over the rows; ``loss_agg_mode`` does not apply). Rollout IS weights
+    enter as their per-row geometric mean. ``pg_clipfrac`` / ``pg_clipfrac_lower``: clipped
+    tokens with ``A > 0`` / ``A < 0``. As verl's ``compute_policy_loss_geo_mean`` (which does
+    not clamp ``d_t`` at +-20; neither do we).
+    """
+    old_log_prob, log_prob, advantages = _valid_only(
+        response_mask, old_log_prob, log_prob, advantages
+    )
+    if totals is None:
+        totals = local_totals(response_mask)
+    dtype = log_prob.dtype
+    neg_approx_kl = apply_mask(log_prob - old_log_prob, response_mask)
+    sign = torch.sign(advantages)
+    clamped = torch.clamp(neg_approx_kl, -clip_ratio_low, clip_ratio_high)
+    pessimistic = sign * torch.minimum(sign * neg_approx_kl, sign * clamped)
+    lengths = _lengths(response_mask, dtype)  # (b,)
+    seq_ratio = torch.exp(masked_sum(pessimistic, response_mask, dim=-1) / lengths)
+    seq_adv = masked_sum(advantages, response_mask, dim=-1) / lengths
+    seq_losses = -seq_adv * seq_ratio  # (b,)
+    if rollout_is_weights is not None:
+        log_w = torch.log(rollout_is_weights.detach().to(dtype) + 1e-10)
+        seq_losses = seq_losses * torch.exp(masked_sum(log_w, response_mask, dim=-1) / lengths)
+    rows = (response_mask != 0).any(dim=-1)
+    loss = apply_mask(seq_losses, rows).sum() / max(totals.sequences, 1)
+    with torch.no_grad():
+        was_clipped = (neg_approx_kl != clamped).to(dtype)
+        clipfrac = masked_mean(was_clipped * (advantages > 0).to(dtype), response_mask)
+        clipfrac_lower = masked_mean(was_clipped * (advantages < 0).to(dtype), response_mask)
+        ppo_kl = masked_mean(-neg_approx_kl, response_mask)
+    return loss, clipfrac, ppo_kl, clipfrac_lower
 
 
 def compute_value_loss(
@@ -175,6 +381,7 @@ def compute_value_loss(
     ``v_clip = clamp(v, values - cliprange_value, values + cliprange_value)`` keeps the new
     value prediction near the one the advantages were computed with (``values``).
     """
+    vpreds, returns, values = _valid_only(response_mask, vpreds, returns, values)
     vclipped = torch.clamp(vpreds, values - cliprange_value, values + cliprange_value)
     losses1 = (vpreds - returns).square()
     losses2 = (vclipped - returns).square()

@@ -1,4 +1,4 @@
-"""CISPO, GPG, SAPO, GMPO and rollout importance weights against loop references in float64.
+"""CISPO, GPG, SAPO, GMPO, KL-Cov and rollout importance weights against loop references in float64.
 
 Each reference is the paper's formula written token by token in plain Python (value and the
 gradient with respect to the new log-probs); where verl has the loss, its formula is the same
@@ -29,6 +29,7 @@ from rlcore.rl.losses import (
     compute_policy_loss_gmpo,
     compute_policy_loss_gpg,
     compute_policy_loss_gspo,
+    compute_policy_loss_kl_cov,
     compute_policy_loss_sapo,
     compute_policy_loss_vanilla,
     compute_value_loss,
@@ -267,6 +268,58 @@ def test_gmpo_with_sequence_advantages_equals_verl_mean_over_rows():
     assert abs(float(loss) - float(verl)) <= TOL
 
 
+# --- KL-Cov ----------------------------------------------------------------------------------
+
+
+def ref_kl_cov(old, new, adv, m, ratio_k, coef):
+    """KL-Cov: -A r per token, plus coef * |log r| on the top-k covariance tokens."""
+    rows, length = len(old), len(old[0])
+    valid = [(i, t) for i in range(rows) for t in range(length) if m[i][t] != 0]
+    mean_a = sum(adv[i][t] for i, t in valid) / len(valid)
+    mean_l = sum(new[i][t] for i, t in valid) / len(valid)
+    cov = {(i, t): (adv[i][t] - mean_a) * (new[i][t] - mean_l) for i, t in valid}
+    k = max(1, int(len(valid) * ratio_k))
+    top = set(sorted(cov, key=cov.__getitem__, reverse=True)[:k])
+    loss = [[0.0] * length for _ in range(rows)]
+    grad = [[0.0] * length for _ in range(rows)]
+    for i, t in valid:
+        d = new[i][t] - old[i][t]
+        r = math.exp(d)
+        loss[i][t] = -adv[i][t] * r
+        grad[i][t] = -adv[i][t] * r
+        if (i, t) in top:
+            loss[i][t] += coef * abs(d)
+            grad[i][t] += coef * (1.0 if d > 0 else -1.0 if d < 0 else 0.0)
+    return loss, grad, top
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean"])
+def test_kl_cov_matches_reference_and_verl(mode):
+    mask, old, new, adv, _ = inputs(15, rows=16, length=20, holes=True)
+    new[2, :3] = old[2, :3]  # no +-25 log-ratios here: r = exp(d) unclamped, as verl
+    (loss, *_), grad = run(
+        compute_policy_loss_kl_cov, new, old, adv, mask,
+        kl_cov_ratio=0.05, ppo_kl_coef=0.7, loss_agg_mode=mode, totals=TOTALS,
+    )  # fmt: skip
+    lm, dm, top = ref_kl_cov(old.tolist(), new.tolist(), adv.tolist(), mask.tolist(), 0.05, 0.7)
+    assert len(top) == int(int(mask.sum()) * 0.05) > 1
+    value, ref_grad = aggregate(lm, dm, mask.tolist(), mode, TOTALS)
+    assert abs(loss.item() - value) <= TOL
+    assert close(grad, ref_grad)
+    # verl's formulation: top-k over the flattened valid tokens, indices mapped back.
+    valid = mask > 0
+    idx = torch.nonzero(valid.reshape(-1), as_tuple=True)[0]
+    a, lp = adv[valid], new[valid]
+    cov = (a - a.mean()) * (lp - lp.mean())
+    large = idx[torch.topk(cov, max(1, int(len(cov) * 0.05))).indices]
+    pg = -adv * torch.exp(new - old)
+    pg_kl = pg + 0.7 * (new - old).abs()
+    rows, cols = large // 20, large % 20
+    pg[rows, cols] = pg_kl[rows, cols]
+    verl = agg_loss(pg, mask, mode, TOTALS)
+    assert abs(loss.item() - float(verl)) <= TOL
+
+
 # --- rollout importance weights ---------------------------------------------------------------
 
 
@@ -297,10 +350,11 @@ def test_rollout_is_weights_match_reference(level):
 
 @pytest.mark.parametrize(
     "fn", [compute_policy_loss_vanilla, compute_policy_loss_gspo, compute_policy_loss_cispo,
-           compute_policy_loss_gpg, compute_policy_loss_sapo],
+           compute_policy_loss_gpg, compute_policy_loss_sapo, compute_policy_loss_kl_cov],
 )  # fmt: skip
 def test_rollout_is_weights_multiply_each_token_loss(fn):
     mask, old, new, adv, rollout = inputs(12, holes=True)
+    new[2, :3] = old[2, :3]  # kl_cov does not clamp log r: keep gradients O(1) here
     w = rollout_is_weights(old, rollout, mask, level="token", cap=2.0)
     (weighted, *_), grad_w = run(
         fn, new, old, adv, mask, loss_agg_mode="token-sum", rollout_is_weights=w
@@ -340,6 +394,7 @@ def test_nan_at_padding_never_reaches_the_loss(mode, bad):
         (compute_policy_loss_gpg, {"loss_agg_mode": mode}),
         (compute_policy_loss_sapo, {"loss_agg_mode": mode}),
         (compute_policy_loss_gmpo, {}),
+        (compute_policy_loss_kl_cov, {"loss_agg_mode": mode, "kl_cov_ratio": 0.1}),
     ]:
         leaf = p_new.detach().clone().requires_grad_(True)
         out = fn(p_old, leaf, p_adv, mask, totals=TOTALS, rollout_is_weights=w_bad, **kw)

@@ -34,6 +34,7 @@ from rlcore.rl.losses import (
     compute_policy_loss_gmpo,
     compute_policy_loss_gpg,
     compute_policy_loss_gspo,
+    compute_policy_loss_kl_cov,
     compute_policy_loss_sapo,
     compute_policy_loss_vanilla,
 )
@@ -51,8 +52,8 @@ __all__ = ["POLICY_LOSSES", "KLControlConfig", "PolicyGradientAlgorithm", "requi
 
 _v = attrs.validators
 
-PolicyLoss = Literal["vanilla", "gspo", "cispo", "gpg", "sapo", "gmpo"]
-POLICY_LOSSES: tuple[str, ...] = ("vanilla", "gspo", "cispo", "gpg", "sapo", "gmpo")
+PolicyLoss = Literal["vanilla", "gspo", "cispo", "gpg", "sapo", "gmpo", "kl_cov"]
+POLICY_LOSSES: tuple[str, ...] = ("vanilla", "gspo", "cispo", "gpg", "sapo", "gmpo", "kl_cov")
 
 
 @attrs.frozen(kw_only=True)
@@ -113,7 +114,8 @@ class PolicyGradientAlgorithm(BaseAlgorithm):
           ``cispo`` (clipped, detached IS weight times log-prob), ``gpg`` (``-A * log pi``),
           ``sapo`` (smooth gate, ``sapo_tau_pos`` / ``sapo_tau_neg``), ``gmpo`` (geometric
           mean of the token ratios; ``clip_ratio_low``/``high`` are then log-space bounds and
-          ``loss_agg_mode`` does not apply). See :mod:`rlcore.rl.losses`.
+          ``loss_agg_mode`` does not apply), ``kl_cov`` (KL penalty on the ``kl_cov_ratio``
+          highest-covariance tokens, ``ppo_kl_coef``). See :mod:`rlcore.rl.losses`.
         - ``rollout_is``: ``none`` | ``token`` | ``sequence``: truncated importance weights
           ``min(pi_old / pi_rollout, rollout_is_cap)`` on the policy loss, from the batch's
           ``rollout_log_probs`` (vLLM/SGLang rollouts; :mod:`rlcore.rl.rollout_is`).
@@ -134,6 +136,8 @@ class PolicyGradientAlgorithm(BaseAlgorithm):
         policy_loss: PolicyLoss = attrs.field(default="vanilla", validator=_v.in_(POLICY_LOSSES))
         sapo_tau_pos: float = attrs.field(default=1.0, validator=_v.gt(0.0))
         sapo_tau_neg: float = attrs.field(default=1.05, validator=_v.gt(0.0))
+        kl_cov_ratio: float = attrs.field(default=0.0002, validator=[_v.gt(0.0), _v.le(1.0)])
+        ppo_kl_coef: float = attrs.field(default=1.0, validator=_v.ge(0.0))
         rollout_is: RolloutIS = attrs.field(default="none", validator=_v.in_(ROLLOUT_IS_LEVELS))
         rollout_is_cap: float = attrs.field(default=2.0, validator=_v.gt(0.0))
         use_kl_loss: bool = False
@@ -283,6 +287,11 @@ class PolicyGradientAlgorithm(BaseAlgorithm):
         if cfg.policy_loss == "sapo":
             return compute_policy_loss_sapo(
                 old, new, adv, mask, tau_pos=cfg.sapo_tau_pos, tau_neg=cfg.sapo_tau_neg,
+                loss_agg_mode=mode, totals=totals, rollout_is_weights=weights,
+            )  # fmt: skip
+        if cfg.policy_loss == "kl_cov":
+            return compute_policy_loss_kl_cov(
+                old, new, adv, mask, kl_cov_ratio=cfg.kl_cov_ratio, ppo_kl_coef=cfg.ppo_kl_coef,
                 loss_agg_mode=mode, totals=totals, rollout_is_weights=weights,
             )  # fmt: skip
         if cfg.policy_loss == "gmpo":

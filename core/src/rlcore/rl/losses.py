@@ -1,4 +1,4 @@
-"""Loss aggregation, the policy losses (PPO clipped, GSPO, CISPO, GPG, SAPO, GMPO), value loss.
+"""Loss aggregation, policy losses (PPO clipped, GSPO, CISPO, GPG, SAPO, GMPO, KL-Cov), value loss.
 
 Normalisation (results depend on it, so every loss says which one it uses). A loss on one
 micro-batch is normalised by the *mini-batch* totals (:class:`rlcore.interfaces.BatchTotals`,
@@ -39,6 +39,7 @@ __all__ = [
     "compute_policy_loss_gmpo",
     "compute_policy_loss_gpg",
     "compute_policy_loss_gspo",
+    "compute_policy_loss_kl_cov",
     "compute_policy_loss_sapo",
     "compute_policy_loss_vanilla",
     "compute_value_loss",
@@ -364,6 +365,54 @@ def compute_policy_loss_gmpo(
         clipfrac_lower = masked_mean(was_clipped * (advantages < 0).to(dtype), response_mask)
         ppo_kl = masked_mean(-neg_approx_kl, response_mask)
     return loss, clipfrac, ppo_kl, clipfrac_lower
+
+
+def compute_policy_loss_kl_cov(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    kl_cov_ratio: float = 0.0002,
+    ppo_kl_coef: float = 1.0,
+    loss_agg_mode: str = "token-mean",
+    totals: BatchTotals | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> PolicyLossResult:
+    """KL-Cov (arXiv 2505.22617): a KL penalty on the tokens that drive entropy collapse.
+
+    Per token ``L = -A * r`` (``r = exp(log pi - log pi_old)``, no clip); on the
+    ``max(1, int(kl_cov_ratio * N))`` valid tokens of this micro-batch with the largest
+    ``cov_t = (A_t - mean A) * (log pi_t - mean log pi)`` (means over the N valid tokens,
+    detached) it is ``-A * r + ppo_kl_coef * |log r|``. As verl's
+    ``compute_policy_loss_kl_cov``, the selection is per micro-batch, so unlike the other
+    losses the gradient depends on how a mini-batch is split. ``ppo_kl`` is the mean
+    ``|log r|`` (verl's metric); clip fractions are 0. (Clip-Cov, the paper's other variant,
+    picks its tokens at random, unseeded in verl; it is not provided.)
+    """
+    old_log_prob, log_prob, advantages = _valid_only(
+        response_mask, old_log_prob, log_prob, advantages
+    )
+    log_ratio = log_prob - old_log_prob
+    ratio = torch.exp(log_ratio)
+    pg_losses = -advantages * ratio
+    valid = response_mask != 0
+    n_valid = int(valid.sum().item())
+    if n_valid > 0 and kl_cov_ratio > 0:
+        with torch.no_grad():
+            adv_v, lp_v = advantages[valid], log_prob.detach()[valid]
+            cov = (adv_v - adv_v.mean()) * (lp_v - lp_v.mean())
+            k = max(1, int(n_valid * kl_cov_ratio))
+            chosen_flat = torch.nonzero(valid.reshape(-1)).squeeze(-1)[torch.topk(cov, k).indices]
+            chosen = torch.zeros(valid.numel(), dtype=torch.bool, device=valid.device)
+            chosen[chosen_flat] = True
+            chosen = chosen.view_as(valid)
+        pg_losses = torch.where(chosen, pg_losses + ppo_kl_coef * log_ratio.abs(), pg_losses)
+    pg_losses = _weighted(pg_losses, rollout_is_weights, response_mask)
+    loss = agg_loss(pg_losses, response_mask, loss_agg_mode, totals)
+    with torch.no_grad():
+        ppo_kl = masked_mean(log_ratio.abs(), response_mask)
+    return loss, _zero(log_prob), ppo_kl, _zero(log_prob)
 
 
 def compute_value_loss(

@@ -2,10 +2,11 @@
 
     python benchmarks/algorithms.py [--rows 4096] [--length 1024] [--threads 1] [--device cpu]
 
-Advantages run on the driver (no grad); losses are timed forward + backward, as the engines
-call them (on one micro-batch the size of the whole batch: the per-token cost is what
-matters). The "loop" rows are the per-row Python grouping verl uses, written here only as a
-baseline for the vectorised group statistics.
+Timings are wall clock on whatever else the machine runs (a shared machine: compare rows of
+one run, not runs). Advantages run on the driver (no grad); losses are timed forward +
+backward, as the engines call them (on one micro-batch the size of the whole batch: the
+per-token cost is what matters). The "loop" rows are the per-row Python grouping verl uses,
+written here only as a baseline for the vectorised group statistics.
 """
 
 from __future__ import annotations
@@ -29,10 +30,16 @@ from rlcore.rl.advantages import (
 from rlcore.rl.kl import apply_kl_penalty, kl_penalty
 from rlcore.rl.losses import (
     agg_loss,
+    compute_policy_loss_cispo,
+    compute_policy_loss_gmpo,
+    compute_policy_loss_gpg,
     compute_policy_loss_gspo,
+    compute_policy_loss_kl_cov,
+    compute_policy_loss_sapo,
     compute_policy_loss_vanilla,
     compute_value_loss,
 )
+from rlcore.rl.rollout_is import rollout_is_weights
 
 
 def timeit(fn: Callable[[], object], repeat: int, sync: Callable[[], None]) -> float:
@@ -127,6 +134,16 @@ def main() -> None:
     def gspo() -> None:
         backward(compute_policy_loss_gspo(old, new, adv, mask, totals=totals)[0])
 
+    rollout = old + 0.05 * torch.randn(b, r, generator=gen).to(dev)
+
+    def with_is(level: str) -> None:
+        w = rollout_is_weights(old, rollout, mask, level=level, cap=2.0)
+        backward(compute_policy_loss_vanilla(old, new, adv, mask, totals=totals,
+                                             rollout_is_weights=w)[0])  # fmt: skip
+
+    def other(fn: Callable[..., tuple[torch.Tensor, ...]]) -> Callable[[], None]:
+        return lambda: backward(fn(old, new, adv, mask, totals=totals)[0])
+
     def kl_loss(name: str) -> None:
         backward(agg_loss(kl_penalty(new, ref, name), mask, "token-mean", totals))
 
@@ -146,6 +163,13 @@ def main() -> None:
         ("policy loss vanilla fwd+bwd (token-mean)", lambda: pg("token-mean")),
         ("policy loss vanilla fwd+bwd (seq-mean-token-mean)", lambda: pg("seq-mean-token-mean")),
         ("policy loss GSPO fwd+bwd", gspo),
+        ("policy loss vanilla + token rollout IS fwd+bwd", lambda: with_is("token")),
+        ("policy loss vanilla + sequence rollout IS fwd+bwd", lambda: with_is("sequence")),
+        ("policy loss CISPO fwd+bwd", other(compute_policy_loss_cispo)),
+        ("policy loss GPG fwd+bwd", other(compute_policy_loss_gpg)),
+        ("policy loss SAPO fwd+bwd", other(compute_policy_loss_sapo)),
+        ("policy loss GMPO fwd+bwd", other(compute_policy_loss_gmpo)),
+        ("policy loss KL-Cov fwd+bwd", other(compute_policy_loss_kl_cov)),
         ("KL loss k3 fwd+bwd", lambda: kl_loss("k3")),
         ("KL loss k3+ fwd+bwd", lambda: kl_loss("k3+")),
         ("value loss fwd+bwd", value_step),

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+import rlcore_grpo.algorithm
 import rlcore_grpo.plugin
 from rlcore.config.convert import structure
 from rlcore.config.loader import ConfigValidationError, load_config_text
@@ -74,6 +75,30 @@ def test_unknown_option_is_one_line_with_key_path():
     assert errors[0].startswith("algorithm.kl_ctrl.target: unknown key")
     errors = _algorithm_errors('[algorithm]\nname = "grpo"\nclip_ratio_c = 0.5\n')
     assert errors == ["algorithm.clip_ratio_c: must be > 1.0, got 0.5"]
+
+
+def test_new_loss_modes_from_the_config_file():
+    # The options of issue 11 reach GRPO's Config from TOML, and bad values are one line each.
+    cfg, problems = structure(
+        {
+            "policy_loss": "cispo",
+            "loss_agg_mode": "token-sum",
+            "rollout_is": "sequence",
+            "rollout_is_cap": 3.0,
+        },
+        rlcore_grpo.algorithm.GRPO.Config,
+        ("algorithm",),
+    )
+    assert problems == []
+    assert (cfg.policy_loss, cfg.loss_agg_mode, cfg.rollout_is, cfg.rollout_is_cap) == (
+        "cispo", "token-sum", "sequence", 3.0,
+    )  # fmt: skip
+    errors = _algorithm_errors('[algorithm]\nname = "grpo"\nrollout_is = "seq"\n')
+    assert len(errors) == 1
+    assert errors[0].startswith("algorithm.rollout_is: must be one of")
+    errors = _algorithm_errors('[algorithm]\nname = "grpo"\npolicy_loss = "geo_mean"\n')
+    assert len(errors) == 1
+    assert "gmpo" in errors[0]
 
 
 # --- advantages through DataProto ---------------------------------------------------------

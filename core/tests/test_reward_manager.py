@@ -305,6 +305,20 @@ def test_small_cheap_batches_stay_in_the_driver(tokenizer):
     assert all(out.non_tensor_batch["acc"])
 
 
+def test_small_batch_stuck_in_c_is_killed_by_default(tokenizer):
+    # Issue 15: a two-row batch used to be scored in the driver, where sum(range(10**13))
+    # (one C call, the alarm cannot interrupt it) hung the run. By default every call goes
+    # to a worker process, which is killed after timeout_s + grace.
+    data, _ = make_batch(tokenizer, [("q", "7", "7", "t"), ("q", "CLOOP", "7", "t")])
+    with manager(tokenizer, num_workers=2, timeout_s=2.0) as rm:
+        start = time.monotonic()
+        out, metrics = rm(data)
+        assert time.monotonic() - start < STALL_S
+        assert rm._pool is not None
+        assert metrics["reward/timeouts"] == 1.0
+        assert list(out.non_tensor_batch["score"]) == [1.0, 0.0]
+
+
 class _ImportingReward(doubles.ScriptedReward):
     """Imports a module whose import takes 0.4 s of Python work, then spins."""
 

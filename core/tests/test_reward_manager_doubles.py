@@ -22,8 +22,9 @@ class ScriptedReward(BaseReward):
     """Exact match of the stripped text, unless the text carries a trigger word:
 
     SLEEP sleeps for an hour, BOMB runs a catastrophic regex, RAISE raises, STUCK blocks
-    SIGALRM and sleeps (only a kill ends it), DIE exits the process, NAN returns NaN,
-    TEXT returns a string.
+    SIGALRM and sleeps (only a kill ends it), CLOOP loops in C for hours holding the GIL
+    (``sum(range(10**13))``: no alarm interrupts it), DIE exits the process, NAN returns
+    NaN, TEXT returns a string.
     """
 
     @attrs.frozen(kw_only=True)
@@ -50,6 +51,8 @@ class ScriptedReward(BaseReward):
         if "STUCK" in solution_str:
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
             time.sleep(3600)
+        if "CLOOP" in solution_str:
+            sum(range(10**13))
         if "DIE" in solution_str:
             os._exit(3)
         if "NAN" in solution_str:

@@ -4,6 +4,8 @@ For each row it decodes the valid response tokens, scores the text with the rewa
 the row's ``data_source`` (weighted sum when several), and writes the score on the row's last
 valid response token (verl's convention, so sequence-level rewards enter GAE/GRPO as in verl).
 A scorer that raises or runs past ``timeout_s`` scores 0 and is counted; the run continues.
+Scoring runs in worker processes (:mod:`rlcore.reward.pool`) by default, even for a batch of
+one: a scorer stuck in one long C call ignores the alarm, and only a process can be killed.
 """
 
 from __future__ import annotations
@@ -45,11 +47,16 @@ class RewardManager:
         default: the reward names for a ``data_source`` not in ``sources``.
         weights: a weight per reward name (default 1.0); a row's score is the weighted sum.
         timeout_s: per-sample time limit of one reward call.
-        num_workers: scoring processes. 0: one per CPU (at most 8); 1: never a pool.
-        pool_min_batch: fewer reward calls than this are scored in the driver.
-        pool_min_seconds: the pool is used only when scoring in the driver is estimated
-            (from the measured cost of recent calls) to take at least this long; starting a
-            task in a worker costs ~0.1 ms, more than a GSM8K regex.
+        num_workers: scoring processes. 0: one per CPU (at most 8); 1: never a pool (scoring
+            in the driver, where a scorer stuck in C code cannot be stopped).
+        pool_min_batch: fewer reward calls than this are scored in the driver. Default 0:
+            every call goes to the pool, because only there can a scorer stuck in one long
+            C call (``sum(range(10**13))``, a huge ``int`` power: the alarm cannot interrupt
+            them) be killed; in the driver it would hang the run.
+        pool_min_seconds: with ``pool_min_batch > 0``, the pool is used only when scoring in
+            the driver is estimated (from the measured cost of recent calls) to take at
+            least this long; starting a task in a worker costs ~0.1 ms, more than a GSM8K
+            regex. An opt-in speed trade for rewards known never to block in C.
 
     Call it on a batch with ``prompts`` (B, P), ``responses`` (B, R), ``attention_mask``
     (B, P+R) and/or ``response_mask`` (B, R), and per-row ``data_source`` and
@@ -73,8 +80,8 @@ class RewardManager:
         weights: Mapping[str, float] | None = None,
         timeout_s: float = 5.0,
         num_workers: int = 0,
-        pool_min_batch: int = 64,
-        pool_min_seconds: float = 0.2,
+        pool_min_batch: int = 0,
+        pool_min_seconds: float = 0.0,
     ) -> None:
         self.tokenizer = tokenizer
         self.rewards = dict(rewards)
@@ -235,7 +242,7 @@ class RewardManager:
         results: list[Outcome | None] = [None] * len(tasks)
         can_alarm = alarm_available()
         start = 0
-        if can_alarm and self._seconds_per_task is None:
+        if can_alarm and self._seconds_per_task is None and self.pool_min_batch > 0:
             # Probe a few tasks here to learn what a task costs before deciding.
             start = min(_PROBE_TASKS, len(tasks))
             results[:start] = self._run_inline(tasks[:start], can_alarm)

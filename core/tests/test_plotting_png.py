@@ -26,18 +26,21 @@ def test_plot_run_writes_a_png_per_panel(tmp_path):
             "actor/ppo_kl": 0.01 * s,
             "actor/entropy": 1.0 - s / 20,
             "response_length/mean": 20 + s,
+            "timing_s/step": 2.5 + 0.1 * s,
         }
         for s in range(1, 6)
     ]
     rows += [{"step": 0, "val/arithmetic/acc": 0.3}, {"step": 5, "val/arithmetic/acc": 0.55}]
     run = write_run(tmp_path / "run", rows)
     paths = plot_run(run)
-    names = sorted(p.name for p in paths)
+    assert paths[0].name == "summary.png"  # first: the one page the end of a run names
+    names = sorted(p.name for p in paths[1:])
     assert names == [
         "entropy.png",
         "kl.png",
         "response_length.png",
         "reward.png",
+        "step_time.png",
         "val_accuracy.png",
     ]
     for p in paths:
@@ -61,8 +64,34 @@ def test_partial_metrics_resumed_steps_and_out_dir(tmp_path, capsys):
     printed = capsys.readouterr().out.split()
     assert sorted(printed) == [
         str(tmp_path / "png" / "reward.png"),
+        str(tmp_path / "png" / "summary.png"),
         str(tmp_path / "png" / "val_accuracy.png"),
     ]
+
+
+def test_summary_is_one_page_with_a_panel_per_metric_present(tmp_path):
+    from matplotlib.image import imread
+
+    full = [
+        {
+            "step": s,
+            "critic/score/mean": s / 10,
+            "val/arithmetic/acc": 0.3 + s / 20,
+            "actor/ppo_kl": 0.01 * s,
+            "actor/entropy": 1.0 - s / 20,
+            "response_length/mean": 20 + s,
+            "timing_s/step": 2.5,
+        }
+        for s in range(4)
+    ]
+    summary = plot_run(write_run(tmp_path / "full", full))[0]
+    # Six panels: 3 columns x 2 rows of 5.0 x 3.6 inches at 100 dpi.
+    assert imread(summary).shape[:2] == (720, 1500)
+    # Only reward and step time logged: a one-row page of two panels, nothing else drawn.
+    few = [{"step": s, "critic/score/mean": s / 10, "timing_s/step": 2.0} for s in range(1, 4)]
+    paths = plot_run(write_run(tmp_path / "few", few))
+    assert [p.name for p in paths] == ["summary.png", "reward.png", "step_time.png"]
+    assert imread(paths[0]).shape[:2] == (360, 1000)
 
 
 def test_errors_name_the_problem(tmp_path):

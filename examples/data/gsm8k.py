@@ -2,8 +2,11 @@
 
     python examples/data/gsm8k.py [--input-dir ../shared/data/gsm8k] [--output-dir ~/data/gsm8k]
 
-Reads ``train.jsonl`` and ``test.jsonl`` (``question``, ``answer`` = chain of thought then
-``#### <number>``) and writes ``train.parquet`` and ``test.parquet``, one row each::
+Reads each split from ``train.jsonl`` / ``test.jsonl`` (the release's files) or, where those
+are absent, from Hugging Face's parquet files (``train.parquet``, ``train-00000-of-00001.parquet``
+or the same under ``main/``, as ``openai/gsm8k`` ships them): rows with ``question`` and
+``answer`` (chain of thought, then ``#### <number>``). Writes ``train.parquet`` and
+``test.parquet`` in ``--output-dir``, one row each::
 
     data_source   "openai/gsm8k"
     prompt        [{"role": "user", "content": question + INSTRUCTION}]
@@ -49,14 +52,26 @@ def ground_truth(solution: str, where: str) -> str:
     return found[-1].replace(",", "")
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        msg = (
-            f"GSM8K file not found: {path} (pass --input-dir, the folder holding "
-            f"{' and '.join(s + '.jsonl' for s in SPLITS)})"
-        )
-        raise DataError(msg)
-    rows = read_rows(path)  # one-line DataError for bad JSON, naming file and line
+def split_file(input_dir: Path, split: str) -> Path:
+    """The file holding ``split``: its ``.jsonl``, else one of Hugging Face's parquet names."""
+    candidates = [
+        input_dir / f"{split}.jsonl",
+        input_dir / f"{split}.parquet",
+        input_dir / f"{split}-00000-of-00001.parquet",
+        input_dir / "main" / f"{split}-00000-of-00001.parquet",
+    ]
+    for path in candidates:
+        if path.is_file():
+            return path
+    msg = (
+        f"GSM8K file not found: {candidates[0]} (pass --input-dir, the folder holding "
+        f"{' and '.join(s + '.jsonl' for s in SPLITS)}, or their parquet files)"
+    )
+    raise DataError(msg)
+
+
+def read_split(path: Path) -> list[dict[str, Any]]:
+    rows = read_rows(path)  # one-line DataError for bad JSON or parquet, naming the file
     if not rows:
         msg = f"{path} holds no rows"
         raise DataError(msg)
@@ -102,8 +117,8 @@ def prepare(input_dir: Path, output_dir: Path) -> dict[str, int]:
     # Read every split before writing any, so a bad input leaves no partial output.
     prepared = {}
     for split in SPLITS:
-        path = input_dir / f"{split}.jsonl"
-        prepared[split] = make_rows(read_jsonl(path), split, path)
+        path = split_file(input_dir, split)
+        prepared[split] = make_rows(read_split(path), split, path)
     for split, rows in prepared.items():
         write_parquet(rows, output_dir / f"{split}.parquet")
     return {split: len(rows) for split, rows in prepared.items()}

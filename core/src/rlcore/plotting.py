@@ -1,9 +1,10 @@
 """``rlcore plot RUN_DIR``: PNG curves from a run's ``metrics.jsonl``.
 
-One PNG per panel that has data, written to ``RUN_DIR/plots`` by default:
-reward (``critic/score/mean``), validation accuracy (``val/*/acc``, else ``val/*/score``,
-one line per data source), KL (``actor/ppo_kl``, ``actor/kl_loss``), entropy
-(``actor/entropy``) and response length (``response_length/mean``).
+Written to ``RUN_DIR/plots`` by default: ``summary.png``, one page with every panel that has
+data side by side, then one PNG per such panel: reward (``critic/score/mean``), validation
+accuracy (``val/*/acc``, else ``val/*/score``, one line per data source), KL
+(``actor/ppo_kl``, ``actor/kl_loss``), entropy (``actor/entropy``), response length
+(``response_length/mean``) and step time (``timing_s/step``).
 matplotlib is an optional dependency: ``pip install 'rlcore[plot]'``.
 """
 
@@ -14,12 +15,15 @@ import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from rlcore.errors import DataError, RlcoreError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PANELS", "load_metrics", "main", "plot_run"]
+__all__ = ["PANELS", "SUMMARY_NAME", "load_metrics", "main", "plot_run"]
+
+SUMMARY_NAME = "summary.png"
 
 # (file stem, title, y label, metric keys or a "val/" selector)
 PANELS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
@@ -28,6 +32,7 @@ PANELS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     ("kl", "KL divergence to the old / reference policy", "KL", ("actor/ppo_kl", "actor/kl_loss")),
     ("entropy", "Policy entropy", "entropy", ("actor/entropy",)),
     ("response_length", "Response length", "tokens", ("response_length/mean",)),
+    ("step_time", "Step time", "seconds", ("timing_s/step",)),
 )
 
 Series = dict[str, tuple[list[int], list[float]]]
@@ -66,10 +71,43 @@ def _val_keys(series: Series) -> list[str]:
     return acc or sorted(k for k in val if k.endswith("/score") or k.endswith("/score/mean"))
 
 
+Panel = tuple[str, str, str, list[str]]
+
+
+def _draw(ax: Any, series: Series, stem: str, title: str, ylabel: str, keys: list[str]) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    for key in keys:
+        steps, values = series[key]
+        ax.plot(steps, values, marker="o" if len(steps) < 30 else None, ms=3, label=key)
+    ax.set(title=title, xlabel="step", ylabel=ylabel)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
+    ax.grid(alpha=0.3)
+    if len(keys) > 1 or stem == "val_accuracy":
+        ax.legend(fontsize="small")
+
+
+def _summary(plt: Any, series: Series, panels: list[Panel], path: Path, *, title: str) -> Path:
+    """One page: the panels with data on a grid of up to 3 columns, titled with the run."""
+    cols = min(3, len(panels))
+    rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5.0 * cols, 3.6 * rows), squeeze=False)
+    for ax, (stem, panel_title, ylabel, keys) in zip(axes.flat, panels):
+        _draw(ax, series, stem, panel_title, ylabel, keys)
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.set_visible(False)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 def plot_run(
     run_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None
 ) -> list[Path]:
-    """Write one PNG per panel that has data; return their paths (raises DataError if none)."""
+    """Write ``summary.png`` and one PNG per panel that has data; return their paths, the
+    summary first (raises DataError if no panel has data)."""
     try:
         import matplotlib
     except ImportError as err:
@@ -82,29 +120,25 @@ def plot_run(
     series = load_metrics(run / "metrics.jsonl")
     out = Path(out_dir) if out_dir is not None else run / "plots"
     out.mkdir(parents=True, exist_ok=True)
-    written: list[Path] = []
+    panels: list[Panel] = []  # (stem, title, y label, keys) of the panels with data
     for stem, title, ylabel, selectors in PANELS:
         keys = (
             _val_keys(series) if selectors == ("val/",) else [k for k in selectors if k in series]
         )
-        if not keys:
-            continue
+        if keys:
+            panels.append((stem, title, ylabel, keys))
+    if not panels:
+        msg = f"{run / 'metrics.jsonl'} has none of the plotted metrics (reward, val, KL, ...)"
+        raise DataError(msg)
+    written = [_summary(plt, series, panels, out / SUMMARY_NAME, title=run.resolve().name)]
+    for stem, title, ylabel, keys in panels:
         fig, ax = plt.subplots(figsize=(6.4, 4.0))
-        for key in keys:
-            steps, values = series[key]
-            ax.plot(steps, values, marker="o" if len(steps) < 30 else None, ms=3, label=key)
-        ax.set(title=title, xlabel="step", ylabel=ylabel)
-        ax.grid(alpha=0.3)
-        if len(keys) > 1 or stem == "val_accuracy":
-            ax.legend(fontsize="small")
+        _draw(ax, series, stem, title, ylabel, keys)
         fig.tight_layout()
         path = out / f"{stem}.png"
         fig.savefig(path, dpi=100)
         plt.close(fig)
         written.append(path)
-    if not written:
-        msg = f"{run / 'metrics.jsonl'} has none of the plotted metrics (reward, val, KL, ...)"
-        raise DataError(msg)
     log.info("wrote %d plots to %s", len(written), out)
     return written
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ def seeds():
         "quickstart_seeds", REPO / "examples/quickstart/seeds.py"
     )
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass resolves annotations through sys.modules
     spec.loader.exec_module(module)
     return module
 

@@ -79,7 +79,7 @@ def run(path: str, args: argparse.Namespace) -> None:
     )
     rollout = HFRollout(RolloutSpec(model_path=path, device=args.device, dtype=args.dtype))
     model, device = rollout.model, rollout.device
-    sampling = SamplingParams(n=args.n, max_new_tokens=args.max_new_tokens)
+    sampling = SamplingParams(max_new_tokens=args.max_new_tokens)
     prompt_len = enc["input_ids"].shape[1]
 
     def sync() -> None:
@@ -103,8 +103,10 @@ def run(path: str, args: argparse.Namespace) -> None:
         sync()
         return out.shape[0] * (out.shape[1] - prompt_len)  # generated positions
 
+    rows = prompts.repeat(args.n, interleave=True)  # the driver's expansion
+
     def plugin() -> int:
-        out = rollout.generate(prompts, sampling)
+        out = rollout.generate(rows, sampling)
         sync()
         # Same count as raw: positions generated before the batch stopped (not the padding).
         generated = int(out.batch["response_mask"].sum(0).gt(0).sum())

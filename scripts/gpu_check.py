@@ -28,6 +28,7 @@ for src in ("core/src", "plugins/engines/fsdp2/src", "plugins/rollout/hf/src"):
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
+from rlcore.engine_utils import learning_rate  # noqa: E402
 from rlcore.interfaces import EngineSpec, OptimConfig, RolloutSpec, SamplingParams  # noqa: E402
 from rlcore.protocol import DataProto  # noqa: E402
 from rlcore.testing.tiny_model import build_tiny_model  # noqa: E402
@@ -134,10 +135,8 @@ def main() -> int:
         actor = FSDP2Engine(spec, FSDP2Engine.Config(mixed_precision=True))
         backend = dist.get_backend()
         rollout = HFRollout(RolloutSpec(model_path=path, device=args.device, dtype="bfloat16"))
-        prompts = make_prompts(tok)
-        sampling = SamplingParams(
-            n=N, max_new_tokens=NEW_TOKENS, temperature=1.0, return_log_probs=True
-        )
+        prompts = make_prompts(tok).repeat(N, interleave=True)  # n rows per prompt
+        sampling = SamplingParams(max_new_tokens=NEW_TOKENS, temperature=1.0, return_log_probs=True)
         dev = actor.device
 
         print(
@@ -160,8 +159,7 @@ def main() -> int:
             gen_s = time.perf_counter() - t0
             rate = len(gen) * NEW_TOKENS / gen_s
             # --- old log-probs; they must agree with the rollout's own (same weights, bf16)
-            gen.meta_info["temperature"] = sampling.temperature
-            old = actor.compute_log_prob(gen).log_probs
+            old = actor.compute_log_prob(gen, temperature=sampling.temperature).log_probs
             mask = gen.batch["response_mask"].bool()
             delta = float((old - gen.batch["rollout_log_probs"])[mask].abs().mean())
             if delta > 0.05:
@@ -172,9 +170,11 @@ def main() -> int:
                 )
             )
             # --- update
-            metrics = actor.forward_backward(batch, ppo_loss)
+            metrics = actor.forward_backward(batch, ppo_loss, temperature=1.0)
             lr = actor.lr
-            grad_norm = actor.optimizer_step()
+            assert spec.optim is not None
+            lr = learning_rate(spec.optim, step, spec.total_steps)
+            grad_norm = actor.optimizer_step(lr=lr)
             if not torch.isfinite(torch.tensor(grad_norm)):
                 failures.append(f"step {step}: grad norm {grad_norm}")
             # --- weight sync, streamed
@@ -209,8 +209,8 @@ def main() -> int:
         # --- parameters and optimizer step on CPU (CPUOffloadPolicy), compute on the device
         if dev.type == "cuda":
             offloaded = FSDP2Engine(spec, FSDP2Engine.Config(offload_params=True))
-            offloaded.forward_backward(batch, ppo_loss)
-            norm = offloaded.optimizer_step()
+            offloaded.forward_backward(batch, ppo_loss, temperature=1.0)
+            norm = offloaded.optimizer_step(lr=1e-4)
             on_cpu = all(p.device.type == "cpu" for p in offloaded.model.parameters())
             print(f"offload_params engine: grad norm {norm:.4f}, shards on CPU: {on_cpu}")
             if not (on_cpu and torch.isfinite(torch.tensor(norm))):

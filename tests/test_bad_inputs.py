@@ -176,17 +176,6 @@ CONFIG_CASES = [
     ),
     (["algorithm.epsilon=0"], "algorithm.epsilon: must be > 0.0, got 0.0"),
     (
-        ["data.train_batch_size=5"],
-        "actor.ppo_mini_batch_size: data.train_batch_size (5) must be divisible by "
-        "actor.ppo_mini_batch_size (2)",
-    ),
-    (
-        ["actor.micro_batch_size=3"],
-        "actor.micro_batch_size: actor.ppo_mini_batch_size × rollout.n (2 × 2 = 4) must be "
-        "divisible by actor.micro_batch_size × resources.nnodes × resources.processes_per_node "
-        "(3 × 1 × 1 = 3)",
-    ),
-    (
         ["actor.max_tokens_per_micro_batch=4096"],
         "actor.max_tokens_per_micro_batch: set micro_batch_size or "
         "max_tokens_per_micro_batch, not both",

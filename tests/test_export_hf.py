@@ -102,8 +102,8 @@ def test_export_loads_in_transformers_and_generates_the_engines_greedy_text(tiny
         role="actor", model_path=str(tiny), optim=OptimConfig(lr=5e-2), micro_batch_size=3
     )
     engine = FSDP2Engine(spec, FSDP2Engine.Config(reshard_after_forward=False))
-    engine.forward_backward(train_batch(), pg_loss)
-    engine.optimizer_step()
+    engine.forward_backward(train_batch(), pg_loss, temperature=1.0)
+    engine.optimizer_step(lr=5e-2)
     trained = {n: t.clone() for n, t in engine.named_parameters_for_sync()}
     base = AutoModelForCausalLM.from_pretrained(tiny).state_dict()
     assert any(not torch.equal(trained[n], base[n]) for n in base)
@@ -123,9 +123,9 @@ def test_export_loads_in_transformers_and_generates_the_engines_greedy_text(tiny
     prompts = prompt_batch(tokenizer)
     rollout = HFRollout(RolloutSpec(model_path=str(tiny), max_response_length=MAX_NEW))
     rollout.update_weights(engine.named_parameters_for_sync())
-    greedy = SamplingParams(n=1, max_new_tokens=MAX_NEW, do_sample=False)
+    greedy = SamplingParams(max_new_tokens=MAX_NEW, do_sample=False)
     expected = rollout.generate(prompts, greedy)
-    log_probs = engine.compute_log_prob(expected).log_probs  # (B, R)
+    log_probs = engine.compute_log_prob(expected, temperature=1.0).log_probs  # (B, R)
 
     # --- export a run directory (its latest checkpoint), as a fresh process would: the
     # export makes its own one-rank group and tears it down

@@ -103,17 +103,18 @@ def test_plugin_options_are_the_plugins_own_config(cfg):
 
 def test_reward_routing(cfg):
     assert cfg.reward.default == ("fake",)
-    assert cfg.reward.names_for("openai/gsm8k") == ("fake_exact",)
-    assert cfg.reward.names_for("lighteval/MATH") == ("fake", "fake_exact")
-    assert cfg.reward.names_for("other") == ("fake",)
+    assert cfg.reward.sources["openai/gsm8k"] == ("fake_exact",)
+    assert cfg.reward.sources["lighteval/MATH"] == ("fake", "fake_exact")
     assert cfg.reward.selected() == ("fake", "fake_exact")
     assert cfg.reward.weights == {"fake": 1.0, "fake_exact": 0.5}
 
 
 def test_sampling_params(cfg):
-    assert cfg.rollout.sampling(64) == SamplingParams(n=2, temperature=0.7, max_new_tokens=64)
+    # n is not sampling: the driver repeats the prompts n times.
+    assert cfg.rollout.n == 2
+    assert cfg.rollout.sampling(64) == SamplingParams(temperature=0.7, max_new_tokens=64)
     greedy = cfg.rollout.val.sampling(64)
-    assert (greedy.n, greedy.do_sample, greedy.temperature) == (1, False, 0.0)
+    assert (cfg.rollout.val.n, greedy.do_sample, greedy.temperature) == (1, False, 0.0)
 
 
 def test_own_ref_and_critic_engine(registry):
@@ -157,7 +158,7 @@ def test_overrides_are_parsed_as_toml(registry):
     assert cfg.trainer.experiment_name == "exp1"
     assert cfg.trainer.run_dir == "runs/exp1"
     assert cfg.trainer.resume == "off"
-    assert cfg.reward.names_for("openai/gsm8k") == ("fake",)
+    assert cfg.reward.sources["openai/gsm8k"] == ("fake",)
     assert (cfg.trainer.total_steps, cfg.trainer.total_epochs) == (5, None)
 
 

@@ -10,10 +10,8 @@ import torch
 
 from rlcore.metrics import (
     Timer,
-    append_to_dict,
     compute_data_metrics,
     compute_throughput_metrics,
-    reduce_metrics,
     timed,
     timing_metrics,
 )
@@ -107,15 +105,3 @@ def test_throughput_counts_real_tokens():
     assert m["perf/gen_tokens_per_s"] == pytest.approx(6 / 0.5)
     assert m["perf/time_per_step"] == 2.0
     assert "perf/tokens_per_s" not in compute_throughput_metrics(batch, {})
-
-
-def test_reduce_metrics_means_lists():
-    store: dict[str, list] = {}
-    append_to_dict(store, {"actor/pg_loss": 1.0, "actor/grad_norm": torch.tensor(2.0)})
-    append_to_dict(store, {"actor/pg_loss": 3.0, "actor/grad_norm": np.float32(4.0)})
-    store["empty"] = []
-    assert reduce_metrics({**store, "scalar": 5}) == {
-        "actor/pg_loss": 2.0,
-        "actor/grad_norm": 3.0,
-        "scalar": 5.0,
-    }

@@ -85,6 +85,13 @@ name = "{algorithm}"
     )
 
 
+def _specs(config, total_steps: int):
+    from rlcore.trainer.builder import build_algorithm
+    from rlcore.trainer.specs import build_specs
+
+    return build_specs(config, build_algorithm(config), total_steps)
+
+
 def _prompts(config):
     from rlcore.data import PromptDataLoader, PromptDataset, load_tokenizer
 
@@ -101,8 +108,11 @@ def policy(assets):
     from rlcore.trainer.roles import ActorRolloutRefWorker
 
     config = _config(assets, extra="use_kl_loss = true")
-    worker = ActorRolloutRefWorker(config, with_ref=True, total_steps=3)
+    specs = _specs(config, total_steps=3)
+    assert specs.policy.ref is not None  # the algorithm needs KL
+    worker = ActorRolloutRefWorker(specs.policy)
     worker.init_model()
+    worker.config, worker.specs = config, specs  # for the tests below
     return worker
 
 
@@ -112,23 +122,25 @@ def _rollout_params(worker) -> dict[str, torch.Tensor]:
 
 def test_generate_layout_and_validation_sampling(policy):
     prompts = _prompts(policy.config)
-    gen = policy.generate_sequences(prompts)
-    assert len(gen) == 4 * 2  # n samples per prompt
+    rows = prompts.repeat(policy.specs.n, interleave=True)  # the driver expands, once
+    gen = policy.generate_sequences(rows, policy.specs.train_sampling)
+    assert len(gen) == 4 * 2  # one response per row
     assert gen.batch["responses"].shape == (8, 6)
     assert torch.equal(gen.batch["prompts"][0], gen.batch["prompts"][1])  # interleaved
     assert "timing_s/worker/generate" in gen.meta_info["metrics"]
-    prompts.meta_info["validate"] = True
-    val = policy.generate_sequences(prompts)
     # [rollout.val] defaults: greedy, one sample per prompt.
+    assert policy.specs.val_n == 1
+    val = policy.generate_sequences(prompts, policy.specs.val_sampling)
     assert len(val) == 4
-    again = policy.generate_sequences(prompts)
+    again = policy.generate_sequences(prompts, policy.specs.val_sampling)
     assert torch.equal(val.batch["responses"], again.batch["responses"])
 
 
 def test_update_moves_the_actor_and_syncs_the_rollout(policy):
     from rlcore.protocol import DataProto
 
-    gen = policy.generate_sequences(_prompts(policy.config))
+    rows = _prompts(policy.config).repeat(2, interleave=True)
+    gen = policy.generate_sequences(rows, policy.specs.train_sampling)
     gen.meta_info.pop("metrics")
     batch = gen.select(
         batch_keys=["input_ids", "attention_mask", "position_ids", "responses", "response_mask"]
@@ -148,14 +160,20 @@ def test_update_moves_the_actor_and_syncs_the_rollout(policy):
             "ref_log_prob": ref.batch["ref_log_prob"],
             "advantages": torch.randn(8, 6, generator=g),
         },
-        meta_info={"global_step": 0},
     )
-    out = policy.update_actor(update)
+    out = policy.update_actor(update, 0)
     metrics = out.meta_info["metrics"]
     # 4 prompts / mini-batches of 2 prompts x 2 epochs = 4 optimizer steps.
     assert len(metrics["actor/grad_norm"]) == 4
     assert all(v > 0 for v in metrics["actor/grad_norm"])
     assert {"actor/pg_loss", "actor/kl_loss", "actor/lr"} <= set(metrics)
+    # The LR comes from the core's schedule at each optimizer step taken.
+    from rlcore.engine_utils import learning_rate
+
+    update_spec = policy.specs.policy.update
+    assert metrics["actor/lr"] == [
+        learning_rate(update_spec.optim, i, update_spec.schedule_steps) for i in range(4)
+    ]
     assert "timing_s/worker/weight_sync" in metrics
 
     after = _rollout_params(policy)
@@ -174,7 +192,9 @@ def test_critic_loss_falls_on_a_fixed_batch(assets):
     from rlcore.trainer.roles import CriticWorker
 
     config = _config(assets, algorithm="ppo")
-    critic = CriticWorker(config, total_steps=10)
+    specs = _specs(config, total_steps=10)
+    assert specs.critic is not None
+    critic = CriticWorker(specs.critic)
     critic.init_model()
     g = torch.Generator().manual_seed(1)
     rows, prompt, response = 8, 5, 6
@@ -196,9 +216,8 @@ def test_critic_loss_falls_on_a_fixed_batch(assets):
         assert values.shape == (rows, response)
         data = DataProto.from_dict(
             tensors={**batch.batch, "values": values, "returns": returns},
-            meta_info={"global_step": step},
         )
-        metrics = critic.update_critic(data).meta_info["metrics"]
+        metrics = critic.update_critic(data, step).meta_info["metrics"]
         losses.append(sum(metrics["critic/vf_loss"]) / len(metrics["critic/vf_loss"]))
     assert losses[-1] < losses[0]
 

@@ -11,7 +11,13 @@ Layout under a checkpoint root (the trainer uses ``<run_dir>/checkpoints``)::
         trainer_state.json      step, dataloader position, algorithm state (JSON only)
         rng_state.pt            driver RNG: python, numpy, torch (+cuda); tensors only
         actor/                  the actor engine's ``save_checkpoint`` (sharded, every rank)
+          worker_state_rank<r>.pt   the policy worker's map: RNG, LR-schedule position,
+                                    rollout sampling state (one file per rank, RNG saved once)
         critic/                 the critic engine's, when the algorithm trains one
+          worker_state_rank<r>.pt   the critic worker's map: LR-schedule position
+
+What each role's checkpoint holds is one map, built and restored in one place (the worker's
+``_checkpoint_states``), written with :func:`save_worker_state`.
 
 A save writes everything into a hidden temporary directory (``.tmp-global_step_40``),
 fsyncs every file and directory, renames it into place and only then replaces ``latest``.
@@ -60,8 +66,10 @@ __all__ = [
     "capture_rng_state",
     "find_checkpoint",
     "load_driver_state",
+    "load_worker_state",
     "restore_rng_state",
     "save_driver_state",
+    "save_worker_state",
     "step_of",
 ]
 
@@ -424,3 +432,42 @@ def load_driver_state(directory: str | os.PathLike[str]) -> DriverState:
             raise CheckpointError(msg)
         rng = loaded
     return DriverState(step=step, dataloader=dataloader, extra=extra, rng=rng)
+
+
+# --- worker state ----------------------------------------------------------------------------
+
+
+def worker_state_file(directory: str | os.PathLike[str], rank: int) -> Path:
+    return Path(directory) / f"worker_state_rank{rank}.pt"
+
+
+def save_worker_state(
+    directory: str | os.PathLike[str], rank: int, state: Mapping[str, Any]
+) -> None:
+    """One rank's small state map (tensors, ints, floats, nested dicts only) under ``directory``."""
+    import torch
+
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    torch.save(dict(state), worker_state_file(directory, rank))
+
+
+def load_worker_state(directory: str | os.PathLike[str], rank: int) -> dict[str, Any]:
+    """What :func:`save_worker_state` wrote for ``rank``; never unpickles arbitrary objects."""
+    import pickle
+
+    import torch
+
+    file = worker_state_file(directory, rank)
+    if not file.is_file():
+        msg = f"checkpoint {directory} has no {file.name}: it was written by other ranks"
+        raise CheckpointError(msg)
+    try:
+        state = torch.load(file, weights_only=True, map_location="cpu")
+    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        msg = f"refusing to load {file}: not a plain tensor file ({first})"
+        raise CheckpointError(msg) from err
+    if not isinstance(state, dict):
+        msg = f"{file} holds a {type(state).__name__}, expected a dict"
+        raise CheckpointError(msg)
+    return state

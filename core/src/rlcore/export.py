@@ -163,7 +163,15 @@ def export_checkpoint(
         log.info("loading %s (%s engine) from %s", spec.role, cls.__name__, actor_dir)
         engine = cls(spec, options)
         engine.load_checkpoint(str(actor_dir))
-        engine.export_hf(str(tmp))
+        try:
+            engine.export_hf(str(tmp))
+        except NotImplementedError as err:
+            reason = str(err) or f"{cls.__name__} does not implement export_hf"
+            msg = (
+                f"the actor's engine ({cls.__module__}:{cls.__qualname__}) cannot export "
+                f"a Hugging Face folder: {reason}"
+            )
+            raise ExportError(msg) from err
         _ensure_tokenizer(tmp, fields["tokenizer_path"], fields["trust_remote_code"])
         del engine
     except BaseException:

@@ -22,12 +22,27 @@ Tensor conventions (verl's names, so verl code ports). ``B`` is the number of ro
   ``token_level_rewards``, ``advantages``, ``returns``: all (B, R), aligned with ``responses``
 - ``non_tensor_batch["uid"]``: the prompt's id, shared by its ``n`` samples (group key)
 
+Rows are expanded once, on the driver: each prompt is repeated ``rollout.n`` times
+(interleaved, same ``uid``) before anything is dispatched, so every plugin sees one row per
+sample and a rollout returns exactly one response per input row.
+
+Everything a plugin needs for a call is an argument of that call (temperature, entropy with
+gradient, the learning rate); nothing travels in ``DataProto.meta_info`` as a side channel.
+The only ``meta_info`` keys the core uses are:
+
+- ``meta_info["metrics"]``: set by a worker method on the DataProto it returns (a dict of
+  metric name -> float or list of floats); ``DataProto.concat`` merges the ranks' dicts and
+  the driver reduces them. Engines, rollouts and algorithms never read it.
+- ``meta_info["epoch"]``: set by the prompt loader on each training batch (the epoch it came
+  from); the driver logs it as ``training/epoch``. Plugins never see it.
+
 This module imports neither torch nor plugins, so discovery stays light.
 """
 
 from __future__ import annotations
 
 import abc
+import asyncio
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -45,6 +60,7 @@ __all__ = [
     "BaseRollout",
     "BatchTotals",
     "EngineSpec",
+    "GenerationResult",
     "LossFn",
     "ModelOutputs",
     "OptimConfig",
@@ -61,7 +77,13 @@ Device = Literal["cpu", "cuda"]
 
 @attrs.frozen(kw_only=True)
 class OptimConfig:
-    """AdamW and its learning-rate schedule (``[actor.optim]``, ``[critic.optim]``)."""
+    """AdamW and its learning-rate schedule (``[actor.optim]``, ``[critic.optim]``).
+
+    The schedule is computed by the core (:func:`rlcore.engine_utils.learning_rate`, formula
+    there) and handed to :meth:`BaseEngine.optimizer_step` as ``lr``; engines build AdamW
+    from ``lr`` (the initial value is overwritten each step), ``betas``, ``eps`` and
+    ``weight_decay``.
+    """
 
     lr: float = attrs.field(default=1e-6, validator=attrs.validators.gt(0.0))
     weight_decay: float = attrs.field(default=0.0, validator=attrs.validators.ge(0.0))
@@ -91,8 +113,8 @@ class EngineSpec:
     trust_remote_code: bool = False
     device: Device = "cpu"
     optim: OptimConfig | None = None
-    total_steps: int = 1  # optimizer steps the LR schedule spans
-    grad_clip: float = 1.0
+    total_steps: int = 1  # optimizer steps the core's LR schedule spans (informational)
+    grad_clip: float = 1.0  # max global grad norm; <= 0 disables clipping
     micro_batch_size: int | None = 1
     max_tokens_per_micro_batch: int | None = None
     gradient_checkpointing: bool = False
@@ -102,7 +124,12 @@ class EngineSpec:
 
 @attrs.frozen(kw_only=True)
 class RolloutSpec:
-    """What a rollout needs to know about the model and the lengths it generates."""
+    """What a rollout needs to know about the model and the lengths it generates.
+
+    ``seed`` is already this rank's own seed (the worker offsets the run seed by its rank), so
+    ranks draw different samples and reruns reproduce. Backend options (tensor-parallel size,
+    memory fraction, ...) belong in the rollout's own ``Config``, not here.
+    """
 
     model_path: str
     dtype: Dtype = "float32"
@@ -115,9 +142,13 @@ class RolloutSpec:
 
 @attrs.frozen(kw_only=True)
 class SamplingParams:
-    """Sampling for one ``generate`` call. ``do_sample=False`` is greedy (validation)."""
+    """Sampling for one ``generate`` call: one response per input row (no ``n`` here).
 
-    n: int = attrs.field(default=1, validator=attrs.validators.ge(1))
+    ``do_sample=False`` (or ``temperature == 0``) is greedy (validation). ``top_k = -1`` is
+    off. ``return_log_probs`` asks for ``rollout_log_probs`` of the sampled tokens under
+    ``softmax(logits / temperature)`` of the unfiltered logits.
+    """
+
     temperature: float = attrs.field(default=1.0, validator=attrs.validators.ge(0.0))
     top_p: float = attrs.field(
         default=1.0, validator=[attrs.validators.gt(0.0), attrs.validators.le(1.0)]
@@ -149,7 +180,7 @@ class BatchTotals:
     """
 
     tokens: int  # valid response tokens (sum of response_mask)
-    sequences: int  # rows
+    sequences: int  # rows with at least one valid token (padding rows excluded)
     max_response_length: int  # R, for the seq-mean-token-sum-norm normaliser
 
 
@@ -159,6 +190,20 @@ LossFn = Callable[
 ]
 
 
+@attrs.frozen(kw_only=True)
+class GenerationResult:
+    """One response of :meth:`BaseRollout.generate_one` (a multi-turn agent's request).
+
+    ``token_ids`` are the generated tokens only, EOS included when generation stopped on it
+    (``finish_reason == "stop"``); ``"length"`` means ``max_new_tokens`` was reached.
+    ``log_probs`` (same length as ``token_ids``) when ``sampling.return_log_probs``.
+    """
+
+    token_ids: list[int]
+    log_probs: list[float] | None = None
+    finish_reason: Literal["stop", "length"] = "stop"
+
+
 # --- the four contracts ---------------------------------------------------------------------
 
 
@@ -166,8 +211,20 @@ class BaseEngine(abc.ABC):
     """A training backend for one model (actor, critic or reference), on CPU (gloo) or GPU.
 
     Built inside a worker process after ``torch.distributed`` is initialised (the worker sets
-    ``MASTER_ADDR``/``MASTER_PORT``/``RANK``/``WORLD_SIZE``); the engine shards over all ranks
-    of the default process group.
+    ``MASTER_ADDR``/``MASTER_PORT``/``RANK``/``WORLD_SIZE`` and, on GPU, shows the process
+    one device: use ``torch.cuda.current_device()``, not ``LOCAL_RANK``); the engine shards
+    over all ranks of the default process group.
+
+    What the core does for every engine, in :mod:`rlcore.engine_utils`: the learning-rate
+    schedule (the worker passes ``lr`` to :meth:`optimizer_step`), micro-batching by count or
+    token budget (:func:`~rlcore.engine_utils.split_micro_batches`), the mini-batch
+    :class:`BatchTotals` (:func:`~rlcore.engine_utils.batch_totals`) and the non-finite
+    skip (:func:`~rlcore.engine_utils.clip_and_step`). An engine itself builds the model,
+    runs forward and backward, owns the optimizer, saves its state and exports.
+
+    Rows whose ``response_mask`` is all zero are padding the driver added so that every rank
+    gets the same number of rows: they carry no tokens (the loss ignores them) and are not
+    counted in ``BatchTotals.sequences``.
     """
 
     @attrs.frozen(kw_only=True)
@@ -176,32 +233,48 @@ class BaseEngine(abc.ABC):
 
     def __init__(self, spec: EngineSpec, config: BaseEngine.Config | None = None) -> None:
         self.spec = spec
-        # None: the plugin's own defaults, so `MyReward()` works in tests and notebooks.
+        # None: the plugin's own defaults, so `MyEngine(spec)` works in tests and notebooks.
         self.config = config if config is not None else type(self).Config()
 
     @abc.abstractmethod
-    def forward_backward(self, batch: DataProto, loss_fn: LossFn) -> dict[str, float]:
+    def forward_backward(
+        self,
+        batch: DataProto,
+        loss_fn: LossFn,
+        *,
+        temperature: float,
+        with_entropy: bool = False,
+    ) -> dict[str, float]:
         """Accumulate the gradient of ``loss_fn`` over one mini-batch (this rank's share).
 
-        Splits ``batch`` into micro-batches (by count or token budget), computes
-        :class:`BatchTotals` over the whole mini-batch on all ranks, and for each micro-batch
-        runs the forward pass, ``loss_fn(outputs, micro_batch, totals)`` and backward.
-        Returns the metrics averaged over micro-batches. Does not step the optimizer.
+        Splits ``batch`` into micro-batches (``spec.micro_batch_size`` rows, or
+        ``spec.max_tokens_per_micro_batch``), computes :class:`BatchTotals` over the whole
+        mini-batch on all ranks, and for each micro-batch runs the forward pass with logits
+        divided by ``temperature`` (the rollout sampled from ``softmax(logits / T)``), then
+        ``loss_fn(outputs, micro_batch, totals)`` and backward. ``with_entropy``: fill
+        ``outputs.entropy`` (of the tempered distribution) *with* gradient (an entropy bonus);
+        otherwise it may be None or detached. Returns the metrics averaged over micro-batches.
+        Does not step the optimizer.
         """
 
     @abc.abstractmethod
-    def optimizer_step(self) -> float:
-        """Clip gradients, step optimizer and LR schedule, zero grads; return the grad norm.
+    def optimizer_step(self, *, lr: float) -> float:
+        """Clip gradients to ``spec.grad_clip``, step AdamW at ``lr``, zero grads.
 
-        A non-finite grad norm skips the update (gradients are zeroed) and is returned as is,
-        so the caller can report it.
+        Returns the grad norm (before clipping). A non-finite norm skips the update (grads are
+        zeroed, the optimizer state is untouched) and is returned as is, so the worker can
+        report it and keeps the schedule where it was. ``lr`` comes from the core's schedule
+        (:func:`rlcore.engine_utils.learning_rate`): an engine must apply exactly this value.
         """
 
     @abc.abstractmethod
-    def compute_log_prob(self, batch: DataProto, *, with_entropy: bool = False) -> ModelOutputs:
-        """Log-probabilities (and entropy) of ``responses`` under the model, no gradient.
+    def compute_log_prob(
+        self, batch: DataProto, *, temperature: float, with_entropy: bool = False
+    ) -> ModelOutputs:
+        """Log-probabilities of ``responses`` under ``softmax(logits / temperature)``, no grad.
 
-        Returns (B, R) tensors for this rank's rows, on CPU.
+        ``with_entropy`` adds the entropy of the same distribution. Returns (B, R) tensors
+        for this rank's rows, on CPU.
         """
 
     @abc.abstractmethod
@@ -209,48 +282,66 @@ class BaseEngine(abc.ABC):
         """Full (unsharded) parameters in HF naming, one tensor at a time, for weight sync.
 
         Every rank must iterate (gathering is collective); tensors are valid until the next
-        item is requested.
+        item is requested. The rollout buckets them as it needs.
         """
 
     @abc.abstractmethod
     def save_checkpoint(self, path: str) -> None:
-        """Save model, optimizer and LR-schedule state (sharded) under directory ``path``."""
+        """Save model and optimizer state (sharded as the engine likes) under ``path``.
+
+        RNG state and the LR schedule's position are saved by the worker, not the engine.
+        """
 
     @abc.abstractmethod
     def load_checkpoint(self, path: str) -> None:
         """Restore what :meth:`save_checkpoint` wrote."""
+
+    @abc.abstractmethod
+    def export_hf(self, path: str) -> None:
+        """Write a Hugging Face folder (config, safetensors, tokenizer) transformers loads.
+
+        Collective: every rank calls it, one writes. Used for ``trainer.export_final`` and
+        ``rlcore export``. An engine that cannot export raises :class:`NotImplementedError`
+        with a one-line reason; the core then tells the user to set
+        ``trainer.export_final = false``.
+        """
 
     def compute_values(self, batch: DataProto) -> torch.Tensor:
         """Values of the response tokens, (B, R), for a critic (``spec.value_head``)."""
         msg = f"{type(self).__name__} has no value head; it cannot serve the critic role"
         raise NotImplementedError(msg)
 
-    def export_hf(self, path: str) -> None:
-        """Write a Hugging Face folder (config, safetensors, tokenizer) transformers loads."""
-        msg = f"{type(self).__name__} does not support export to a Hugging Face folder"
-        raise NotImplementedError(msg)
-
-    def train_mode(self) -> None:
-        """Prepare for :meth:`forward_backward` (dropout on, etc.)."""
-
-    def eval_mode(self) -> None:
-        """Prepare for inference passes."""
-
     def offload(self) -> None:
-        """Move parameters and optimizer state off the accelerator (no-op by default)."""
+        """Free accelerator memory while the colocated rollout generates (no-op by default).
+
+        The worker calls it after weight sync, before generation.
+        """
 
     def onload(self) -> None:
-        """Undo :meth:`offload`."""
+        """Undo :meth:`offload`; the worker calls it after generation."""
 
 
 class BaseRollout(abc.ABC):
     """A generation backend.
 
     ``generate`` takes left-padded prompts (``input_ids``, ``attention_mask``,
-    ``position_ids``, each (B, P)) and returns ``B * n`` rows, the ``n`` samples of prompt ``i``
-    at rows ``i*n .. i*n+n-1``, with ``prompts``, ``responses`` (right-padded to exactly
-    ``max_new_tokens``), ``response_mask`` (1 up to and including EOS), ``input_ids``,
-    ``attention_mask``, ``position_ids`` and, when asked, ``rollout_log_probs``.
+    ``position_ids``, each (B, P)), one row per wanted sample (the driver already repeated
+    each prompt ``n`` times), and returns exactly one response per row, in input order:
+    ``prompts`` (B, P), ``responses`` (B, R right-padded to exactly ``max_new_tokens``),
+    ``response_mask`` (1 up to and including EOS), ``input_ids``, ``attention_mask``,
+    ``position_ids`` (B, P+R) and, when asked, ``rollout_log_probs`` (B, R, 0 on padding).
+    Rows with identical prompts may share work inside the rollout (a prefix cache); that is
+    the rollout's business.
+
+    Lifecycle, driven by the worker that holds the rollout next to the training engine::
+
+        wake_up(); update_weights(engine.named_parameters_for_sync())   # after each update
+        generate(...)                                                    # next step
+        sleep()                                                          # before training
+
+    A rollout spanning several processes (tensor parallelism) is built on every rank of its
+    group; each rank calls every method with the same arguments (rank-local prompts for
+    ``generate``), so collectives line up.
     """
 
     @attrs.frozen(kw_only=True)
@@ -259,16 +350,30 @@ class BaseRollout(abc.ABC):
 
     def __init__(self, spec: RolloutSpec, config: BaseRollout.Config | None = None) -> None:
         self.spec = spec
-        # None: the plugin's own defaults, so `MyReward()` works in tests and notebooks.
+        # None: the plugin's own defaults, so `MyRollout(spec)` works in tests and notebooks.
         self.config = config if config is not None else type(self).Config()
 
     @abc.abstractmethod
     def generate(self, prompts: DataProto, sampling: SamplingParams) -> DataProto:
-        """Sample ``sampling.n`` responses per prompt (see the class docstring for layout)."""
+        """One response per prompt row (see the class docstring for the layout)."""
+
+    async def generate_one(
+        self, prompt_ids: list[int], sampling: SamplingParams
+    ) -> GenerationResult:
+        """One response for one un-padded prompt: the per-request face for agent loops.
+
+        The default runs :meth:`generate` on a one-row batch in a thread; a server-backed
+        rollout (vLLM, SGLang) overrides it with its own async request.
+        """
+        return await asyncio.to_thread(_generate_one_via_batch, self, prompt_ids, sampling)
 
     @abc.abstractmethod
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Load full tensors (HF naming) streamed from the training engine."""
+        """Load full tensors (HF naming) streamed one at a time from the training engine.
+
+        A tensor is valid only until the next one is requested: copy it (or bucket copies)
+        before advancing the iterator.
+        """
 
     def state_dict(self) -> dict[str, int]:
         """What decides the next samples besides the weights (e.g. a seed counter).
@@ -282,10 +387,42 @@ class BaseRollout(abc.ABC):
         """Restore what :meth:`state_dict` returned."""
 
     def sleep(self) -> None:
-        """Free inference memory (KV cache, weights) while training runs; no-op by default."""
+        """Free inference memory (KV cache, weights) while training runs; no-op by default.
+
+        Called by the worker after generation, before the training passes.
+        """
 
     def wake_up(self) -> None:
-        """Undo :meth:`sleep`."""
+        """Undo :meth:`sleep`; called by the worker before weight sync and generation."""
+
+
+def _generate_one_via_batch(
+    rollout: BaseRollout, prompt_ids: list[int], sampling: SamplingParams
+) -> GenerationResult:
+    import torch
+
+    from rlcore.protocol import DataProto
+
+    ids = torch.tensor([prompt_ids], dtype=torch.long)
+    mask = torch.ones_like(ids)
+    out = rollout.generate(
+        DataProto.from_dict(
+            tensors={
+                "input_ids": ids,
+                "attention_mask": mask,
+                "position_ids": torch.arange(len(prompt_ids)).unsqueeze(0),
+            }
+        ),
+        sampling,
+    )
+    length = int(out.batch["response_mask"][0].sum())
+    tokens = [int(t) for t in out.batch["responses"][0, :length]]
+    log_probs = None
+    if sampling.return_log_probs and "rollout_log_probs" in out.batch:
+        log_probs = [float(x) for x in out.batch["rollout_log_probs"][0, :length]]
+    # Without the EOS ids here, a full-length response counts as cut at the limit.
+    reason: Literal["stop", "length"] = "length" if length >= sampling.max_new_tokens else "stop"
+    return GenerationResult(token_ids=tokens, log_probs=log_probs, finish_reason=reason)
 
 
 class BaseReward(abc.ABC):
@@ -318,6 +455,10 @@ class BaseReward(abc.ABC):
 
 class BaseAlgorithm(abc.ABC):
     """An RL algorithm: advantages on the driver, losses inside the engines.
+
+    Losses normalise by the mini-batch :class:`BatchTotals` they are given (never by the
+    micro-batch's own counts) and weight tokens by ``response_mask``, so padding rows (mask
+    all zero) contribute nothing.
 
     The same object (rebuilt from its ``Config``) lives in the driver and in every worker, so it
     holds configuration only, never run state (except, e.g., an adaptive KL coefficient, which

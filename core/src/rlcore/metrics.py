@@ -18,11 +18,9 @@ no returns) and PPO alike. torch is imported when a function runs, not at import
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import torch
@@ -31,10 +29,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Timer",
-    "append_to_dict",
     "compute_data_metrics",
     "compute_throughput_metrics",
-    "reduce_metrics",
     "timed",
     "timing_metrics",
 ]
@@ -178,27 +174,4 @@ def compute_throughput_metrics(
     gen = timing.get("gen", 0.0)
     if mask is not None and gen > 0:
         out["perf/gen_tokens_per_s"] = float(mask.sum().item()) / gen
-    return out
-
-
-# --------------------------------------------------------------------------- reduction
-
-
-def append_to_dict(store: dict[str, list[Any]], new: Mapping[str, Any]) -> None:
-    """Append each value of ``new`` to the list under its key in ``store``."""
-    for key, value in new.items():
-        store.setdefault(key, []).append(value)
-
-
-def reduce_metrics(metrics: Mapping[str, Sequence[float] | float]) -> dict[str, float]:
-    """Mean of each list (micro-batch or worker values) -> one float per key; NaN-free input
-    gives NaN-free output, empty lists are dropped."""
-    out: dict[str, float] = {}
-    for key, values in metrics.items():
-        if isinstance(values, int | float):
-            out[key] = float(values)
-            continue
-        arr = np.asarray([v.item() if hasattr(v, "item") else v for v in values], dtype=np.float64)
-        if arr.size:
-            out[key] = float(arr.mean())
     return out

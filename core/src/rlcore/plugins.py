@@ -345,7 +345,9 @@ class PluginRegistry:
                 f"subclass of rlcore.interfaces.{base.__name__}"
             )
             raise PluginError(msg)
-        if not attrs.has(cls.Config):  # type: ignore[attr-defined]
+        config_cls = cls.Config  # type: ignore[attr-defined]
+        # A plain subclass of an attrs class passes attrs.has() but drops its own fields.
+        if not attrs.has(config_cls) or "__attrs_attrs__" not in vars(config_cls):
             msg = (
                 f"{kind} {name!r} ({entry.target_name}) from {entry.provider}: its Config "
                 f"must be an attrs class (@attrs.frozen(kw_only=True))"

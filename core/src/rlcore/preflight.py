@@ -15,7 +15,7 @@ or a bad data file costs a second, not a cluster start-up and a model load. It c
   the training set holds at least one batch;
 - ``trainer.resume`` given as a path: a complete checkpoint.
 
-The datasets are built exactly as the trainer builds them (:class:`rlcore.data.PromptDataset`),
+The datasets are built exactly as the trainer builds them (:func:`rlcore.data.build_datasets`),
 so what passes here loads there; :class:`Preflight` hands them back for the trainer to reuse
 (tokenizing GSM8K-sized data takes seconds on two cores).
 """
@@ -102,86 +102,14 @@ def check_tokenizer(path: str, *, chat_template: bool) -> Any:
     return tokenizer
 
 
-def _check_file(file: str, key: str) -> None:
-    path = Path(file)
-    if not path.exists():
-        msg = f"{key}: data file {path} does not exist"
-        raise DataError(msg)
-    if not path.is_file():
-        msg = f"{key}: {path} is not a file"
-        raise DataError(msg)
-    try:
-        with path.open("rb") as fh:
-            fh.read(1)
-    except OSError as err:
-        msg = f"{key}: cannot read data file {path}: {err.strerror or err}"
-        raise DataError(msg) from err
-
-
-def _utf8_culprit(files: tuple[str, ...]) -> tuple[str, UnicodeDecodeError] | None:
-    for file in files:
-        if Path(file).suffix.lower() == ".parquet":
-            continue
-        try:
-            Path(file).read_bytes().decode("utf-8")
-        except UnicodeDecodeError as err:
-            return file, err
-    return None
-
-
-def _build_dataset(
-    config: RunConfig, tokenizer: Any, files: tuple[str, ...], key: str, name: str
-) -> PromptDataset:
-    """The dataset exactly as the trainer builds it (all files in one)."""
-    from rlcore.data import PromptDataset
-
-    for file in files:
-        _check_file(file, key)
-    data = config.data
-    try:
-        return PromptDataset(
-            files,
-            tokenizer,
-            prompt_key=data.prompt_key,
-            max_prompt_length=data.max_prompt_length,
-            filter_overlong_prompts=data.filter_overlong_prompts,
-            truncation=data.truncation,
-            apply_chat_template=data.apply_chat_template,
-            max_samples=data.val_max_samples if name == "val" else None,
-            name=name,
-        )
-    except DataError as err:
-        msg = f"{key}: {err}"
-        raise DataError(msg) from err
-    except UnicodeDecodeError as err:
-        found = _utf8_culprit(files)
-        file, cause = found if found is not None else (", ".join(files), err)
-        msg = f"{key}: {file} is not UTF-8 text ({cause.reason} at byte {cause.start})"
-        raise DataError(msg) from err
-
-
-def build_datasets(config: RunConfig, tokenizer: Any) -> tuple[PromptDataset, PromptDataset | None]:
-    """The train and validation sets as training uses them; errors name the config key."""
-    data = config.data
-    train_set = _build_dataset(config, tokenizer, data.train_files, "data.train_files", "train")
-    if len(train_set) < data.train_batch_size:
-        msg = (
-            f"data.train_batch_size: the train set has {len(train_set)} prompts (after "
-            f"filtering), fewer than one batch of {data.train_batch_size}; lower it or add data"
-        )
-        raise DataError(msg)
-    val_set = (
-        _build_dataset(config, tokenizer, data.val_files, "data.val_files", "val")
-        if data.val_files
-        else None
-    )
-    return train_set, val_set
-
-
 def _needs_critic(config: RunConfig, registry: PluginRegistry) -> bool:
-    from rlcore.trainer.builder import build_algorithm
+    from rlcore.components import Component
 
-    return build_algorithm(config, registry).needs_critic
+    section = config.algorithm
+    component = Component(
+        kind="algorithm", name=section.name, options=section.options, where="[algorithm]"
+    )
+    return bool(component.build(registry=registry).needs_critic)
 
 
 @attrs.frozen(kw_only=True)
@@ -215,6 +143,8 @@ def preflight(config: RunConfig, *, registry: PluginRegistry | None = None) -> P
         config.model.tokenizer_path or config.model.path,
         chat_template=config.data.apply_chat_template,
     )
+
+    from rlcore.data.build import build_datasets
 
     train_set, val_set = build_datasets(config, tokenizer)
     train = len(train_set)

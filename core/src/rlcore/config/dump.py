@@ -1,7 +1,8 @@
 """A resolved config back to plain data and to TOML text (``rlcore config show``).
 
-A small dumper instead of a dependency: config values are only tables, strings, numbers,
-booleans and arrays of those. ``None`` (unset optional keys) has no TOML form and is left out.
+TOML is written by ``tomli-w``; ``None`` (unset optional keys) has no TOML form and is left
+out by :func:`config_to_dict`. :func:`format_key`/:func:`format_value` render single keys and
+values in TOML syntax for error messages.
 """
 
 from __future__ import annotations
@@ -75,19 +76,6 @@ def format_value(value: Any) -> str:
 
 def dump_toml(data: Mapping[str, Any]) -> str:
     """Nested mappings as ``[a.b]`` tables, scalars and arrays as ``key = value``."""
-    lines: list[str] = []
-    _dump_table(data, (), lines)
-    return "\n".join(lines).strip() + "\n"
+    import tomli_w
 
-
-def _dump_table(table: Mapping[str, Any], path: tuple[str, ...], lines: list[str]) -> None:
-    scalars = {k: v for k, v in table.items() if not isinstance(v, Mapping)}
-    tables = {k: v for k, v in table.items() if isinstance(v, Mapping)}
-    # A header only where the table has keys of its own (or nothing at all).
-    if path and (scalars or not tables):
-        lines.append("")
-        lines.append("[" + ".".join(format_key(p) for p in path) + "]")
-    for key, value in scalars.items():
-        lines.append(f"{format_key(key)} = {format_value(value)}")
-    for key, value in tables.items():
-        _dump_table(value, (*path, key), lines)
+    return tomli_w.dumps(dict(data))

@@ -2,8 +2,8 @@
 
 Order of work, so that one run reports every error it can: apply overrides, take the
 plugin-owned keys out of their tables, structure each core section on its own, validate each
-selected plugin's keys with that plugin's ``Config``, then check cross-key rules and the batch
-arithmetic. Only a config without any error gets its defaults resolved.
+selected plugin's keys with that plugin's ``Config``, then check cross-key rules. Only a
+config without any error gets its defaults resolved.
 """
 
 from __future__ import annotations
@@ -301,46 +301,6 @@ def _cross_checks(s: dict[str, Any]) -> list[Problem]:
     return problems
 
 
-def _batch_checks(s: dict[str, Any]) -> list[Problem]:
-    """verl's rules: a silent zero gradient-accumulation step turns the loss into NaN."""
-    data: DataConfig = s["data"]
-    rollout: RolloutConfig = s["rollout"]
-    resources: ResourcesConfig = s["resources"]
-    problems: list[Problem] = []
-    n, dp, train = rollout.n, resources.world_size, data.train_batch_size
-    dp_keys = "resources.nnodes × resources.processes_per_node"
-    dp_nums = f"{resources.nnodes} × {resources.processes_per_node}"
-    actor: ActorConfig = s["actor"]
-    critic: CriticConfig = s["critic"]
-    roles: list[tuple[str, Any, int]] = [("actor", actor, actor.ppo_mini_batch_size or train)]
-    if critic.ppo_mini_batch_size is not None or critic.micro_batch_size is not None:
-        roles.append(("critic", critic, critic.ppo_mini_batch_size or roles[0][2]))
-    for section, cfg, mini in roles:
-        if train % mini:
-            msg = (
-                f"data.train_batch_size ({train}) must be divisible by "
-                f"{section}.ppo_mini_batch_size ({mini})"
-            )
-            problems.append(((section, "ppo_mini_batch_size"), msg))
-            continue
-        rows = mini * n
-        rows_text = f"{section}.ppo_mini_batch_size × rollout.n ({mini} × {n} = {rows})"
-        if cfg.max_tokens_per_micro_batch is not None:
-            if rows % dp:
-                msg = f"{rows_text} must be divisible by {dp_keys} ({dp_nums} = {dp})"
-                problems.append(((section, "ppo_mini_batch_size"), msg))
-            continue
-        micro = cfg.micro_batch_size or (actor.micro_batch_size if section == "critic" else 1)
-        micro = micro or 1
-        if rows % (micro * dp):
-            msg = (
-                f"{rows_text} must be divisible by {section}.micro_batch_size × {dp_keys} "
-                f"({micro} × {dp_nums} = {micro * dp})"
-            )
-            problems.append(((section, "micro_batch_size"), msg))
-    return problems
-
-
 # --- defaults that depend on other keys -------------------------------------------------------
 
 
@@ -437,9 +397,9 @@ def build_config(
     reward_configs, found = _reward_configs(registry, sections["reward"], reward_given)
     problems.extend(found)
 
+    # No batch-size divisibility rules: the driver expands rows and pads every mini-batch to
+    # whole rows per rank (zero-weight padding), so any sizes run; only what cannot run fails.
     problems.extend(_cross_checks(sections))
-    if all(sections[k] is not None for k in ("data", "actor", "critic", "rollout", "resources")):
-        problems.extend(_batch_checks(sections))
 
     lines.extend(f"{render_path(p)}: {m}" if p else m for p, m in problems)
     if lines:

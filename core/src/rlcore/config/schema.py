@@ -114,7 +114,10 @@ class ActorConfig:
 
 @attrs.frozen(kw_only=True)
 class ValSamplingConfig:
-    """``[rollout.val]``: sampling for validation, greedy by default."""
+    """``[rollout.val]``: sampling for validation, greedy by default.
+
+    ``n``: samples per validation prompt; the driver repeats each prompt ``n`` times.
+    """
 
     n: int = attrs.field(default=1, validator=_pos)
     temperature: float = attrs.field(default=0.0, validator=v.ge(0.0))
@@ -124,7 +127,6 @@ class ValSamplingConfig:
 
     def sampling(self, max_new_tokens: int) -> SamplingParams:
         return SamplingParams(
-            n=self.n,
             temperature=self.temperature,
             top_p=self.top_p,
             top_k=self.top_k,
@@ -135,7 +137,11 @@ class ValSamplingConfig:
 
 @attrs.frozen(kw_only=True)
 class RolloutConfig:
-    """``[rollout]``: ``name``, the shared sampling keys, then the rollout plugin's options."""
+    """``[rollout]``: ``name``, the shared sampling keys, then the rollout plugin's options.
+
+    ``n`` is read in one place, the driver, which repeats each prompt ``n`` times (same
+    ``uid``) before dispatch; everyone downstream sees rows, not ``n``.
+    """
 
     name: str = attrs.field(default="hf", validator=_nonempty)
     n: int = attrs.field(default=1, validator=_pos)
@@ -148,7 +154,6 @@ class RolloutConfig:
     def sampling(self, max_new_tokens: int) -> SamplingParams:
         """Training-time sampling (``do_sample=True``)."""
         return SamplingParams(
-            n=self.n,
             temperature=self.temperature,
             top_p=self.top_p,
             top_k=self.top_k,
@@ -196,10 +201,6 @@ class RewardConfig:
     timeout_s: float = attrs.field(default=5.0, validator=v.gt(0.0))
     num_workers: int = attrs.field(default=0, validator=v.ge(0))  # 0: one per CPU
     options: dict[str, Any] = attrs.Factory(dict)
-
-    def names_for(self, data_source: str) -> tuple[str, ...]:
-        """The reward names that score rows of ``data_source``."""
-        return self.sources.get(data_source, self.default)
 
     def selected(self) -> tuple[str, ...]:
         """Every reward name selected by ``default`` or ``sources``, first use first."""

@@ -1,10 +1,10 @@
 """From a resolved :class:`RunConfig` to the objects a run needs.
 
-Driver side: tokenizer, train/validation dataloaders, the reward manager and the algorithm
-(for advantages). Worker side: one resource pool (``nnodes × processes_per_node``
-processes) holding every role, colocated in one process per device: the policy
-(``ActorRolloutRefWorker``) and, when the algorithm needs one, the critic. The algorithm
-decides which roles exist; nothing here branches on a plugin name.
+Driver side: the reward manager and the algorithm (for advantages), each built through
+:class:`rlcore.components.Component`, as the workers build theirs. Worker side: one resource
+pool (``nnodes × processes_per_node`` processes) holding every role, colocated in one process
+per device: the policy (``ActorRolloutRefWorker``) and, when the algorithm needs one, the
+critic. The specs decide which roles exist; nothing here branches on a plugin name.
 """
 
 from __future__ import annotations
@@ -15,14 +15,15 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from rlcore.plugins import PluginRegistry, default_registry
+from rlcore.components import Component
 
 if TYPE_CHECKING:
     from rlcore.config import RunConfig
-    from rlcore.data import PromptDataLoader, PromptDataset
     from rlcore.interfaces import BaseAlgorithm
+    from rlcore.plugins import PluginRegistry
     from rlcore.resources import ResourcePool
     from rlcore.reward import RewardManager
+    from rlcore.trainer.specs import RunSpecs
     from rlcore.workers import RayWorkerGroup
 
 log = logging.getLogger(__name__)
@@ -30,7 +31,6 @@ log = logging.getLogger(__name__)
 __all__ = [
     "Workers",
     "build_algorithm",
-    "build_data",
     "build_reward_manager",
     "build_workers",
     "total_training_steps",
@@ -42,39 +42,20 @@ CRITIC = "critic"
 
 def build_algorithm(config: RunConfig, registry: PluginRegistry | None = None) -> BaseAlgorithm:
     """The driver's copy of the algorithm (advantages, KL-in-reward state)."""
-    registry = registry or default_registry()
-    cls = registry.resolve("algorithm", config.algorithm.name, where="[algorithm]")
-    algorithm: BaseAlgorithm = cls(config.algorithm.options)
+    section = config.algorithm
+    component = Component(
+        kind="algorithm", name=section.name, options=section.options, where="[algorithm]"
+    )
+    algorithm: BaseAlgorithm = component.build(registry=registry)
     return algorithm
 
 
-def build_data(
-    config: RunConfig, train_set: PromptDataset, val_set: PromptDataset | None
-) -> tuple[PromptDataLoader, PromptDataLoader | None]:
-    """Train loader (full batches, shuffled per epoch) and validation loader (one pass).
-
-    The datasets come from :func:`rlcore.preflight.build_datasets` (via ``preflight``).
-    """
-    from rlcore.data import PromptDataLoader
-
-    data = config.data
-    train = PromptDataLoader(
-        train_set, data.train_batch_size, shuffle=data.shuffle, seed=data.seed, drop_last=True
-    )
-    if val_set is None:
-        return train, None
-    val = PromptDataLoader(
-        val_set, data.val_batch_size or len(val_set), shuffle=False, drop_last=False
-    )
-    return train, val
-
-
-def total_training_steps(config: RunConfig, train: PromptDataLoader) -> int:
+def total_training_steps(config: RunConfig, batches_per_epoch: int) -> int:
     """``trainer.total_steps``, else ``total_epochs`` × batches per epoch."""
     trainer = config.trainer
     if trainer.total_steps is not None:
         return trainer.total_steps
-    return (trainer.total_epochs or 1) * len(train)
+    return (trainer.total_epochs or 1) * batches_per_epoch
 
 
 def build_reward_manager(
@@ -83,12 +64,13 @@ def build_reward_manager(
     """Every selected reward plugin, built from its ``[reward.options.NAME]`` config."""
     from rlcore.reward import RewardManager
 
-    registry = registry or default_registry()
     reward = config.reward
-    rewards = {}
-    for name in reward.selected():
-        cls = registry.resolve("reward", name, where="[reward]")
-        rewards[name] = cls(reward.options.get(name))
+    rewards = {
+        name: Component(
+            kind="reward", name=name, options=reward.options.get(name), where="[reward]"
+        ).build(registry=registry)
+        for name in reward.selected()
+    }
     return RewardManager(
         tokenizer,
         rewards,
@@ -119,8 +101,11 @@ class Workers:
         self.pool.remove()
 
 
-def build_workers(config: RunConfig, algorithm: BaseAlgorithm, total_steps: int) -> Workers:
-    """Check resources, place one process per slot holding every role, initialise models."""
+def build_workers(config: RunConfig, specs: RunSpecs) -> Workers:
+    """Check resources, place one process per slot holding every role, initialise models.
+
+    Each role's worker gets its spec (``specs.policy``, ``specs.critic``), not the config.
+    """
     from rlcore.resources import ResourcePool, ResourcePoolManager
     from rlcore.trainer.roles import ActorRolloutRefWorker, CriticWorker
     from rlcore.workers import ClassWithInitArgs, RayWorkerGroup, create_colocated_worker_cls
@@ -134,16 +119,9 @@ def build_workers(config: RunConfig, algorithm: BaseAlgorithm, total_steps: int)
         # Placement-group names must not clash with an earlier run in the same Ray session.
         name=f"{config.trainer.experiment_name}-{uuid.uuid4().hex[:8]}",
     )
-    roles = {
-        POLICY: ClassWithInitArgs(
-            ActorRolloutRefWorker,
-            config,
-            with_ref=algorithm.needs_reference,
-            total_steps=total_steps,
-        )
-    }
-    if algorithm.needs_critic:
-        roles[CRITIC] = ClassWithInitArgs(CriticWorker, config, total_steps=total_steps)
+    roles = {POLICY: ClassWithInitArgs(ActorRolloutRefWorker, specs.policy)}
+    if specs.critic is not None:
+        roles[CRITIC] = ClassWithInitArgs(CriticWorker, specs.critic)
     # Every role shares the one pool: colocated in one process per device.
     manager = ResourcePoolManager({"global_pool": pool}, {name: "global_pool" for name in roles})
     manager.check_resources()
@@ -163,6 +141,6 @@ def build_workers(config: RunConfig, algorithm: BaseAlgorithm, total_steps: int)
         "workers: %d process(es), roles %s%s",
         group.world_size,
         ", ".join(roles),
-        " (+ reference)" if algorithm.needs_reference else "",
+        " (+ reference)" if specs.policy.ref is not None else "",
     )
     return Workers(group=group, policy=views[POLICY], critic=critic, pool=pool)

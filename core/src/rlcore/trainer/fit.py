@@ -1,14 +1,15 @@
 """The driver loop: one process writes the algorithm as a plain for-loop over batches.
 
     for batch in dataloader:
-        gen      = policy.generate_sequences(batch)               # rollout engine
-        batch    = batch.repeat(n).union(gen)
+        batch    = batch.repeat(n)                                # rows: n per prompt, once
+        gen      = policy.generate_sequences(batch, sampling)     # one response per row
+        batch    = batch.union(gen)
         batch   |= policy.compute_log_prob(batch)                 # old log π
         batch   |= policy.compute_ref_log_prob(batch)             # if the algorithm needs KL
         batch   |= critic.compute_values(batch)                   # if it needs a critic
         batch   |= reward_manager(batch)                          # token-level scores
         batch    = algorithm.compute_advantages(batch)            # on the driver
-        critic.update_critic(batch); policy.update_actor(batch)
+        critic.update_critic(layout(batch), step); policy.update_actor(layout(batch), step)
 
 Validation (greedy by default, ``[rollout.val]``) runs before training and every
 ``test_freq`` steps, and reports ``val/<data_source>/score`` and ``val/<data_source>/acc``.
@@ -43,6 +44,7 @@ from rlcore.metrics import (
     timed,
     timing_metrics,
 )
+from rlcore.trainer.layout import mini_batch_layout
 from rlcore.trainer.roles import POLICY_INPUT_KEYS
 
 if TYPE_CHECKING:
@@ -53,6 +55,7 @@ if TYPE_CHECKING:
     from rlcore.protocol import DataProto
     from rlcore.reward import RewardManager
     from rlcore.tracking import Tracker
+    from rlcore.trainer.specs import RunSpecs, UpdateSpec
     from rlcore.workers import RayWorkerGroup
 
 log = logging.getLogger(__name__)
@@ -77,7 +80,7 @@ class NonFiniteError(RlcoreError):
     """Too many consecutive steps had a non-finite loss or gradient."""
 
 
-# The rollout's inputs, taken out of the prompt batch before it is repeated n times.
+# The rollout's inputs, taken out of the (already expanded) prompt batch.
 _PROMPT_KEYS = ["input_ids", "attention_mask", "position_ids"]
 
 
@@ -127,6 +130,7 @@ class Trainer:
         self,
         config: RunConfig,
         *,
+        specs: RunSpecs,
         policy: RayWorkerGroup,
         critic: RayWorkerGroup | None,
         algorithm: BaseAlgorithm,
@@ -140,6 +144,7 @@ class Trainer:
         max_consecutive_nonfinite: int = MAX_CONSECUTIVE_NONFINITE,
     ) -> None:
         self.config = config
+        self.specs = specs
         self.policy = policy
         self.critic = critic
         self.algorithm = algorithm
@@ -294,21 +299,17 @@ class Trainer:
 
     def train_step(self, batch: DataProto) -> dict[str, float]:
         """One step: generate, score, advantages, update. Returns the step's metrics."""
-        n = self.config.rollout.n
+        specs, step = self.specs, self.state.step
         timing: dict[str, float] = {}
         worker: dict[str, float] = {}
         with timed("step", timing):
-            # --- generate n responses per prompt ---------------------------------------------
+            # --- n rows per prompt (here, once), one response per row ----------------------
+            batch = batch.repeat(specs.n, interleave=True)
             prompts = batch.pop(batch_keys=_PROMPT_KEYS)
             with timed("gen", timing):
-                gen = self.policy.generate_sequences(prompts)
+                gen = self.policy.generate_sequences(prompts, specs.train_sampling)
             _add_timing(worker, _take_metrics(gen))
-            batch = batch.repeat(n, interleave=True).union(gen)
-            batch.meta_info["global_step"] = self.state.step
-            # Log-probs of the distribution that was sampled: logits / temperature (greedy
-            # training, temperature 0, scores the unscaled distribution).
-            batch.meta_info["temperature"] = self.config.rollout.temperature or 1.0
-            batch.meta_info["calculate_entropy"] = self.algorithm.needs_entropy
+            batch = batch.union(gen)
             model_in = self._select(batch, POLICY_INPUT_KEYS)
 
             # --- old log-probs, reference log-probs, values ----------------------------------
@@ -339,16 +340,17 @@ class Trainer:
 
             # --- updates ---------------------------------------------------------------------
             update_keys: tuple[str, ...] = (*POLICY_INPUT_KEYS, "old_log_probs", "advantages")
-            if self.critic is not None:
+            if self.critic is not None and specs.critic is not None:
+                critic_keys = (*POLICY_INPUT_KEYS, "values", "returns")
+                critic_in = self._laid_out(batch, critic_keys, specs.critic.update)
                 with timed("update_critic", timing):
-                    out = self.critic.update_critic(
-                        self._select(batch, (*POLICY_INPUT_KEYS, "values", "returns"))
-                    )
+                    out = self.critic.update_critic(critic_in, step)
                 _add_timing(worker, _take_metrics(out))
             if self.algorithm.needs_reference:
                 update_keys = (*update_keys, "ref_log_prob")
+            actor_in = self._laid_out(batch, update_keys, specs.policy.update)
             with timed("update_actor", timing):
-                out = self.policy.update_actor(self._select(batch, update_keys))
+                out = self.policy.update_actor(actor_in, step)
             _add_timing(worker, _take_metrics(out))
 
         return {
@@ -364,6 +366,14 @@ class Trainer:
     def _select(batch: DataProto, keys: Sequence[str]) -> DataProto:
         """Only the tensors a worker call needs: per-row strings and dicts stay here."""
         return batch.select(batch_keys=list(keys), non_tensor_batch_keys=[])
+
+    def _laid_out(self, batch: DataProto, keys: Sequence[str], update: UpdateSpec) -> DataProto:
+        """The update's rows: whole mini-batches per rank, zero-weight padding (layout.py)."""
+        return mini_batch_layout(
+            self._select(batch, keys),
+            rows_per_mini_batch=update.rows_per_mini_batch,
+            world_size=self.world_size,
+        )
 
     # --- validation -----------------------------------------------------------------------
 
@@ -382,11 +392,11 @@ class Trainer:
         lengths: list[float] = []
         with timed("validate", timing):
             for batch in self.val_loader:
+                batch = batch.repeat(self.specs.val_n, interleave=True)
                 prompts = batch.pop(batch_keys=_PROMPT_KEYS)
-                prompts.meta_info["validate"] = True
-                gen = self.policy.generate_sequences(prompts)
+                gen = self.policy.generate_sequences(prompts, self.specs.val_sampling)
                 gen.meta_info.pop("metrics", None)
-                batch = batch.repeat(self.config.rollout.val.n, interleave=True).union(gen)
+                batch = batch.union(gen)
                 out, _ = self.reward_manager(batch)
                 sources += [str(s) for s in batch.non_tensor_batch["data_source"]]
                 scores += [float(s) for s in out.non_tensor_batch["score"]]

@@ -6,11 +6,15 @@ After every actor update the new weights are copied into the rollout in the same
 (``rollout.update_weights(engine.named_parameters_for_sync())``), so nothing crosses Ray.
 ``CriticWorker`` holds the value model (PPO).
 
-Engines, rollout and algorithm are resolved by name through the plugin registry *inside* the
-worker and built from the plugin's ``Config`` carried in the run config: the worker never
-branches on a plugin name. Both classes stay undecorated (the worker group applies
-``ray.remote``) and importable from this module, as Ray needs for classes touching
-torch.distributed.
+Each worker gets its role's spec (:mod:`rlcore.trainer.specs`), built on the driver, never the
+run config; engines, rollout and algorithm are built from their
+:class:`~rlcore.components.Component` inside the worker: the worker never branches on a plugin
+name. Both classes stay undecorated (the worker group applies ``ray.remote``) and importable
+from this module, as Ray needs for classes touching torch.distributed.
+
+Around training the policy worker drives the rollout's memory: ``wake_up()`` before weight
+sync and generation, ``sleep()`` after generation; the actor engine is ``offload()``-ed while
+the rollout generates and ``onload()``-ed after.
 
 Each method returns its data and, in ``meta_info["metrics"]``, lists of metric values;
 ``DataProto.concat`` merges them over ranks and the driver reduces them. Worker-side phase
@@ -29,24 +33,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlcore.dispatch import Dispatch, register
-from rlcore.interfaces import (
-    BaseAlgorithm,
-    BaseEngine,
-    BaseRollout,
-    EngineSpec,
-    LossFn,
-    RolloutSpec,
-    SamplingParams,
-)
-from rlcore.plugins import default_registry
-from rlcore.trainer.builder import build_algorithm
+from rlcore.engine_utils import learning_rate
+from rlcore.interfaces import BaseAlgorithm, BaseEngine, BaseRollout, LossFn, SamplingParams
 from rlcore.workers import Worker
 
 if TYPE_CHECKING:
     import torch
 
-    from rlcore.config import PluginSection, RunConfig
     from rlcore.protocol import DataProto
+    from rlcore.trainer.specs import CriticSpec, PolicySpec, UpdateSpec
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +50,6 @@ __all__ = [
     "POLICY_INPUT_KEYS",
     "ActorRolloutRefWorker",
     "CriticWorker",
-    "schedule_steps",
 ]
 
 # Test hook (documented, read in the worker process): a comma-separated list of training
@@ -67,11 +61,9 @@ NAN_TEST_ENV = "RLCORE_TEST_NAN_AT_STEPS"
 # loss inputs) so per-row strings and dicts do not cross Ray.
 POLICY_INPUT_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask")
 
-
-def schedule_steps(config: RunConfig, total_steps: int, mini_batch_size: int, epochs: int) -> int:
-    """Optimizer steps over the run, for the learning-rate schedule of an engine."""
-    per_step = (config.data.train_batch_size // mini_batch_size) * epochs
-    return max(1, total_steps * per_step)
+# Same names as rlcore.checkpoint.ACTOR_DIR / CRITIC_DIR (the checkpoint layout contract).
+ACTOR_SUBDIR = "actor"
+CRITIC_SUBDIR = "critic"
 
 
 @contextmanager
@@ -93,64 +85,9 @@ def _summed(timing: dict[str, list[float]]) -> dict[str, float]:
     return {key: sum(values) for key, values in timing.items()}
 
 
-def _build_engine(section: PluginSection, spec: EngineSpec, where: str) -> BaseEngine:
-    cls = default_registry().resolve("engine", section.name, where=where)
-    engine: BaseEngine = cls(spec, section.options)
-    return engine
-
-
-def _init_distributed(worker: Worker, config: RunConfig) -> None:
-    worker.init_process_group("nccl" if config.resources.device == "cuda" else "gloo")
-
-
 def _nan_test_steps() -> frozenset[int]:
     raw = os.environ.get(NAN_TEST_ENV, "").strip()
     return frozenset(int(x) for x in raw.split(",") if x.strip()) if raw else frozenset()
-
-
-def _worker_state_file(directory: Path, rank: int) -> Path:
-    return directory / f"worker_state_rank{rank}.pt"
-
-
-def _save_worker_state(directory: Path, rank: int, extra: dict[str, int]) -> None:
-    """This process's python/numpy/torch RNG (+ small counters); tensors and ints only."""
-    import torch
-
-    from rlcore.checkpoint import capture_rng_state
-
-    directory.mkdir(parents=True, exist_ok=True)
-    torch.save({"rng": capture_rng_state(), **extra}, _worker_state_file(directory, rank))
-
-
-def _load_worker_state(directory: Path, rank: int) -> dict[str, Any]:
-    import torch
-
-    from rlcore.checkpoint import CheckpointError, restore_rng_state
-
-    file = _worker_state_file(directory, rank)
-    if not file.is_file():
-        msg = f"checkpoint {directory} has no {file.name}: it was written by other ranks"
-        raise CheckpointError(msg)
-    state: dict[str, Any] = torch.load(file, weights_only=True, map_location="cpu")
-    restore_rng_state(state["rng"])
-    return state
-
-
-# Same names as rlcore.checkpoint.ACTOR_DIR / CRITIC_DIR (the checkpoint layout contract).
-ACTOR_SUBDIR = "actor"
-CRITIC_SUBDIR = "critic"
-
-
-def _rollout_state(rollout: BaseRollout) -> dict[str, int]:
-    """What makes the rollout's next samples (e.g. the HF rollout's per-call seed counter)."""
-    return {f"rollout_{k}": int(v) for k, v in rollout.state_dict().items()}
-
-
-def _restore_rollout_state(rollout: BaseRollout, state: dict[str, Any]) -> None:
-    prefix = "rollout_"
-    rollout.load_state_dict(
-        {k.removeprefix(prefix): int(v) for k, v in state.items() if k.startswith(prefix)}
-    )
 
 
 def _nan_loss(loss_fn: Any) -> Any:
@@ -163,103 +100,95 @@ def _nan_loss(loss_fn: Any) -> Any:
     return wrapped
 
 
-def _train_mini_batches(
-    role: str,
-    engine: BaseEngine,
-    loss_fn: LossFn,
-    data: DataProto,
-    cfg: RunConfig,
-    *,
-    mini_prompts: int | None,
-    epochs: int,
-    world_size: int,
-    metrics: dict[str, list[float]],
-    timing: dict[str, list[float]],
-) -> None:
-    """``epochs`` passes over this rank's mini-batches: one optimizer step per mini-batch.
+class _Trainer:
+    """One role's optimizer-step loop over the rows a worker got; owns the LR position.
 
-    A mini-batch is ``mini_prompts`` prompts × ``n`` samples over all ranks, so
-    ``mini_prompts * n // world_size`` rows here. Shuffling is seeded by the step, so a
-    resumed run draws the same mini-batches.
+    ``steps`` counts optimizer steps actually taken (a non-finite one is skipped and does not
+    advance the schedule); it is part of the role's checkpoint map.
     """
-    mini = mini_prompts or cfg.data.train_batch_size
-    rows = max(1, mini * cfg.rollout.n // world_size)
-    step = int(data.meta_info.get("global_step", 0))
-    batches = data.make_iterator(
-        min(rows, len(data)),
-        epochs,
-        seed=cfg.trainer.seed + step,
-        dataloader_kwargs={"shuffle": cfg.actor.shuffle},
-    )
-    for mini_batch in batches:
-        with _clock(timing, f"{role}_forward_backward"):
-            _add(metrics, engine.forward_backward(mini_batch, loss_fn))
-        with _clock(timing, f"{role}_optimizer"):
-            grad_norm = engine.optimizer_step()
-        _add(
-            metrics,
-            {
-                f"{role}/grad_norm": grad_norm,
-                f"{role}/nonfinite": _nonfinite(grad_norm),
-                **_lr(role, engine),
-            },
-        )
 
+    def __init__(self, role: str, engine: BaseEngine, update: UpdateSpec) -> None:
+        self.role = role
+        self.engine = engine
+        self.update = update
+        self.steps = 0
 
-def _nonfinite(grad_norm: float) -> float:
-    """1.0 when the engine skipped the update (non-finite loss or gradient), else 0.0."""
-    return 0.0 if math.isfinite(grad_norm) else 1.0
+    def lr(self) -> float:
+        return learning_rate(self.update.optim, self.steps, self.update.schedule_steps)
+
+    def run(
+        self,
+        loss_fn: LossFn,
+        data: DataProto,
+        *,
+        step: int,
+        temperature: float,
+        with_entropy: bool,
+        metrics: dict[str, list[float]],
+        timing: dict[str, list[float]],
+    ) -> None:
+        """``epochs`` passes over ``mini_batches`` equal parts of ``data``: one step each."""
+        import torch
+
+        update, role = self.update, self.role
+        rows = len(data)
+        if rows % update.mini_batches:
+            msg = (
+                f"{role}: {rows} rows do not split into {update.mini_batches} mini-batches; "
+                "the driver lays rows out with rlcore.trainer.layout.mini_batch_layout"
+            )
+            raise RuntimeError(msg)
+        size = rows // update.mini_batches
+        generator = torch.Generator().manual_seed(update.seed + step)
+        for _ in range(update.epochs):
+            order = torch.randperm(rows, generator=generator).numpy() if update.shuffle else None
+            for m in range(update.mini_batches):
+                if order is None:
+                    mini_batch = data.slice(m * size, (m + 1) * size)
+                else:
+                    mini_batch = data.select_idxs(order[m * size : (m + 1) * size])
+                with _clock(timing, f"{role}_forward_backward"):
+                    _add(
+                        metrics,
+                        self.engine.forward_backward(
+                            mini_batch,
+                            loss_fn,
+                            temperature=temperature,
+                            with_entropy=with_entropy,
+                        ),
+                    )
+                lr = self.lr()
+                with _clock(timing, f"{role}_optimizer"):
+                    grad_norm = self.engine.optimizer_step(lr=lr)
+                finite = math.isfinite(grad_norm)
+                self.steps += int(finite)
+                _add(
+                    metrics,
+                    {
+                        f"{role}/grad_norm": grad_norm,
+                        # 1.0 when the engine skipped the update (non-finite loss or gradient)
+                        f"{role}/nonfinite": 0.0 if finite else 1.0,
+                        f"{role}/lr": lr,
+                    },
+                )
 
 
 class ActorRolloutRefWorker(Worker):
     """Actor engine + rollout (+ reference engine) in one process; see the module docstring.
 
-    ``config``: the resolved run config. ``with_ref``: build the reference engine (the
-    algorithm's ``needs_reference``). ``total_steps``: training steps of the run (for the LR
-    schedule).
+    ``spec``: the policy role's :class:`~rlcore.trainer.specs.PolicySpec`, built on the driver.
     """
 
-    def __init__(self, config: RunConfig, *, with_ref: bool = False, total_steps: int = 1) -> None:
+    def __init__(self, spec: PolicySpec) -> None:
         super().__init__()
-        self.config = config
-        self.with_ref = with_ref
-        self.total_steps = total_steps
+        self.spec = spec
         self.actor: BaseEngine | None = None
         self.rollout: BaseRollout | None = None
         self.ref: BaseEngine | None = None
         self.algorithm: BaseAlgorithm | None = None
+        self._trainer: _Trainer | None = None
 
     # --- construction ---------------------------------------------------------------------
-
-    def _engine_spec(self, role: str) -> EngineSpec:
-        cfg = self.config
-        common: dict[str, Any] = {
-            "model_path": cfg.model.path,
-            "dtype": cfg.model.dtype,
-            "trust_remote_code": cfg.model.trust_remote_code,
-            "device": cfg.resources.device,
-            "seed": cfg.trainer.seed,
-        }
-        if role == "ref":
-            return EngineSpec(
-                role="ref",
-                optim=None,
-                micro_batch_size=cfg.ref.micro_batch_size,
-                max_tokens_per_micro_batch=cfg.ref.max_tokens_per_micro_batch,
-                **common,
-            )
-        actor = cfg.actor
-        mini = actor.ppo_mini_batch_size or cfg.data.train_batch_size
-        return EngineSpec(
-            role="actor",
-            optim=actor.optim,
-            total_steps=schedule_steps(cfg, self.total_steps, mini, actor.ppo_epochs),
-            grad_clip=actor.grad_clip,
-            micro_batch_size=actor.micro_batch_size,
-            max_tokens_per_micro_batch=actor.max_tokens_per_micro_batch,
-            gradient_checkpointing=actor.gradient_checkpointing,
-            **common,
-        )
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
@@ -268,85 +197,114 @@ class ActorRolloutRefWorker(Worker):
         The rollout is built last so an inference engine sizes its cache from what is free,
         then loaded with the actor's weights once.
         """
-        cfg = self.config
-        _init_distributed(self, cfg)
-        self.algorithm = build_algorithm(cfg)
-        self.actor = _build_engine(cfg.actor.engine, self._engine_spec("actor"), "[actor.engine]")
-        if self.with_ref:
-            section = cfg.ref.engine or cfg.actor.engine
-            self.ref = _build_engine(section, self._engine_spec("ref"), "[ref.engine]")
-        rollout_cls = default_registry().resolve("rollout", cfg.rollout.name, where="[rollout]")
-        spec = RolloutSpec(
-            model_path=cfg.model.path,
-            dtype=cfg.model.dtype,
-            trust_remote_code=cfg.model.trust_remote_code,
-            device=cfg.resources.device,
-            max_prompt_length=cfg.data.max_prompt_length,
-            max_response_length=cfg.data.max_response_length,
-            # Ranks draw different samples; reruns reproduce.
-            seed=cfg.trainer.seed + 1000 * self.rank,
+        import attrs
+
+        spec = self.spec
+        self.init_process_group(spec.backend)
+        self.algorithm = spec.algorithm.build()
+        self.actor = spec.actor.engine.build(spec.actor.spec)
+        self._trainer = _Trainer("actor", self.actor, spec.update)
+        if spec.ref is not None:
+            self.ref = spec.ref.engine.build(spec.ref.spec)
+        # Ranks draw different samples; reruns reproduce.
+        rollout_spec = attrs.evolve(
+            spec.rollout_spec, seed=spec.rollout_spec.seed + 1000 * self.rank
         )
-        self.rollout = rollout_cls(spec, cfg.rollout.options)
+        self.rollout = spec.rollout.build(rollout_spec)
         self._sync_weights()
         log.info("rank %d: actor%s and rollout ready", self.rank, " + ref" if self.ref else "")
 
     def _sync_weights(self) -> None:
+        """Wake the rollout, stream the actor's weights into it, then offload the actor."""
+        actor, rollout, _, _ = self._parts()
+        rollout.wake_up()
         # Every rank iterates: gathering a sharded parameter is collective.
-        actor, rollout, _ = self._parts()
         rollout.update_weights(actor.named_parameters_for_sync())
+        actor.offload()  # the rollout generates next
 
-    def _parts(self) -> tuple[BaseEngine, BaseRollout, BaseAlgorithm]:
-        if self.actor is None or self.rollout is None or self.algorithm is None:
+    def _parts(self) -> tuple[BaseEngine, BaseRollout, BaseAlgorithm, _Trainer]:
+        if (
+            self.actor is None
+            or self.rollout is None
+            or self.algorithm is None
+            or self._trainer is None
+        ):
             msg = "ActorRolloutRefWorker: call init_model() first"
             raise RuntimeError(msg)
-        return self.actor, self.rollout, self.algorithm
+        return self.actor, self.rollout, self.algorithm, self._trainer
 
     # --- checkpoints ----------------------------------------------------------------------
 
+    def _checkpoint_states(self) -> dict[str, Any]:
+        """This role's checkpoint map besides the engine's own files (one place, both ways).
+
+        The reference engine is frozen at ``model.path``: nothing to save. The process RNG is
+        saved here once (the critic, colocated in this process, does not save it again).
+        """
+        from rlcore.checkpoint import capture_rng_state
+
+        _, rollout, _, trainer = self._parts()
+        return {
+            "rng": capture_rng_state(),
+            "actor_optimizer_steps": trainer.steps,
+            "rollout": {k: int(v) for k, v in rollout.state_dict().items()},
+        }
+
+    def _restore_states(self, states: dict[str, Any]) -> None:
+        from rlcore.checkpoint import restore_rng_state
+
+        _, rollout, _, trainer = self._parts()
+        restore_rng_state(states["rng"])
+        trainer.steps = int(states["actor_optimizer_steps"])
+        rollout.load_state_dict({k: int(v) for k, v in dict(states["rollout"]).items()})
+
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, path: str) -> None:
-        """Actor engine state into ``path/actor`` (every rank), plus this rank's RNG state.
+        """Actor engine state and this rank's state map into ``path/actor`` (every rank)."""
+        from rlcore.checkpoint import save_worker_state
 
-        The reference engine is frozen at ``model.path``: nothing to save. The rollout's
-        sampling counter is saved so resumed generation draws the same samples.
-        """
-        actor, rollout, _ = self._parts()
+        actor, _, _, _ = self._parts()
         out = Path(path) / ACTOR_SUBDIR
         actor.save_checkpoint(str(out))
-        _save_worker_state(out, self.rank, _rollout_state(rollout))
+        save_worker_state(out, self.rank, self._checkpoint_states())
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, path: str) -> None:
         """Undo :meth:`save_checkpoint`, then copy the restored weights into the rollout."""
-        actor, rollout, _ = self._parts()
+        from rlcore.checkpoint import load_worker_state
+
+        actor, _, _, _ = self._parts()
         src = Path(path) / ACTOR_SUBDIR
         actor.load_checkpoint(str(src))
-        state = _load_worker_state(src, self.rank)
-        _restore_rollout_state(rollout, state)
+        self._restore_states(load_worker_state(src, self.rank))
         self._sync_weights()
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def export_hf(self, path: str) -> None:
-        """The actor as a Hugging Face model folder (rank 0 writes; collective)."""
-        actor, _, _ = self._parts()
-        actor.export_hf(path)
+    def export_hf(self, path: str) -> str | None:
+        """The actor as a Hugging Face model folder (rank 0 writes; collective).
+
+        Returns None, or the engine's one-line reason when it cannot export (the driver turns
+        it into an error naming ``trainer.export_final``), instead of a remote traceback.
+        """
+        actor, _, _, _ = self._parts()
+        try:
+            actor.export_hf(path)
+        except NotImplementedError as err:
+            return str(err) or f"{type(actor).__name__} does not implement export_hf"
+        return None
 
     # --- generation -----------------------------------------------------------------------
 
-    def sampling(self, validate: bool) -> SamplingParams:
-        """Training sampling (``[rollout]``) or validation sampling (``[rollout.val]``)."""
-        cfg = self.config
-        max_new = cfg.data.max_response_length
-        return cfg.rollout.val.sampling(max_new) if validate else cfg.rollout.sampling(max_new)
-
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
-    def generate_sequences(self, prompts: DataProto) -> DataProto:
-        """``n`` responses per prompt; ``meta_info["validate"]`` selects validation sampling."""
-        _, rollout, _ = self._parts()
+    def generate_sequences(self, prompts: DataProto, sampling: SamplingParams) -> DataProto:
+        """One response per prompt row (the driver repeated each prompt ``n`` times)."""
+        actor, rollout, _, _ = self._parts()
         timing: dict[str, list[float]] = {}
         with _clock(timing, "generate"):
-            out = rollout.generate(prompts, self.sampling(bool(prompts.meta_info.get("validate"))))
+            rollout.wake_up()
+            out = rollout.generate(prompts, sampling)
             rollout.sleep()  # free inference memory for training (no-op on CPU)
+            actor.onload()
         out.meta_info["metrics"] = _summed(timing)
         return out
 
@@ -357,10 +315,10 @@ class ActorRolloutRefWorker(Worker):
         """``old_log_probs`` (B, R) of the responses under the current actor."""
         from rlcore.protocol import DataProto
 
-        actor, _, _ = self._parts()
+        actor, _, _, _ = self._parts()
         timing: dict[str, list[float]] = {}
         with _clock(timing, "actor_forward"):
-            outputs = actor.compute_log_prob(data)
+            outputs = actor.compute_log_prob(data, temperature=self.spec.temperature)
         return DataProto.from_dict(
             tensors={"old_log_probs": _required(outputs.log_probs, "log_probs")},
             meta_info={"metrics": _summed(timing)},
@@ -376,7 +334,7 @@ class ActorRolloutRefWorker(Worker):
             raise RuntimeError(msg)
         timing: dict[str, list[float]] = {}
         with _clock(timing, "ref_forward"):
-            outputs = self.ref.compute_log_prob(data)
+            outputs = self.ref.compute_log_prob(data, temperature=self.spec.temperature)
         return DataProto.from_dict(
             tensors={"ref_log_prob": _required(outputs.log_probs, "log_probs")},
             meta_info={"metrics": _summed(timing)},
@@ -385,31 +343,26 @@ class ActorRolloutRefWorker(Worker):
     # --- update ---------------------------------------------------------------------------
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
-    def update_actor(self, data: DataProto) -> DataProto:
-        """``ppo_epochs`` passes over mini-batches of this rank's rows, then weight sync.
+    def update_actor(self, data: DataProto, step: int) -> DataProto:
+        """``epochs`` passes over this rank's mini-batches, then weight sync; metrics only.
 
-        A mini-batch is ``ppo_mini_batch_size`` prompts × ``n`` samples over all ranks, so
-        ``ppo_mini_batch_size * n // world_size`` rows here. Returns metrics only.
+        ``step``: completed training steps so far (seeds the mini-batch shuffle). ``data`` is
+        laid out by the driver (:func:`rlcore.trainer.layout.mini_batch_layout`).
         """
         from rlcore.protocol import DataProto
 
-        actor, _, algorithm = self._parts()
-        cfg = self.config
+        _, _, algorithm, trainer = self._parts()
         loss_fn = algorithm.policy_loss
-        step = int(data.meta_info.get("global_step", 0))
-        if step + 1 in _nan_test_steps():  # test hook: global_step counts completed steps
+        if step + 1 in _nan_test_steps():  # test hook: step counts completed steps
             loss_fn = _nan_loss(loss_fn)
         metrics: dict[str, list[float]] = {}
         timing: dict[str, list[float]] = {}
-        _train_mini_batches(
-            "actor",
-            actor,
+        trainer.run(
             loss_fn,
             data,
-            cfg,
-            mini_prompts=cfg.actor.ppo_mini_batch_size,
-            epochs=cfg.actor.ppo_epochs,
-            world_size=self.world_size,
+            step=step,
+            temperature=self.spec.temperature,
+            with_entropy=self.spec.with_entropy,
             metrics=metrics,
             timing=timing,
         )
@@ -421,66 +374,53 @@ class ActorRolloutRefWorker(Worker):
 class CriticWorker(Worker):
     """The value model (PPO): ``compute_values`` and ``update_critic``."""
 
-    def __init__(self, config: RunConfig, *, total_steps: int = 1) -> None:
+    def __init__(self, spec: CriticSpec) -> None:
         super().__init__()
-        self.config = config
-        self.total_steps = total_steps
+        self.spec = spec
         self.critic: BaseEngine | None = None
         self.algorithm: BaseAlgorithm | None = None
+        self._trainer: _Trainer | None = None
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
-        cfg = self.config
-        critic = cfg.critic
-        _init_distributed(self, cfg)
-        self.algorithm = build_algorithm(cfg)
-        mini = critic.ppo_mini_batch_size or cfg.data.train_batch_size
-        epochs = critic.ppo_epochs or cfg.actor.ppo_epochs
-        spec = EngineSpec(
-            role="critic",
-            model_path=critic.model_path or cfg.model.path,
-            dtype=cfg.model.dtype,
-            trust_remote_code=cfg.model.trust_remote_code,
-            device=cfg.resources.device,
-            optim=critic.optim,
-            total_steps=schedule_steps(cfg, self.total_steps, mini, epochs),
-            grad_clip=critic.grad_clip,
-            micro_batch_size=critic.micro_batch_size,
-            max_tokens_per_micro_batch=critic.max_tokens_per_micro_batch,
-            gradient_checkpointing=critic.gradient_checkpointing,
-            value_head=True,
-            seed=cfg.trainer.seed,
-        )
-        self.critic = _build_engine(critic.engine or cfg.actor.engine, spec, "[critic.engine]")
+        spec = self.spec
+        self.init_process_group(spec.backend)
+        self.algorithm = spec.algorithm.build()
+        self.critic = spec.critic.engine.build(spec.critic.spec)
+        self._trainer = _Trainer("critic", self.critic, spec.update)
         log.info("rank %d: critic ready", self.rank)
 
-    def _parts(self) -> tuple[BaseEngine, BaseAlgorithm]:
-        if self.critic is None or self.algorithm is None:
+    def _parts(self) -> tuple[BaseEngine, BaseAlgorithm, _Trainer]:
+        if self.critic is None or self.algorithm is None or self._trainer is None:
             msg = "CriticWorker: call init_model() first"
             raise RuntimeError(msg)
-        return self.critic, self.algorithm
+        return self.critic, self.algorithm, self._trainer
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, path: str) -> None:
-        """Critic engine state into ``path/critic`` (every rank)."""
-        critic, _ = self._parts()
+        """Critic engine state and this rank's state map into ``path/critic`` (every rank)."""
+        from rlcore.checkpoint import save_worker_state
+
+        critic, _, trainer = self._parts()
         out = Path(path) / CRITIC_SUBDIR
         critic.save_checkpoint(str(out))
-        _save_worker_state(out, self.rank, {})
+        save_worker_state(out, self.rank, {"critic_optimizer_steps": trainer.steps})
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, path: str) -> None:
-        critic, _ = self._parts()
+        from rlcore.checkpoint import load_worker_state
+
+        critic, _, trainer = self._parts()
         src = Path(path) / CRITIC_SUBDIR
         critic.load_checkpoint(str(src))
-        _load_worker_state(src, self.rank)
+        trainer.steps = int(load_worker_state(src, self.rank)["critic_optimizer_steps"])
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_values(self, data: DataProto) -> DataProto:
         """``values`` (B, R): the critic's estimate before each response token."""
         from rlcore.protocol import DataProto
 
-        critic, _ = self._parts()
+        critic, _, _ = self._parts()
         timing: dict[str, list[float]] = {}
         with _clock(timing, "critic_forward"):
             values = critic.compute_values(data)
@@ -489,23 +429,19 @@ class CriticWorker(Worker):
         )
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
-    def update_critic(self, data: DataProto) -> DataProto:
-        """``ppo_epochs`` passes of the algorithm's value loss over mini-batches; metrics only."""
+    def update_critic(self, data: DataProto, step: int) -> DataProto:
+        """``epochs`` passes of the algorithm's value loss over mini-batches; metrics only."""
         from rlcore.protocol import DataProto
 
-        critic, algorithm = self._parts()
-        cfg = self.config
+        _, algorithm, trainer = self._parts()
         metrics: dict[str, list[float]] = {}
         timing: dict[str, list[float]] = {}
-        _train_mini_batches(
-            "critic",
-            critic,
+        trainer.run(
             algorithm.value_loss,
             data,
-            cfg,
-            mini_prompts=cfg.critic.ppo_mini_batch_size,
-            epochs=cfg.critic.ppo_epochs or cfg.actor.ppo_epochs,
-            world_size=self.world_size,
+            step=step,
+            temperature=1.0,  # values have no temperature
+            with_entropy=False,
             metrics=metrics,
             timing=timing,
         )
@@ -517,9 +453,3 @@ def _required(tensor: torch.Tensor | None, what: str) -> torch.Tensor:
         msg = f"the engine's compute_log_prob returned no {what}"
         raise RuntimeError(msg)
     return tensor
-
-
-def _lr(role: str, engine: BaseEngine) -> dict[str, float]:
-    # ``lr`` is not part of the engine contract; engines that expose it get it logged.
-    value = getattr(engine, "lr", None)
-    return {f"{role}/lr": float(value)} if isinstance(value, int | float) else {}

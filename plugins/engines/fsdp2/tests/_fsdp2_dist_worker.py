@@ -15,9 +15,9 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
 
+from rlcore.engine_utils import split_micro_batches
 from rlcore.interfaces import EngineSpec, OptimConfig
 from rlcore.protocol import DataProto
-from rlcore_fsdp2.batching import split_micro_batches
 from rlcore_fsdp2.engine import FSDP2Engine, _gather_bucket
 
 ROWS, PROMPT, RESPONSE = 8, 10, 6
@@ -75,7 +75,7 @@ def run(model_path: str) -> dict[str, dict[str, object]]:
             losses.append(loss.detach())
             return loss, {"loss": float(loss.detach())}
 
-        engine.forward_backward(share, loss_fn)
+        engine.forward_backward(share, loss_fn, temperature=1.0)
         loss = torch.stack(losses).sum().reshape(1)
         dist.all_reduce(loss)  # the global token-mean loss
         counts = torch.zeros(world, dtype=torch.long)
@@ -90,7 +90,7 @@ def run(model_path: str) -> dict[str, dict[str, object]]:
         grads = {}
         for pname, p in engine.model.named_parameters():
             grads[pname] = (p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad).clone()
-        grad_norm = engine.optimizer_step()
+        grad_norm = engine.optimizer_step(lr=1e-4)
         params = {n: t.clone() for n, t in engine.named_parameters_for_sync()}
         synced_bf16 = dict(engine.named_parameters_for_sync(dtype=torch.bfloat16))
         results[name] = {

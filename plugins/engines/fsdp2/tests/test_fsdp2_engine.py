@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import itertools
 import math
 
+import attrs
 import pytest
 import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
+from rlcore.engine_utils import split_micro_batches
 from rlcore.interfaces import EngineSpec, OptimConfig
 from rlcore.protocol import DataProto
-from rlcore_fsdp2.batching import split_micro_batches, trim_left_padding
-from rlcore_fsdp2.engine import FSDP2Engine, FSDP2Error
-from rlcore_fsdp2.schedule import lr_multiplier
+from rlcore_fsdp2.batching import trim_left_padding
+from rlcore_fsdp2.engine import FSDP2Engine, FSDP2Error, local_device_index
 
 torch.set_num_threads(1)
 
@@ -114,14 +114,16 @@ def test_trim_left_padding_drops_only_all_pad_columns():
     assert torch.equal(i, ids[:, 1:])
 
 
-def test_lr_schedule_warmup_constant_cosine():
-    kw = {"warmup_steps": 2, "total_steps": 6, "min_lr_ratio": 0.1}
-    assert [lr_multiplier(s, schedule="constant", **kw) for s in range(4)] == [0.5, 1.0, 1.0, 1.0]
-    cos = [lr_multiplier(s, schedule="cosine", **kw) for s in range(8)]
-    assert cos[:3] == [0.5, 1.0, 1.0]
-    assert cos[5] == pytest.approx(0.1)
-    assert cos[7] == pytest.approx(0.1)
-    assert all(a >= b for a, b in itertools.pairwise(cos[1:]))
+def test_device_pick_follows_the_worker_base(tiny_path, monkeypatch):
+    """Ray shows a worker one GPU: LOCAL_RANK=1 must pick device 0, not an invalid ordinal."""
+    assert local_device_index(1, 1) == 0  # CUDA_VISIBLE_DEVICES narrowed to one device
+    assert local_device_index(1, 2) == 1  # torchrun: every GPU visible
+    assert local_device_index(3, 2) == 1
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    e = engine(tiny_path, micro_batch_size=4)  # the CPU-safe path builds with this env
+    assert e.device.type == "cpu"
+    assert e.compute_log_prob(make_batch(), temperature=1.0).log_probs.shape == (8, 5)
 
 
 # --- numerics ---------------------------------------------------------------------------
@@ -132,8 +134,7 @@ def test_log_probs_and_entropy_match_plain_transformers(tiny_path):
 
     e = engine(tiny_path, micro_batch_size=3)
     data = make_batch()
-    data.meta_info["temperature"] = 0.7
-    out = e.compute_log_prob(data, with_entropy=True)
+    out = e.compute_log_prob(data, temperature=0.7, with_entropy=True)
     ref = AutoModelForCausalLM.from_pretrained(tiny_path).eval()
     b = data.batch
     with torch.no_grad():
@@ -159,8 +160,8 @@ def test_token_mean_gradient_independent_of_micro_batching(tiny_path):
     e = engine(tiny_path, micro_batch_size=1)
     reference = None
     for mbs in (1, 2, 4, 8):
-        data.meta_info["micro_batch_size"] = mbs
-        e.forward_backward(data, token_mean_loss)
+        e.spec = attrs.evolve(e.spec, micro_batch_size=mbs)
+        e.forward_backward(data, token_mean_loss, temperature=1.0)
         g = grads(e)
         e.optimizer.zero_grad(set_to_none=True)
         if reference is None:
@@ -173,7 +174,7 @@ def test_token_mean_gradient_independent_of_micro_batching(tiny_path):
     dyn = engine(
         tiny_path, micro_batch_size=None, max_tokens_per_micro_batch=int(2 * lengths.max())
     )
-    dyn.forward_backward(make_batch(), token_mean_loss)
+    dyn.forward_backward(make_batch(), token_mean_loss, temperature=1.0)
     g = grads(dyn)
     for name in reference:
         torch.testing.assert_close(g[name], reference[name], atol=1e-6, rtol=1e-5, msg=name)
@@ -183,8 +184,8 @@ def test_optimizer_step_clips_and_skips_non_finite(tiny_path):
     e = engine(tiny_path, micro_batch_size=4, grad_clip=1e-3)
     data = make_batch()
     before = params(e)
-    e.forward_backward(data, token_mean_loss)
-    norm = e.optimizer_step()
+    e.forward_backward(data, token_mean_loss, temperature=1.0)
+    norm = e.optimizer_step(lr=1e-3)
     assert math.isfinite(norm)
     assert norm > 1e-3
     assert e.global_step == 1
@@ -192,9 +193,9 @@ def test_optimizer_step_clips_and_skips_non_finite(tiny_path):
     after = params(e)
     assert any(not torch.equal(before[n], after[n]) for n in before)
 
-    e.forward_backward(data, token_mean_loss)
+    e.forward_backward(data, token_mean_loss, temperature=1.0)
     next(iter(e.model.parameters())).grad.fill_(float("nan"))
-    norm = e.optimizer_step()
+    norm = e.optimizer_step(lr=1e-3)
     assert math.isnan(norm)
     assert e.skipped_steps == 1
     assert e.global_step == 1
@@ -205,9 +206,9 @@ def test_optimizer_step_clips_and_skips_non_finite(tiny_path):
 
 def test_reference_engine_has_no_optimizer(tiny_path):
     ref = FSDP2Engine(EngineSpec(role="ref", model_path=tiny_path), FSDP2Engine.Config())
-    assert ref.compute_log_prob(make_batch()).log_probs.shape == (8, 5)
+    assert ref.compute_log_prob(make_batch(), temperature=1.0).log_probs.shape == (8, 5)
     with pytest.raises(FSDP2Error, match="no optimizer"):
-        ref.forward_backward(make_batch(), token_mean_loss)
+        ref.forward_backward(make_batch(), token_mean_loss, temperature=1.0)
 
 
 def test_critic_value_head_trains(tiny_path):
@@ -229,14 +230,14 @@ def test_critic_value_head_trains(tiny_path):
         loss = ((outputs.values - 1.0) ** 2 * mask).sum() / totals.tokens
         return loss, {"critic/vf_loss": float(loss.detach())}
 
-    first = critic.forward_backward(data, value_loss)["critic/vf_loss"]
-    critic.optimizer_step()
+    first = critic.forward_backward(data, value_loss, temperature=1.0)["critic/vf_loss"]
+    critic.optimizer_step(lr=1e-3)
     for _ in range(3):
-        critic.forward_backward(data, value_loss)
-        critic.optimizer_step()
-    assert critic.forward_backward(data, value_loss)["critic/vf_loss"] < first
+        critic.forward_backward(data, value_loss, temperature=1.0)
+        critic.optimizer_step(lr=1e-3)
+    assert critic.forward_backward(data, value_loss, temperature=1.0)["critic/vf_loss"] < first
     with pytest.raises(FSDP2Error, match="compute_values"):
-        critic.compute_log_prob(data)
+        critic.compute_log_prob(data, temperature=1.0)
 
 
 # --- state ------------------------------------------------------------------------------
@@ -246,19 +247,19 @@ def test_checkpoint_roundtrip_resumes_identically(tiny_path, tmp_path):
     data = make_batch()
     opt = OptimConfig(lr=1e-3, warmup_steps=3)
     e = engine(tiny_path, micro_batch_size=4, optim=opt, total_steps=10)
-    e.forward_backward(data, token_mean_loss)
-    e.optimizer_step()
+    e.forward_backward(data, token_mean_loss, temperature=1.0)
+    e.optimizer_step(lr=1e-3)
     e.save_checkpoint(str(tmp_path / "ckpt"))
-    e.forward_backward(data, token_mean_loss)
-    e.optimizer_step()
-    expected, expected_lr = params(e), e.lr
+    e.forward_backward(data, token_mean_loss, temperature=1.0)
+    e.optimizer_step(lr=2e-3)
+    expected = params(e)
 
     fresh = engine(tiny_path, micro_batch_size=4, optim=opt, total_steps=10)
     fresh.load_checkpoint(str(tmp_path / "ckpt"))
     assert fresh.global_step == 1
-    fresh.forward_backward(data, token_mean_loss)
-    fresh.optimizer_step()
-    assert fresh.lr == pytest.approx(expected_lr)
+    fresh.forward_backward(data, token_mean_loss, temperature=1.0)
+    fresh.optimizer_step(lr=2e-3)
+    assert fresh.lr == pytest.approx(2e-3)
     for n, t in params(fresh).items():
         torch.testing.assert_close(t, expected[n], atol=0, rtol=0, msg=n)
     with pytest.raises(FSDP2Error, match="no engine checkpoint"):
@@ -270,8 +271,8 @@ def test_export_hf_loads_in_transformers(tiny_path, tmp_path):
 
     e = engine(tiny_path, micro_batch_size=8, optim=OptimConfig(lr=1e-2))
     data = make_batch()
-    e.forward_backward(data, token_mean_loss)
-    e.optimizer_step()
+    e.forward_backward(data, token_mean_loss, temperature=1.0)
+    e.optimizer_step(lr=1e-3)
     e.export_hf(str(tmp_path / "hf"))
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "hf")
     assert type(model).__name__ == "Qwen2ForCausalLM"
@@ -288,8 +289,8 @@ def test_gradient_checkpointing_gives_the_same_gradient(tiny_path):
     )
     assert ckpt.model.is_activation_checkpointing
     assert not plain.model.is_activation_checkpointing
-    plain.forward_backward(data, token_mean_loss)
-    ckpt.forward_backward(data, token_mean_loss)
+    plain.forward_backward(data, token_mean_loss, temperature=1.0)
+    ckpt.forward_backward(data, token_mean_loss, temperature=1.0)
     expected = grads(plain)
     for name, g in grads(ckpt).items():
         torch.testing.assert_close(g, expected[name], atol=1e-6, rtol=1e-5, msg=name)
@@ -300,12 +301,15 @@ def test_bf16_mixed_precision_keeps_fp32_masters(tiny_path):
     bf16 = engine(tiny_path, micro_batch_size=8, dtype="bfloat16")
     assert all(p.dtype == torch.float32 for p in bf16.model.parameters())  # master shards
     data = make_batch()
-    lp32, lp16 = fp32.compute_log_prob(data).log_probs, bf16.compute_log_prob(data).log_probs
+    lp32, lp16 = (
+        fp32.compute_log_prob(data, temperature=1.0).log_probs,
+        bf16.compute_log_prob(data, temperature=1.0).log_probs,
+    )
     m = data.batch["response_mask"].bool()
     assert not torch.equal(lp16, lp32)  # bf16 compute really happened
     torch.testing.assert_close(lp16[m], lp32[m], atol=0.05, rtol=0)
-    bf16.forward_backward(data, token_mean_loss)
-    assert math.isfinite(bf16.optimizer_step())
+    bf16.forward_backward(data, token_mean_loss, temperature=1.0)
+    assert math.isfinite(bf16.optimizer_step(lr=1e-3))
 
 
 def test_plugin_module_imports_nothing_heavy():

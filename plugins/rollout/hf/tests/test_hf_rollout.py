@@ -52,9 +52,10 @@ def prompts(tokenizer, texts) -> DataProto:
 GREEDY = SamplingParams(do_sample=False, max_new_tokens=R)
 
 
-def test_layout_of_n_samples(rollout, tokenizer):
+def test_one_response_per_row(rollout, tokenizer):
     batch = prompts(tokenizer, ["Hi", "What is 2+3?", "abc"])
-    out = rollout.generate(batch, SamplingParams(n=3, max_new_tokens=R, temperature=1.0))
+    rows = batch.repeat(3, interleave=True)  # the driver's expansion, n = 3
+    out = rollout.generate(rows, SamplingParams(max_new_tokens=R, temperature=1.0))
     b = out.batch
     p = batch.batch["input_ids"].shape[1]
     assert len(out) == 9
@@ -86,7 +87,8 @@ def test_greedy_is_deterministic_and_padding_invariant(rollout, tokenizer):
 
 def test_seeded_sampling_reproduces(tiny_path, tokenizer):
     batch = prompts(tokenizer, ["Hello", "x"])
-    sampling = SamplingParams(n=2, max_new_tokens=R)
+    batch = batch.repeat(2, interleave=True)
+    sampling = SamplingParams(max_new_tokens=R)
     a, b = (HFRollout(RolloutSpec(model_path=tiny_path, seed=3)) for _ in range(2))
     first_a, first_b = a.generate(batch, sampling), b.generate(batch, sampling)
     torch.testing.assert_close(
@@ -133,9 +135,9 @@ def test_stops_at_eos_and_masks_after_it(tiny_path, tokenizer, tmp_path):
 
 
 def test_rollout_log_probs_are_those_of_the_samples(rollout, tokenizer):
-    batch = prompts(tokenizer, ["ab", "hello"])
+    batch = prompts(tokenizer, ["ab", "hello"]).repeat(2, interleave=True)
     out = rollout.generate(
-        batch, SamplingParams(n=2, max_new_tokens=R, temperature=0.8, return_log_probs=True)
+        batch, SamplingParams(max_new_tokens=R, temperature=0.8, return_log_probs=True)
     )
     b = out.batch
     with torch.no_grad():
@@ -156,6 +158,19 @@ def test_update_weights_rejects_unknown_names_and_shapes(rollout):
         rollout.update_weights([("lm_head.weight", torch.zeros(3, 3))])
 
 
+def test_generate_one_default_matches_generate(rollout, tokenizer):
+    import asyncio
+
+    batch = prompts(tokenizer, ["abc"])
+    full = rollout.generate(batch, GREEDY).batch
+    ids = [int(t) for t in batch.batch["input_ids"][0]]
+    result = asyncio.run(rollout.generate_one(ids, GREEDY))
+    length = int(full["response_mask"][0].sum())
+    assert result.token_ids == full["responses"][0, :length].tolist()
+    assert result.finish_reason == ("length" if length == R else "stop")
+    assert result.log_probs is None
+
+
 def test_plugin_module_imports_nothing_heavy():
     import subprocess
     import sys
@@ -173,7 +188,8 @@ def test_max_batch_size_splits_generate_calls_without_changing_results(tiny_path
     batch = prompts(tokenizer, ["one", "two two", "three three three"])
     whole = HFRollout(RolloutSpec(model_path=tiny_path))
     split = HFRollout(RolloutSpec(model_path=tiny_path), HFRollout.Config(max_batch_size=1))
-    sampling = SamplingParams(n=2, do_sample=False, max_new_tokens=R)
+    batch = batch.repeat(2, interleave=True)
+    sampling = SamplingParams(do_sample=False, max_new_tokens=R)
     a, b = whole.generate(batch, sampling).batch, split.generate(batch, sampling).batch
     for key in ("responses", "response_mask", "input_ids", "position_ids"):
         torch.testing.assert_close(a[key], b[key], rtol=0, atol=0, msg=key)

@@ -43,9 +43,9 @@ def test_rollout_matches_actor_after_weight_sync(tmp_path, tied):
             "attention_mask": mask,
             "position_ids": (mask.cumsum(-1) - 1).clamp(min=0),
         }
-    )
+    ).repeat(2, interleave=True)
     temperature = 0.9
-    gen = rollout.generate(prompts, SamplingParams(n=2, max_new_tokens=6, temperature=temperature))
+    gen = rollout.generate(prompts, SamplingParams(max_new_tokens=6, temperature=temperature))
     batch = gen.union(DataProto.from_dict(tensors={"advantages": torch.randn(6, 6)}))
 
     # --- one actor step moves the weights away from the rollout's
@@ -54,8 +54,8 @@ def test_rollout_matches_actor_after_weight_sync(tmp_path, tied):
         loss = -(outputs.log_probs * mb.batch["advantages"] * m).sum() / totals.tokens
         return loss, {}
 
-    actor.forward_backward(batch, loss_fn)
-    actor.optimizer_step()
+    actor.forward_backward(batch, loss_fn, temperature=temperature)
+    actor.optimizer_step(lr=1e-2)
 
     def rollout_logits():
         b = batch.batch
@@ -68,7 +68,7 @@ def test_rollout_matches_actor_after_weight_sync(tmp_path, tied):
 
     def actor_logits():
         b = batch.batch
-        actor.eval_mode()
+        actor.model.eval()
         with torch.no_grad():
             return actor.model(
                 input_ids=b["input_ids"],
@@ -92,8 +92,8 @@ def test_rollout_matches_actor_after_weight_sync(tmp_path, tied):
     # Rollout log-probs of new samples equal the actor's recomputation (old_log_probs).
     gen = rollout.generate(
         prompts,
-        SamplingParams(n=2, max_new_tokens=6, temperature=temperature, return_log_probs=True),
+        SamplingParams(max_new_tokens=6, temperature=temperature, return_log_probs=True),
     )
-    gen.meta_info["temperature"] = temperature
-    old = actor.compute_log_prob(gen).log_probs * gen.batch["response_mask"]
+    old = actor.compute_log_prob(gen, temperature=temperature).log_probs
+    old = old * gen.batch["response_mask"]
     torch.testing.assert_close(gen.batch["rollout_log_probs"], old, atol=1e-4, rtol=0)

@@ -13,13 +13,16 @@ class FakeEngine(BaseEngine):
         reshard_after_forward: bool = True
         shards: int = attrs.field(default=1, validator=attrs.validators.ge(1))
 
-    def forward_backward(self, batch, loss_fn):
+    def forward_backward(self, batch, loss_fn, *, temperature, with_entropy=False):
         raise NotImplementedError
 
-    def optimizer_step(self):
+    def optimizer_step(self, *, lr):
         raise NotImplementedError
 
-    def compute_log_prob(self, batch, *, with_entropy=False):
+    def compute_log_prob(self, batch, *, temperature, with_entropy=False):
+        raise NotImplementedError
+
+    def export_hf(self, path):
         raise NotImplementedError
 
     def named_parameters_for_sync(self):

@@ -43,15 +43,23 @@ def check_subclass(cls: Any, base: type) -> None:
 def check_config(cls: type, config: Any, section: str) -> Any:
     """Check ``cls.Config`` against the config rules; return ``config`` or its defaults.
 
-    Rules: an attrs class, frozen and keyword-only (``@attrs.frozen(kw_only=True)`` re-applied
-    on the subclass); ``{}`` structures through rlcore's converter into a valid instance (every
-    field has a default that passes its validator); an unknown key is refused; instances
-    pickle (they cross Ray and process pools).
+    Rules: an attrs class decorated itself (not only inheriting), frozen and keyword-only
+    (``@attrs.frozen(kw_only=True)`` re-applied on the subclass); ``{}`` structures through
+    rlcore's converter into a valid instance (every field has a default that passes its
+    validator); an unknown key is refused; instances pickle (they cross Ray and process pools).
     """
     what = name_of(cls)
     config_cls = getattr(cls, "Config", None)
     if not (isinstance(config_cls, type) and attrs.has(config_cls)):
         fail(what, "Config must be an attrs class (@attrs.frozen(kw_only=True))", repr(config_cls))
+    if "__attrs_attrs__" not in vars(config_cls):
+        own = sorted(vars(config_cls).get("__annotations__", {}))
+        fail(
+            what,
+            "Config must be decorated with @attrs.frozen(kw_only=True) (a plain subclass of an "
+            "attrs class silently drops its own fields)",
+            f"{config_cls.__qualname__} is not decorated; fields {own} would be ignored",
+        )
     positional = [f.name for f in attrs.fields(config_cls) if not f.kw_only]
     if positional:
         fail(

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import tempfile
 from typing import Any
+
+import attrs
 
 from rlcore.interfaces import BaseEngine, BatchTotals, EngineSpec, ModelOutputs, OptimConfig
 from rlcore.protocol import DataProto
@@ -54,8 +57,8 @@ def _loss(
     return loss, {"conformance/loss": float(loss.detach())}
 
 
-def _hf_log_probs(model: Any, batch: DataProto) -> Any:
-    """Reference log-probs of ``responses`` under a plain transformers model: (B, R)."""
+def _hf_log_probs(model: Any, batch: DataProto, temperature: float = 1.0) -> Any:
+    """Reference log-probs of ``responses`` under softmax(logits / T) of a transformers model."""
     import torch
 
     b = batch.batch
@@ -70,7 +73,37 @@ def _hf_log_probs(model: Any, batch: DataProto) -> Any:
             .logits[:, -(r + 1) : -1]
             .float()
         )
+    logits = logits / temperature
     return torch.log_softmax(logits, -1).gather(-1, b["responses"].unsqueeze(-1)).squeeze(-1)
+
+
+class _Recorder:
+    """A loss that records what the engine hands it (totals, rows, log-probs)."""
+
+    def __init__(self, *, nan: bool = False) -> None:
+        self.totals: list[BatchTotals] = []
+        self.rows: list[int] = []
+        self.log_probs: list[Any] = []
+        self.nan = nan
+
+    def __call__(
+        self, outputs: ModelOutputs, mb: DataProto, totals: BatchTotals
+    ) -> tuple[Any, dict[str, float]]:
+        self.totals.append(totals)
+        self.rows.append(len(mb))
+        if outputs.log_probs is not None:
+            self.log_probs.append(outputs.log_probs.detach().cpu().float())
+        loss, metrics = _loss(outputs, mb, totals)
+        return (loss * float("nan") if self.nan else loss), metrics
+
+
+def _expected_totals(batch: DataProto) -> BatchTotals:
+    per_row = batch.batch["response_mask"].sum(-1)
+    return BatchTotals(
+        tokens=int(per_row.sum()),
+        sequences=int((per_row > 0).sum()),
+        max_response_length=int(batch.batch["response_mask"].shape[1]),
+    )
 
 
 def check_engine(
@@ -82,15 +115,25 @@ def check_engine(
 ) -> None:
     """Check an engine class against :class:`~rlcore.interfaces.BaseEngine` in one process.
 
-    Builds an actor (float32, AdamW lr 1e-2, micro-batches of 2 rows) from ``model_path`` (a
-    tiny HF causal LM, e.g. :func:`rlcore.testing.tiny_model.build_tiny_model`) inside a
-    1-rank gloo group (created, and destroyed afterwards, when none is initialised), then:
-    ``compute_log_prob`` gives finite (B, R) log-probs (<= 0) equal to transformers' within
-    ``atol``; ``forward_backward`` + ``optimizer_step`` return float metrics and a finite grad
-    norm and change the parameters; ``named_parameters_for_sync`` yields every parameter under
-    its HF name, and ``AutoModelForCausalLM.from_pretrained(model_path)`` loaded with them
-    gives the engine's log-probs; ``save_checkpoint``/``load_checkpoint`` restores log-probs
-    exactly after a further step.
+    Builds an actor (float32, AdamW, micro-batches of 2 rows) from ``model_path`` (a tiny HF
+    causal LM, e.g. :func:`rlcore.testing.tiny_model.build_tiny_model`) inside a 1-rank gloo
+    group (created, and destroyed afterwards, when none is initialised). Each rule fails with
+    its own message:
+
+    - every abstract method is implemented (``export_hf`` included); ``Config`` is attrs;
+    - ``compute_log_prob`` gives finite (B, R) log-probs equal to transformers' within
+      ``atol`` at ``temperature`` 1 and 0.7 (softmax(logits / T)), entropy >= 0;
+    - a ``ref`` engine (no optimizer) gives the same log-probs;
+    - ``forward_backward`` hands ``loss_fn`` the :class:`BatchTotals` of the whole
+      mini-batch, micro-batches of at most ``micro_batch_size`` rows covering every row, and
+      log-probs at the given temperature; the grad norm does not depend on the micro-batch
+      size (normalisation by the totals, not per micro-batch);
+    - ``optimizer_step(lr=...)`` applies exactly that ``lr``: ``lr = 0`` changes nothing, the
+      first real AdamW step moves parameters by about ``lr``; a NaN loss skips the update and
+      returns a non-finite grad norm;
+    - ``named_parameters_for_sync`` yields every parameter under its HF name and reproduces
+      the engine in ``AutoModelForCausalLM``; ``export_hf`` writes a folder transformers loads
+      with the current weights; ``save_checkpoint``/``load_checkpoint`` restore exactly.
     """
     import torch
     import torch.distributed as dist
@@ -99,23 +142,32 @@ def check_engine(
     check_subclass(cls, BaseEngine)
     what = name_of(cls)
     config = check_config(cls, config, "actor.engine")
+    missing = sorted(getattr(cls, "__abstractmethods__", ()))
+    if missing:
+        fail(
+            what,
+            "must implement every abstract method of rlcore.interfaces.BaseEngine "
+            "(export_hf included: raise NotImplementedError with a reason if it cannot)",
+            f"missing {missing}",
+        )
     created = False
     if not dist.is_initialized():
         store = dist.HashStore()  # type: ignore[attr-defined]
         dist.init_process_group("gloo", store=store, rank=0, world_size=1)
         created = True
     try:
+        lr = 1e-2
         spec = EngineSpec(
-            role="actor", model_path=model_path, optim=OptimConfig(lr=1e-2), micro_batch_size=2
+            role="actor", model_path=model_path, optim=OptimConfig(lr=lr), micro_batch_size=2
         )
         engine = cls(spec, config)
         reference = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
         batch = random_engine_batch(int(reference.config.vocab_size))
         shape = tuple(batch.batch["responses"].shape)
+        valid = batch.batch["response_mask"].bool()
 
-        def log_probs(rule: str) -> torch.Tensor:
-            engine.eval_mode()
-            out = engine.compute_log_prob(batch)
+        def log_probs(rule: str, on: BaseEngine = engine, temperature: float = 1.0) -> Any:
+            out = on.compute_log_prob(batch, temperature=temperature)
             lp = out.log_probs if isinstance(out, ModelOutputs) else None
             if lp is None or tuple(lp.shape) != shape:
                 fail(what, rule, f"expected ModelOutputs.log_probs of shape {shape}, got {out!r}")
@@ -123,25 +175,40 @@ def check_engine(
                 fail(what, rule, "log-probs must be finite and <= 0")
             return lp.detach().cpu().float()
 
+        def close(a: Any, b: Any) -> float:
+            return float((a[valid] - b[valid]).abs().max())
+
         rule = "compute_log_prob must return (B, R) log-probs of responses"
         before = log_probs(rule)
-        expected = _hf_log_probs(reference, batch)
-        if not torch.allclose(before, expected, atol=atol, rtol=0):
-            diff = float((before - expected).abs().max())
+        diff = close(before, _hf_log_probs(reference, batch))
+        if diff > atol:
             fail(
                 what,
                 "compute_log_prob must equal transformers' log-probs of the same model "
                 "(left padding, position_ids, responses aligned)",
                 f"max difference {diff:.3g} > atol={atol:g}",
             )
-        with_entropy = engine.compute_log_prob(batch, with_entropy=True)
-        ent = with_entropy.entropy
+        warm = log_probs(rule, temperature=0.7)
+        diff = close(warm, _hf_log_probs(reference, batch, 0.7))
+        if diff > atol:
+            fail(
+                what,
+                "compute_log_prob(temperature=T) must score softmax(logits / T), the "
+                "distribution the rollout sampled (temperature must not be ignored)",
+                f"at T=0.7 max difference {diff:.3g} > atol={atol:g}",
+            )
+        ent = engine.compute_log_prob(batch, temperature=1.0, with_entropy=True).entropy
         if ent is None or tuple(ent.shape) != shape or not bool((ent >= -1e-6).all()):
             fail(
                 what,
                 "compute_log_prob(with_entropy=True) must return (B, R) entropy >= 0",
                 repr(ent),
             )
+        ref = cls(EngineSpec(role="ref", model_path=model_path, micro_batch_size=2), config)
+        diff = close(log_probs("a ref engine's compute_log_prob", on=ref), before)
+        if diff > atol:
+            fail(what, "a ref engine (optim=None) must give the model's log-probs", f"{diff:.3g}")
+        del ref
 
         def params() -> dict[str, torch.Tensor]:
             return {
@@ -157,40 +224,108 @@ def check_engine(
                 "named_parameters_for_sync must use Hugging Face parameter names",
                 f"not in AutoModelForCausalLM's state_dict: {unknown[:5]}",
             )
-        missing = sorted(n for n, _ in reference.named_parameters() if n not in initial)
-        if missing:
+        absent = sorted(n for n, _ in reference.named_parameters() if n not in initial)
+        if absent:
             fail(
                 what,
                 "named_parameters_for_sync must yield every parameter",
-                f"missing {missing[:5]}",
+                f"missing {absent[:5]}",
             )
 
-        rule = "forward_backward + optimizer_step must train the model"
-        engine.train_mode()
-        metrics = engine.forward_backward(batch, _loss)
+        # --- normalisation, temperature and lr in a training pass ---------------------------
+        recorder = _Recorder()
+        metrics = engine.forward_backward(batch, recorder, temperature=0.7)
         if not isinstance(metrics, dict) or not all(
             isinstance(v, float | int) for v in metrics.values()
         ):
             fail(
-                what, rule, f"forward_backward must return a dict of float metrics, got {metrics!r}"
+                what,
+                "forward_backward must return a dict of float metrics",
+                f"got {metrics!r}",
             )
-        grad_norm = engine.optimizer_step()
-        if not isinstance(grad_norm, float | int) or not torch.isfinite(
-            torch.tensor(float(grad_norm))
-        ):
+        expected = _expected_totals(batch)
+        wrong = [t for t in recorder.totals if t != expected]
+        if wrong:
+            fail(
+                what,
+                "forward_backward must pass loss_fn the BatchTotals of the whole mini-batch "
+                "(rlcore.engine_utils.batch_totals), not per-micro-batch counts",
+                f"expected {expected}, got {wrong[0]}",
+            )
+        if sum(recorder.rows) != len(batch) or max(recorder.rows) > 2:
+            fail(
+                what,
+                "forward_backward must split the batch into micro-batches of at most "
+                "spec.micro_batch_size rows covering every row",
+                f"micro-batch rows {recorder.rows} for {len(batch)} rows, micro_batch_size=2",
+            )
+        seen = torch.cat(recorder.log_probs)
+        diff = close(seen, warm)
+        if diff > atol:
+            fail(
+                what,
+                "forward_backward(temperature=T) must give loss_fn log-probs of "
+                "softmax(logits / T) (temperature must not be ignored)",
+                f"at T=0.7 max difference {diff:.3g} from compute_log_prob",
+            )
+        split_norm = engine.optimizer_step(lr=0.0)
+        moved = [n for n, t in params().items() if not torch.equal(t, initial[n])]
+        if moved:
+            fail(
+                what,
+                "optimizer_step(lr=...) must apply exactly the lr it is given (the core's "
+                "schedule, rlcore.engine_utils.learning_rate), not its own",
+                f"lr=0 changed {moved[:3]}",
+            )
+        whole = cls(attrs.evolve(spec, micro_batch_size=len(batch)), config)
+        whole.forward_backward(batch, _loss, temperature=0.7)
+        whole_norm = whole.optimizer_step(lr=0.0)
+        del whole
+        if not math.isclose(float(split_norm), float(whole_norm), rel_tol=1e-3, abs_tol=1e-6):
+            fail(
+                what,
+                "the gradient of a mini-batch must not depend on its micro-batch split "
+                "(divide by the BatchTotals given, sum the micro-batch gradients)",
+                f"grad norm {split_norm:.6g} with micro-batches of 2, {whole_norm:.6g} whole",
+            )
+
+        rule = "forward_backward + optimizer_step must train the model"
+        engine.forward_backward(batch, _loss, temperature=1.0)
+        grad_norm = engine.optimizer_step(lr=lr)
+        if not isinstance(grad_norm, float | int) or not math.isfinite(float(grad_norm)):
             fail(what, rule, f"optimizer_step must return a finite grad norm, got {grad_norm!r}")
         if float(grad_norm) <= 0.0:
             fail(what, rule, f"grad norm is {grad_norm}: no gradient reached the parameters")
         trained = params()
-        if all(torch.equal(trained[n], initial[n]) for n in initial):
+        step = max(float((trained[n] - initial[n]).abs().max()) for n in initial)
+        if step == 0.0:
             fail(what, rule, "no parameter changed after an optimizer step")
+        if not 0.5 * lr <= step <= 1.05 * lr:
+            fail(
+                what,
+                "optimizer_step(lr=...) must apply exactly the lr it is given (the core's "
+                "schedule, rlcore.engine_utils.learning_rate), not its own",
+                f"an AdamW step at lr={lr:g} moved parameters by up to {step:.3g}",
+            )
         after = log_probs("compute_log_prob after a step")
+
+        # --- a non-finite loss skips the update ------------------------------------------
+        engine.forward_backward(batch, _Recorder(nan=True), temperature=1.0)
+        nan_norm = engine.optimizer_step(lr=lr)
+        if math.isfinite(float(nan_norm)) or not all(
+            torch.equal(t, trained[n]) for n, t in params().items()
+        ):
+            fail(
+                what,
+                "a non-finite loss must skip the update and return the non-finite grad norm "
+                "(rlcore.engine_utils.clip_and_step)",
+                f"grad norm {nan_norm!r}",
+            )
 
         # The synced weights, loaded into a plain transformers model, give the engine's outputs.
         reference.load_state_dict(trained, strict=False)
-        synced = _hf_log_probs(reference, batch)
-        if not torch.allclose(after, synced, atol=atol, rtol=0):
-            diff = float((after - synced).abs().max())
+        diff = close(after, _hf_log_probs(reference, batch))
+        if diff > atol:
             fail(
                 what,
                 "weights from named_parameters_for_sync loaded into "
@@ -199,14 +334,14 @@ def check_engine(
             )
 
         with tempfile.TemporaryDirectory(prefix="rlcore-conformance-") as tmp:
-            engine.save_checkpoint(tmp)
-            engine.train_mode()
-            engine.forward_backward(batch, _loss)
-            engine.optimizer_step()
-            moved = log_probs("compute_log_prob after a second step")
-            engine.load_checkpoint(tmp)
+            _check_export(what, engine, f"{tmp}/hf", batch, after, close, atol)
+            engine.save_checkpoint(f"{tmp}/ckpt")
+            engine.forward_backward(batch, _loss, temperature=1.0)
+            engine.optimizer_step(lr=lr)
+            moved_lp = log_probs("compute_log_prob after a second step")
+            engine.load_checkpoint(f"{tmp}/ckpt")
             restored = log_probs("compute_log_prob after load_checkpoint")
-        if torch.equal(moved, after):
+        if torch.equal(moved_lp, after):
             fail(what, "a second optimizer step must change the model", "log-probs unchanged")
         if not torch.equal(restored, after):
             diff = float((restored - after).abs().max())
@@ -218,3 +353,32 @@ def check_engine(
     finally:
         if created and dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _check_export(
+    what: str,
+    engine: BaseEngine,
+    path: str,
+    batch: DataProto,
+    current: Any,
+    close: Any,
+    atol: float,
+) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    rule = (
+        "export_hf must write a Hugging Face folder that AutoModelForCausalLM loads, with "
+        "the engine's current weights"
+    )
+    try:
+        engine.export_hf(path)
+    except NotImplementedError as err:
+        fail(what, rule, f"export_hf raised NotImplementedError: {err}")
+    try:
+        exported = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    except (OSError, ValueError) as err:
+        fail(what, rule, f"from_pretrained failed: {err}")
+    diff = close(_hf_log_probs(exported, batch), current)
+    if diff > atol:
+        fail(what, rule, f"log-probs of the exported model differ by {diff:.3g} > atol={atol:g}")

@@ -45,9 +45,10 @@ def _eos_ids(model_path: str) -> set[int]:
 
 
 def _check_layout(what: str, out: Any, prompts: DataProto, n: int, eos: set[int]) -> None:
+    """``prompts`` are the unique prompts; ``generate`` got each repeated ``n`` times."""
     import torch
 
-    rule = "generate must return B*n rows, prompt i's samples at rows i*n..i*n+n-1"
+    rule = "generate must return exactly one response per input row, in input order"
     if not isinstance(out, DataProto):
         fail(what, rule, f"returned {type(out).__name__}, not a DataProto")
     b = out.batch
@@ -108,7 +109,8 @@ def check_rollout(
     """Check a rollout class against :class:`~rlcore.interfaces.BaseRollout`.
 
     Builds it from ``model_path`` (a tiny HF causal LM with a tokenizer) with
-    ``max_new_tokens = 8`` and checks: the layout of ``n`` samples (B*n rows, interleaved),
+    ``max_new_tokens = 8`` and checks: one response per input row, in order (prompts repeated
+    as the driver repeats them),
     shapes, ``response_mask`` (ones up to and including EOS), ``input_ids``/``attention_mask``/
     ``position_ids`` built from prompt and response, ``rollout_log_probs`` when asked; greedy
     generation is deterministic and identical across the ``n`` samples; sampled ``n`` samples
@@ -129,25 +131,30 @@ def check_rollout(
     prompts = _prompts(model_path)
     eos = _eos_ids(model_path)
 
-    sample = SamplingParams(n=3, temperature=1.0, max_new_tokens=_R, return_log_probs=True)
+    sample = SamplingParams(temperature=1.0, max_new_tokens=_R, return_log_probs=True)
     state = rollout.state_dict()
-    first = rollout.generate(prompts, sample)
+    rows3 = prompts.repeat(3, interleave=True)  # the driver's expansion: n = 3
+    first = rollout.generate(rows3, sample)
     _check_layout(what, first, prompts, 3, eos)
     lp = first.batch.get("rollout_log_probs")
     mask = first.batch["response_mask"].cpu().bool()
     if lp is None or tuple(lp.shape) != tuple(mask.shape):
-        fail(what, "return_log_probs=True must add rollout_log_probs (B*n, R)", repr(lp))
+        fail(what, "return_log_probs=True must add rollout_log_probs (B, R)", repr(lp))
     lp = lp.cpu()
     if not bool(torch.isfinite(lp[mask]).all()) or bool((lp[mask] > 1e-5).any()):
         fail(what, "rollout_log_probs must be finite and <= 0 on response tokens", "they are not")
     groups = first.batch["responses"].cpu().view(len(prompts), 3, _R)
     if all(bool((g == g[0]).all()) for g in groups):
-        fail(what, "n sampled responses of a prompt must be drawn independently", "all identical")
+        fail(
+            what,
+            "rows with the same prompt must be sampled independently",
+            "all identical",
+        )
 
     if not isinstance(state, dict):
         fail(what, "state_dict must return a dict", repr(state))
     rollout.load_state_dict(state)
-    again = rollout.generate(prompts, sample)
+    again = rollout.generate(rows3, sample)
     if not torch.equal(again.batch["responses"], first.batch["responses"]):
         fail(
             what,
@@ -155,22 +162,23 @@ def check_rollout(
             "responses differ",
         )
 
-    greedy = SamplingParams(n=2, do_sample=False, max_new_tokens=_R)
-    g1 = rollout.generate(prompts, greedy)
+    greedy = SamplingParams(do_sample=False, max_new_tokens=_R)
+    rows2 = prompts.repeat(2, interleave=True)
+    g1 = rollout.generate(rows2, greedy)
     _check_layout(what, g1, prompts, 2, eos)
-    g2 = rollout.generate(prompts, greedy)
+    g2 = rollout.generate(rows2, greedy)
     responses = g1.batch["responses"].cpu()
     if not torch.equal(responses, g2.batch["responses"].cpu()):
         fail(what, "greedy generation must be deterministic", "two calls differ")
     if not torch.equal(responses[0::2], responses[1::2]):
-        fail(what, "greedy samples of one prompt must be identical", "they differ")
+        fail(what, "greedy responses to the same prompt must be identical", "they differ")
 
     original = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed + 12345)
         other = AutoModelForCausalLM.from_config(original.config).float()
     rollout.update_weights(iter(other.state_dict().items()))
-    changed = rollout.generate(prompts, greedy).batch["responses"].cpu()
+    changed = rollout.generate(rows2, greedy).batch["responses"].cpu()
     if torch.equal(changed, responses):
         fail(
             what,
@@ -178,7 +186,7 @@ def check_rollout(
             "greedy outputs unchanged",
         )
     rollout.update_weights(iter(original.state_dict().items()))
-    back = rollout.generate(prompts, greedy).batch["responses"].cpu()
+    back = rollout.generate(rows2, greedy).batch["responses"].cpu()
     if not torch.equal(back, responses):
         fail(
             what,

@@ -5,10 +5,11 @@ are wrapped with ``fully_shard`` over a device mesh of all ranks of the default 
 (a 2-D replicate x shard mesh when ``fsdp_size`` is smaller than the world: HSDP).
 
 Loss normalisation (see :class:`rlcore.interfaces.BatchTotals`): the engine computes the
-mini-batch totals across micro-batches and ranks, the loss function divides by them, and the
-engine backpropagates ``loss * dp_size`` because FSDP averages gradients over ranks. The sum of
-the micro-batch gradients is then exactly the gradient of the global loss, however the
-mini-batch was split.
+mini-batch totals across micro-batches and ranks (:func:`rlcore.engine_utils.batch_totals`),
+the loss function divides by them, and the engine backpropagates ``loss * dp_size`` because
+FSDP averages gradients over ranks. The sum of the micro-batch gradients is then exactly the
+gradient of the global loss, however the mini-batch was split. Micro-batching, the LR (passed
+in by the worker) and the non-finite skip come from :mod:`rlcore.engine_utils` too.
 """
 
 from __future__ import annotations
@@ -35,12 +36,17 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
+from rlcore.engine_utils import (
+    batch_totals,
+    clip_and_step,
+    micro_batch_count,
+    split_micro_batches,
+)
 from rlcore.errors import ConfigError, RlcoreError
-from rlcore.interfaces import BaseEngine, BatchTotals, EngineSpec, LossFn, ModelOutputs
+from rlcore.interfaces import BaseEngine, EngineSpec, LossFn, ModelOutputs
 from rlcore.protocol import DataProto
-from rlcore_fsdp2.batching import split_micro_batches, trim_left_padding
+from rlcore_fsdp2.batching import trim_left_padding
 from rlcore_fsdp2.logprob import entropy_from_logits, log_probs_from_logits, response_logits
-from rlcore_fsdp2.schedule import lr_multiplier
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +73,9 @@ class FSDP2Error(RlcoreError):
 class FSDP2Engine(BaseEngine):
     """A :class:`~rlcore.interfaces.BaseEngine` on torch FSDP2 (``fully_shard``).
 
-    Extra public surface beyond the contract: ``lr`` (current learning rate), ``global_step``
-    (optimizer steps taken), ``skipped_steps`` (steps skipped for a non-finite grad norm),
-    ``dp_rank``/``dp_size``, ``model`` (the sharded module) and ``device``.
+    Extra public surface beyond the contract: ``lr`` (the learning rate of the last step),
+    ``global_step`` (optimizer steps taken), ``skipped_steps`` (steps skipped for a non-finite
+    grad norm), ``dp_rank``/``dp_size``, ``model`` (the sharded module) and ``device``.
     """
 
     @attrs.frozen(kw_only=True)
@@ -109,7 +115,7 @@ class FSDP2Engine(BaseEngine):
         self.model = self._load_model()
         self._shard(self.model)
         self.optimizer: torch.optim.Optimizer | None = None
-        self.scheduler: torch.optim.lr_scheduler.LambdaLR | None = None
+        self.lr = 0.0  # the learning rate of the last optimizer step (0 before any)
         if spec.optim is not None and spec.role != "ref":
             self._build_optimizer()
         self._offloaded = False
@@ -201,33 +207,11 @@ class FSDP2Engine(BaseEngine):
             weight_decay=optim.weight_decay,
         )
 
-        def multiplier(step: int) -> float:
-            return lr_multiplier(
-                step,
-                warmup_steps=optim.warmup_steps,
-                total_steps=self.spec.total_steps,
-                schedule=optim.schedule,
-                min_lr_ratio=optim.min_lr_ratio,
-            )
-
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, multiplier)
-
-    # --- modes ----------------------------------------------------------------------------
-
-    def train_mode(self) -> None:
-        self.model.train()
-
-    def eval_mode(self) -> None:
-        self.model.eval()
-
-    @property
-    def lr(self) -> float:
-        """The learning rate the next optimizer step uses (0 for a reference engine)."""
-        return float(self.scheduler.get_last_lr()[0]) if self.scheduler is not None else 0.0
-
     # --- forward passes -------------------------------------------------------------------
 
-    def _forward(self, mb: DataProto, *, with_entropy: bool, entropy_grad: bool) -> ModelOutputs:
+    def _forward(
+        self, mb: DataProto, *, temperature: float, with_entropy: bool, entropy_grad: bool
+    ) -> ModelOutputs:
         """One micro-batch forward; (b, R) outputs on ``self.device``."""
         ids, mask, pos = trim_left_padding(
             mb.batch["input_ids"], mb.batch["attention_mask"], mb.batch["position_ids"]
@@ -249,8 +233,7 @@ class FSDP2Engine(BaseEngine):
             logits_to_keep=r + 1,
         )
         logits = response_logits(out.logits, r)  # (b, R, V)
-        temperature = float(mb.meta_info.get("temperature", 1.0))
-        if temperature != 1.0:
+        if temperature not in (0.0, 1.0):  # 0: greedy sampling scores the unscaled logits
             # Sampling used logits / T; log-probs of the same distribution need the same scaling.
             logits = logits / temperature
         outputs = ModelOutputs(log_probs=log_probs_from_logits(logits, responses))
@@ -269,26 +252,19 @@ class FSDP2Engine(BaseEngine):
             raise FSDP2Error(msg)
         mbs = split_micro_batches(
             batch,
-            micro_batch_size=batch.meta_info.get("micro_batch_size", self.spec.micro_batch_size),
+            micro_batch_size=self.spec.micro_batch_size,
             max_tokens=self.spec.max_tokens_per_micro_batch,
         )
-        count = torch.tensor([len(mbs)], device=self.device)
-        dist.all_reduce(count, op=dist.ReduceOp.MAX)
-        return mbs, int(count.item())
+        return mbs, micro_batch_count(len(mbs), self.device)
 
-    def _totals(self, batch: DataProto) -> BatchTotals:
-        mask = batch.batch["response_mask"]
-        sums = torch.tensor(
-            [int(mask.sum().item()), len(batch)], dtype=torch.int64, device=self.device
-        )
-        dist.all_reduce(sums)
-        longest = torch.tensor([mask.shape[1]], dtype=torch.int64, device=self.device)
-        dist.all_reduce(longest, op=dist.ReduceOp.MAX)
-        return BatchTotals(
-            tokens=int(sums[0]), sequences=int(sums[1]), max_response_length=int(longest[0])
-        )
-
-    def forward_backward(self, batch: DataProto, loss_fn: LossFn) -> dict[str, float]:
+    def forward_backward(
+        self,
+        batch: DataProto,
+        loss_fn: LossFn,
+        *,
+        temperature: float,
+        with_entropy: bool = False,
+    ) -> dict[str, float]:
         """Accumulate gradients of ``loss_fn`` over this rank's share of a mini-batch.
 
         Metrics are averaged over micro-batches weighted by their valid response tokens.
@@ -300,15 +276,16 @@ class FSDP2Engine(BaseEngine):
             raise FSDP2Error(msg)
         self.onload()
         self.model.train()
-        totals = self._totals(batch)
+        totals = batch_totals(batch, self.device)
         mbs, count = self._micro_batches(batch)
-        with_entropy = bool(batch.meta_info.get("calculate_entropy", False))
         sums: dict[str, float] = {}
         weight_total = 0.0
         for i in range(count):
             real = i < len(mbs)
             mb = _to_device(mbs[i] if real else batch.slice(0, 1), self.device)
-            outputs = self._forward(mb, with_entropy=True, entropy_grad=with_entropy)
+            outputs = self._forward(
+                mb, temperature=temperature, with_entropy=True, entropy_grad=with_entropy
+            )
             if real:
                 loss, metrics = loss_fn(outputs, mb, totals)
                 weight = float(mb.batch["response_mask"].sum().item()) or 1e-9
@@ -323,15 +300,13 @@ class FSDP2Engine(BaseEngine):
             (loss * self.dp_size).backward()
         return {key: value / weight_total for key, value in sums.items()}
 
-    def optimizer_step(self) -> float:
-        if self.optimizer is None or self.scheduler is None:
+    def optimizer_step(self, *, lr: float) -> float:
+        if self.optimizer is None:
             msg = f"[{self.spec.role}] engine has no optimizer (role 'ref' or optim unset)"
             raise FSDP2Error(msg)
-        max_norm = self.spec.grad_clip if self.spec.grad_clip > 0 else math.inf
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
-        if isinstance(norm, DTensor):
-            norm = norm.full_tensor()
-        grad_norm = float(norm)
+        grad_norm = clip_and_step(
+            self.optimizer, self.model.parameters(), lr=lr, max_norm=self.spec.grad_clip
+        )
         if not math.isfinite(grad_norm):
             self.skipped_steps += 1
             log.warning(
@@ -341,30 +316,34 @@ class FSDP2Engine(BaseEngine):
                 self.global_step,
             )
         else:
-            self.optimizer.step()
-            self.scheduler.step()
+            self.lr = lr
             self.global_step += 1
-        self.optimizer.zero_grad(set_to_none=True)
         return grad_norm
 
     @torch.no_grad()
-    def _inference(self, batch: DataProto, *, with_entropy: bool) -> list[ModelOutputs]:
+    def _inference(
+        self, batch: DataProto, *, temperature: float, with_entropy: bool
+    ) -> list[ModelOutputs]:
         self.onload()
         self.model.eval()
         mbs, count = self._micro_batches(batch)
         results = []
         for i in range(count):
             mb = _to_device(mbs[i] if i < len(mbs) else batch.slice(0, 1), self.device)
-            out = self._forward(mb, with_entropy=with_entropy, entropy_grad=False)
+            out = self._forward(
+                mb, temperature=temperature, with_entropy=with_entropy, entropy_grad=False
+            )
             if i < len(mbs):
                 results.append(out)
         return results
 
-    def compute_log_prob(self, batch: DataProto, *, with_entropy: bool = False) -> ModelOutputs:
+    def compute_log_prob(
+        self, batch: DataProto, *, temperature: float, with_entropy: bool = False
+    ) -> ModelOutputs:
         if self.spec.value_head:
             msg = f"[{self.spec.role}] a value-head engine has no log-probs; use compute_values"
             raise FSDP2Error(msg)
-        outs = self._inference(batch, with_entropy=with_entropy)
+        outs = self._inference(batch, temperature=temperature, with_entropy=with_entropy)
         log_probs = torch.cat([o.log_probs for o in outs if o.log_probs is not None]).cpu()
         entropy = (
             torch.cat([o.entropy for o in outs if o.entropy is not None]).cpu()
@@ -376,7 +355,7 @@ class FSDP2Engine(BaseEngine):
     def compute_values(self, batch: DataProto) -> torch.Tensor:
         if not self.spec.value_head:
             return super().compute_values(batch)
-        outs = self._inference(batch, with_entropy=False)
+        outs = self._inference(batch, temperature=1.0, with_entropy=False)
         return torch.cat([o.values for o in outs if o.values is not None]).cpu()
 
     # --- weights out ----------------------------------------------------------------------
@@ -432,16 +411,14 @@ class FSDP2Engine(BaseEngine):
         return {"model": model_sd, "optim": optim_sd}
 
     def save_checkpoint(self, path: str) -> None:
-        """Sharded model + optimizer (torch.distributed.checkpoint) and per-rank extra state."""
+        """Sharded model + optimizer (torch.distributed.checkpoint) and per-rank counters.
+
+        RNG and the LR schedule's position are the worker's (saved once, next to this).
+        """
         self.onload()
         Path(path).mkdir(parents=True, exist_ok=True)
         dcp.save(self._state(), checkpoint_id=path)
-        extra = {
-            "global_step": self.global_step,
-            "skipped_steps": self.skipped_steps,
-            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
-            "rng": torch.get_rng_state(),
-        }
+        extra = {"global_step": self.global_step, "skipped_steps": self.skipped_steps}
         torch.save(extra, Path(path) / f"extra_state_rank{self.dp_rank}.pt")
         dist.barrier()
 
@@ -462,9 +439,6 @@ class FSDP2Engine(BaseEngine):
         extra = torch.load(extra_file, weights_only=True)
         self.global_step = int(extra["global_step"])
         self.skipped_steps = int(extra["skipped_steps"])
-        if self.scheduler is not None and extra["scheduler"] is not None:
-            self.scheduler.load_state_dict(extra["scheduler"])
-        torch.set_rng_state(extra["rng"])
 
     # --- offload (colocated with a GPU rollout) ---------------------------------------------
 
@@ -501,7 +475,9 @@ def _init_distributed(device: str) -> torch.device:
         if not torch.cuda.is_available():
             msg = "device = 'cuda' but torch sees no CUDA device; use device = 'cpu'"
             raise ConfigError(msg)
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(
+            local_device_index(int(os.environ.get("LOCAL_RANK", "0")), torch.cuda.device_count())
+        )
         dev = torch.device("cuda", torch.cuda.current_device())
     else:
         dev = torch.device("cpu")
@@ -513,6 +489,16 @@ def _init_distributed(device: str) -> torch.device:
             dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
         log.info("initialised a %s process group of %d rank(s)", backend, dist.get_world_size())
     return dev
+
+
+def local_device_index(local_rank: int, device_count: int) -> int:
+    """The CUDA device of this process, as the worker base picks it.
+
+    Ray narrows ``CUDA_VISIBLE_DEVICES`` to the actor's own GPU, so a worker with
+    ``LOCAL_RANK=1`` sees one device, index 0; a launcher that shows every GPU to every
+    process (torchrun) gets ``LOCAL_RANK``.
+    """
+    return local_rank % max(1, device_count)
 
 
 def _to_device(mb: DataProto, device: torch.device) -> DataProto:

@@ -1,9 +1,9 @@
 """HFRollout: generation with Hugging Face transformers ``generate`` (CPU or GPU).
 
 No inference engine beyond transformers: the reference rollout, the one that runs anywhere
-(tests, CPU quickstart, machines without vLLM). Layout follows :class:`BaseRollout`: prompt
-``i``'s ``n`` samples are rows ``i*n .. i*n+n-1`` (``num_return_sequences`` order), responses
-are right-padded to exactly ``max_new_tokens``.
+(tests, CPU quickstart, machines without vLLM). Layout follows :class:`BaseRollout`: one
+response per input row (the driver repeated each prompt ``n`` times already), right-padded to
+exactly ``max_new_tokens``.
 """
 
 from __future__ import annotations
@@ -89,15 +89,12 @@ class HFRollout(BaseRollout):
     def _generate_kwargs(self, sampling: SamplingParams) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
             "max_new_tokens": sampling.max_new_tokens,
-            "num_return_sequences": sampling.n,
             "eos_token_id": self.eos_token_ids,
             "pad_token_id": self.pad_token_id,
             "use_cache": True,
         }
         if _is_greedy(sampling):
-            # generate refuses num_return_sequences > 1 without sampling; the n greedy samples
-            # are identical, so one is generated and repeated (see ``generate``).
-            kwargs.update(do_sample=False, num_return_sequences=1)
+            kwargs.update(do_sample=False)
         else:
             kwargs.update(
                 do_sample=True,
@@ -111,18 +108,13 @@ class HFRollout(BaseRollout):
 
     @torch.no_grad()
     def generate(self, prompts: DataProto, sampling: SamplingParams) -> DataProto:
-        """Sample ``sampling.n`` responses per prompt; see :class:`BaseRollout` for the layout.
+        """One response per prompt row; see :class:`BaseRollout` for the layout.
 
         Returns tensors only (``prompts``, ``responses``, ``response_mask``, ``input_ids``,
         ``attention_mask``, ``position_ids``, optionally ``rollout_log_probs``), so the driver
-        can ``batch.repeat(n).union(gen)`` without key clashes.
+        can ``batch.union(gen)`` without key clashes.
         """
         self.wake_up()
-        greedy = _is_greedy(sampling)
-        if sampling.n > 1 and greedy:
-            log.info(
-                "greedy generation with n=%d gives %d identical samples", sampling.n, sampling.n
-            )
         input_ids = prompts.batch["input_ids"]  # (B, P), left-padded
         attention_mask = prompts.batch["attention_mask"]
         position_ids = prompts.batch.get("position_ids")
@@ -141,22 +133,16 @@ class HFRollout(BaseRollout):
                 mask = attention_mask[start : start + step].to(self.device)
                 out = self.model.generate(input_ids=ids, attention_mask=mask, **kwargs)
                 sequences = out.sequences if sampling.return_log_probs else out
-                resp = sequences[:, ids.shape[1] :]  # (b*n, <= R); (b, <= R) when greedy
+                resp = sequences[:, ids.shape[1] :]  # (b, <= R)
                 responses.append(_pad_right(resp, sampling.max_new_tokens, self.pad_token_id))
                 if sampling.return_log_probs:
                     log_probs.append(
                         _sampled_log_probs(out.logits, resp, sampling, sampling.max_new_tokens)
                     )
 
-        n = sampling.n
-        response_ids = torch.cat(responses).cpu()  # (B*n, R)
-        if greedy and n > 1:
-            response_ids = response_ids.repeat_interleave(n, dim=0)
-            log_probs = [lp.repeat_interleave(n, dim=0) for lp in log_probs]
-        response_mask = _response_mask(response_ids, self.eos_token_ids)  # (B*n, R)
-        prompt_ids = input_ids.repeat_interleave(n, dim=0)
-        prompt_mask = attention_mask.repeat_interleave(n, dim=0)
-        prompt_pos = position_ids.repeat_interleave(n, dim=0)
+        response_ids = torch.cat(responses).cpu()  # (B, R)
+        response_mask = _response_mask(response_ids, self.eos_token_ids)  # (B, R)
+        prompt_ids, prompt_mask, prompt_pos = input_ids, attention_mask, position_ids
         r = response_ids.shape[1]
         # Response positions continue from the last prompt position (also past EOS: masked).
         delta = torch.arange(1, r + 1, dtype=prompt_pos.dtype).unsqueeze(0)  # (1, R)

@@ -1,0 +1,200 @@
+"""What every training engine needs besides its model: schedule, micro-batches, totals, skip.
+
+A contract-only engine (:class:`rlcore.interfaces.BaseEngine`) builds its model and optimizer,
+runs forward and backward, saves state and exports; the rest comes from here, so that every
+engine normalises, schedules and skips the same way:
+
+- :func:`learning_rate` — the LR schedule (formula in its docstring). The worker computes it
+  and passes ``lr`` to ``optimizer_step``; it also logs it as ``actor/lr`` / ``critic/lr``.
+- :func:`split_micro_batches` — micro-batches by row count or by a token budget.
+- :func:`batch_totals` — :class:`~rlcore.interfaces.BatchTotals` over a mini-batch on all
+  ranks (the denominators every loss divides by).
+- :func:`clip_and_step` — clip, then step at ``lr`` unless the grad norm is non-finite.
+
+torch is imported by the functions that need it, so the worker can import the schedule
+without pulling in anything else.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from rlcore.errors import ConfigError
+from rlcore.interfaces import BatchTotals, OptimConfig
+
+if TYPE_CHECKING:
+    import torch
+
+    from rlcore.protocol import DataProto
+
+__all__ = [
+    "batch_totals",
+    "clip_and_step",
+    "learning_rate",
+    "lr_multiplier",
+    "micro_batch_count",
+    "set_lr",
+    "split_micro_batches",
+]
+
+
+# --- learning-rate schedule ------------------------------------------------------------------
+
+
+def lr_multiplier(
+    step: int, *, warmup_steps: int, total_steps: int, schedule: str, min_lr_ratio: float
+) -> float:
+    """Multiplier of the base LR for optimizer step ``step`` (0-based: steps already taken).
+
+    With ``w = warmup_steps`` and ``T = total_steps``::
+
+        step < w:        (step + 1) / w                      # linear warm-up, step 0 trains
+        "constant":      1
+        "cosine":        m + (1 - m) * (1 + cos(pi * p)) / 2,
+                         p = min(1, (step - w) / max(1, T - 1 - w)),  m = min_lr_ratio
+
+    so the cosine schedule starts at 1 right after warm-up and reaches ``min_lr_ratio`` at the
+    last step, ``step = T - 1``, and stays there for any step beyond.
+    """
+    if warmup_steps > 0 and step < warmup_steps:
+        return (step + 1) / warmup_steps
+    if schedule == "constant":
+        return 1.0
+    decay_steps = max(1, total_steps - 1 - warmup_steps)
+    progress = min(1.0, (step - warmup_steps) / decay_steps)
+    return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def learning_rate(optim: OptimConfig, step: int, total_steps: int) -> float:
+    """``optim.lr`` times :func:`lr_multiplier` at ``step`` of ``total_steps``."""
+    return optim.lr * lr_multiplier(
+        step,
+        warmup_steps=optim.warmup_steps,
+        total_steps=total_steps,
+        schedule=optim.schedule,
+        min_lr_ratio=optim.min_lr_ratio,
+    )
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """Set ``lr`` on every parameter group (what ``optimizer_step(lr=...)`` does first)."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+
+
+# --- micro-batches -----------------------------------------------------------------------------
+
+
+def split_micro_batches(
+    data: DataProto, *, micro_batch_size: int | None, max_tokens: int | None
+) -> list[DataProto]:
+    """Split ``data`` into contiguous micro-batches, keeping row order.
+
+    By count: ``micro_batch_size`` rows each (the last may be shorter). By token budget
+    (dynamic batching, ``max_tokens`` set): rows are packed greedily, in order, while the
+    micro-batch's padded size ``rows * max(valid tokens of its rows)`` stays within
+    ``max_tokens``; a single row longer than the budget gets a micro-batch of its own.
+    Contiguous packing keeps the order, so outputs concatenate back without a permutation.
+    """
+    n = len(data)
+    if n == 0:
+        return []
+    if max_tokens is not None:
+        if max_tokens < 1:
+            msg = f"max_tokens_per_micro_batch must be >= 1, got {max_tokens}"
+            raise ConfigError(msg)
+        lengths = data.batch["attention_mask"].sum(dim=-1).tolist()  # (B,) valid tokens per row
+        bounds, start, longest = [], 0, 0
+        for i, length in enumerate(lengths):
+            longest_with = max(longest, int(length))
+            if i > start and (i - start + 1) * longest_with > max_tokens:
+                bounds.append((start, i))
+                start, longest_with = i, int(length)
+            longest = longest_with
+        bounds.append((start, n))
+        return [data.slice(a, b) for a, b in bounds]
+    if micro_batch_size is None or micro_batch_size < 1:
+        msg = (
+            "set exactly one of micro_batch_size (>= 1) or max_tokens_per_micro_batch "
+            f"for the engine; got micro_batch_size={micro_batch_size}"
+        )
+        raise ConfigError(msg)
+    count = math.ceil(n / micro_batch_size)
+    return [
+        data.slice(i * micro_batch_size, min(n, (i + 1) * micro_batch_size)) for i in range(count)
+    ]
+
+
+def micro_batch_count(local: int, device: torch.device | None = None) -> int:
+    """The largest number of micro-batches over ranks (1 rank, or no process group: ``local``).
+
+    Ranks with fewer micro-batches (token budgets differ per rank) run zero-weight passes
+    up to this count, so every rank issues the same collectives (FSDP all-gathers).
+    """
+    import torch
+    import torch.distributed as dist
+
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return local
+    count = torch.tensor([local], device=device)
+    dist.all_reduce(count, op=dist.ReduceOp.MAX)
+    return int(count.item())
+
+
+# --- totals ------------------------------------------------------------------------------------
+
+
+def batch_totals(batch: DataProto, device: torch.device | None = None) -> BatchTotals:
+    """:class:`BatchTotals` of this rank's share of a mini-batch, summed over all ranks.
+
+    ``tokens``: valid response tokens; ``sequences``: rows with at least one valid token
+    (the driver's padding rows have none); ``max_response_length``: the largest R. Collective
+    when a process group of more than one rank exists: every rank must call it.
+    """
+    import torch
+    import torch.distributed as dist
+
+    mask = batch.batch["response_mask"]
+    per_row = mask.sum(-1)
+    sums = torch.tensor(
+        [int(per_row.sum().item()), int((per_row > 0).sum().item())],
+        dtype=torch.int64,
+        device=device,
+    )
+    longest = torch.tensor([mask.shape[1]], dtype=torch.int64, device=device)
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(sums)
+        dist.all_reduce(longest, op=dist.ReduceOp.MAX)
+    return BatchTotals(
+        tokens=int(sums[0]), sequences=int(sums[1]), max_response_length=int(longest[0])
+    )
+
+
+# --- the optimizer step ------------------------------------------------------------------------
+
+
+def clip_and_step(
+    optimizer: torch.optim.Optimizer,
+    parameters: Iterable[torch.Tensor],
+    *,
+    lr: float,
+    max_norm: float,
+) -> float:
+    """Clip to ``max_norm`` (<= 0: no clipping), step at ``lr``, zero grads; the grad norm.
+
+    A non-finite norm (a NaN/inf loss or gradient) skips the step: the gradients are zeroed
+    and the optimizer state is untouched, and the norm is returned as is for the caller to
+    report. Works for FSDP2's DTensor norms (reduced to a plain number here).
+    """
+    import torch
+
+    norm = torch.nn.utils.clip_grad_norm_(list(parameters), max_norm if max_norm > 0 else math.inf)
+    full = getattr(norm, "full_tensor", None)  # a DTensor under FSDP2
+    grad_norm = float(full() if callable(full) else norm)
+    if math.isfinite(grad_norm):
+        set_lr(optimizer, lr)
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return grad_norm

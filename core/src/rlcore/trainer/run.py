@@ -1,0 +1,170 @@
+"""``run_training``: the run around the driver loop.
+
+What ``rlcore train`` calls once the config validated: it creates the run directory
+(``trainer.run_dir``) with the resolved ``config.toml``, builds data, the per-role specs,
+reward manager, algorithm and workers, resumes from a checkpoint (``trainer.resume``:
+``"auto"`` takes ``<run_dir>/checkpoints/latest`` when there is one), runs
+:meth:`rlcore.trainer.fit.Trainer.fit` (checkpoints every ``trainer.save_freq`` steps and at
+the end), exports the final actor to ``<run_dir>/final_hf``, plots the curves when matplotlib
+is installed and returns the exit code. torch and Ray load when a run starts.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rlcore.errors import RlcoreError
+
+if TYPE_CHECKING:
+    from rlcore.config import RunConfig
+    from rlcore.preflight import Preflight
+
+log = logging.getLogger(__name__)
+
+__all__ = ["FINAL_EXPORT_DIR", "ExportUnsupportedError", "prepare_run_dir", "run_training"]
+
+CONFIG_FILE = "config.toml"
+FINAL_EXPORT_DIR = "final_hf"  # under the run directory: the last actor, HF format
+
+
+class ExportUnsupportedError(RlcoreError):
+    """The actor's engine cannot write a Hugging Face folder (its ``export_hf`` said why)."""
+
+
+def prepare_run_dir(config: RunConfig, *, resuming: bool = False) -> Path:
+    """Create ``trainer.run_dir`` and write the resolved config into it.
+
+    A fresh run renames a ``metrics.jsonl`` left by an earlier run (``metrics.<time>.jsonl``);
+    a resumed one appends to it.
+    """
+    from rlcore.config import config_to_dict, dump_toml
+    from rlcore.tracking import METRICS_FILE
+
+    assert config.trainer.run_dir is not None  # resolved by load_config
+    run_dir = Path(config.trainer.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / CONFIG_FILE).write_text(dump_toml(config_to_dict(config)), encoding="utf-8")
+    old = run_dir / METRICS_FILE
+    if old.exists() and not resuming:
+        kept = run_dir / f"metrics.{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
+        old.rename(kept)
+        log.warning("an earlier run's metrics were moved to %s", kept)
+    return run_dir
+
+
+def run_training(config: RunConfig, prepared: Preflight | None = None) -> int:
+    """Train with ``config`` (Ray started or joined here if not yet); returns the exit code.
+
+    ``prepared``: what :func:`rlcore.preflight.preflight` loaded (tokenizer and datasets), so
+    the CLI's checks are not followed by a second tokenization of the data.
+    """
+    import ray
+
+    from rlcore.checkpoint import CHECKPOINTS_DIR, CheckpointManager
+    from rlcore.data import build_datasets, build_loaders, load_tokenizer
+    from rlcore.ray_utils import start_ray
+    from rlcore.tracking import Tracker
+    from rlcore.trainer.builder import (
+        build_algorithm,
+        build_reward_manager,
+        build_workers,
+        total_training_steps,
+    )
+    from rlcore.trainer.fit import Trainer
+    from rlcore.trainer.specs import build_specs
+    from rlcore.workers.worker import pin_torch_threads
+
+    pin_torch_threads()  # the driver scores rewards and advantages: one thread is plenty
+    assert config.trainer.run_dir is not None  # resolved by load_config
+    checkpoints = CheckpointManager(
+        Path(config.trainer.run_dir) / CHECKPOINTS_DIR, keep_last=config.trainer.keep_last
+    )
+    resume_from = checkpoints.resolve_resume(config.trainer.resume)
+    run_dir = prepare_run_dir(config, resuming=resume_from is not None)
+    if not ray.is_initialized():
+        start_ray(config.resources)
+
+    if prepared is None:
+        assert config.model.tokenizer_path is not None  # resolved by load_config
+        tokenizer = load_tokenizer(
+            config.model.tokenizer_path, require_chat_template=config.data.apply_chat_template
+        )
+        train_set, val_set = build_datasets(config, tokenizer)
+    else:
+        tokenizer, train_set, val_set = prepared.tokenizer, prepared.train_set, prepared.val_set
+    train_loader, val_loader = build_loaders(config, train_set, val_set)
+    total_steps = total_training_steps(config, len(train_loader))
+    algorithm = build_algorithm(config)
+    specs = build_specs(config, algorithm, total_steps)
+    reward_manager = build_reward_manager(config, tokenizer)
+    workers = build_workers(config, specs)
+    tracker = Tracker(
+        run_dir,
+        config.trainer.loggers,
+        total_steps=total_steps,
+        console_every=config.trainer.log_freq,
+        start_step=_checkpoint_step(resume_from),
+    )
+    try:
+        trainer = Trainer(
+            config,
+            specs=specs,
+            policy=workers.policy,
+            critic=workers.critic,
+            algorithm=algorithm,
+            reward_manager=reward_manager,
+            train_loader=train_loader,
+            val_loader=val_loader,
+            tracker=tracker,
+            total_steps=total_steps,
+            world_size=workers.world_size,
+            checkpoints=checkpoints,
+            max_consecutive_nonfinite=config.trainer.max_consecutive_nonfinite,
+        )
+        if resume_from is not None:
+            trainer.restore(resume_from)
+        trainer.fit()
+        if config.trainer.export_final:
+            export_dir = run_dir / FINAL_EXPORT_DIR
+            reasons = [r for r in workers.policy.export_hf(str(export_dir)) if r]
+            if reasons:
+                msg = (
+                    f"the final export failed: engine {config.actor.engine.name!r} cannot "
+                    f"export a Hugging Face folder ({reasons[0]}); the run's checkpoints are "
+                    "saved; set trainer.export_final = false to skip the export"
+                )
+                raise ExportUnsupportedError(msg)
+            log.info("final actor exported to %s", export_dir)
+    finally:
+        tracker.close()
+        reward_manager.close()
+        workers.shutdown()
+    _plot(run_dir)
+    log.info("run directory: %s", run_dir.resolve())
+    return 0
+
+
+def _checkpoint_step(path: Path | None) -> int:
+    from rlcore.checkpoint import step_of
+
+    return (step_of(path) or 0) if path is not None else 0
+
+
+def _plot(run_dir: Path) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        log.info("no plots: pip install matplotlib, then rlcore plot %s", run_dir)
+        return
+    from rlcore.errors import RlcoreError
+    from rlcore.plotting import plot_run
+
+    try:
+        written = plot_run(run_dir)
+    except RlcoreError as err:
+        log.warning("plotting %s failed: %s", run_dir, err)
+        return
+    log.info("plots: %s", ", ".join(str(p) for p in written))

@@ -1,0 +1,232 @@
+"""One spec per role, built on the driver from the run config: what each worker gets.
+
+Workers never read the run config. The driver reads each setting once, here, and hands every
+role exactly what it uses: the components to build (:class:`rlcore.components.Component`),
+their :class:`~rlcore.interfaces.EngineSpec`/:class:`~rlcore.interfaces.RolloutSpec`, the
+update plan (:class:`UpdateSpec`) and the two arguments of every forward pass (temperature,
+entropy with gradient). ``rollout.n`` is read here too, for the driver only: it repeats the
+prompts; the workers see rows.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from rlcore.components import Component
+from rlcore.interfaces import EngineSpec, OptimConfig, RolloutSpec, SamplingParams
+
+if TYPE_CHECKING:
+    from rlcore.config import RunConfig
+    from rlcore.interfaces import BaseAlgorithm
+
+__all__ = ["CriticSpec", "EngineRole", "PolicySpec", "RunSpecs", "UpdateSpec", "build_specs"]
+
+
+@attrs.frozen(kw_only=True)
+class UpdateSpec:
+    """How a worker turns the rows it is given into optimizer steps.
+
+    The driver lays the rows out (:func:`rlcore.trainer.layout.mini_batch_layout`) so that
+    every rank's share splits into ``mini_batches`` equal parts, one optimizer step each, for
+    ``epochs`` passes. ``shuffle`` reshuffles a rank's rows every epoch (seeded by
+    ``seed + step``, so a resumed run draws the same mini-batches). The LR of each step is
+    :func:`rlcore.engine_utils.learning_rate` over ``schedule_steps`` optimizer steps.
+    """
+
+    rows_per_mini_batch: int  # mini-batch size in rows over all ranks (prompts × n)
+    mini_batches: int
+    epochs: int
+    shuffle: bool
+    seed: int
+    optim: OptimConfig
+    schedule_steps: int
+
+
+@attrs.frozen(kw_only=True)
+class EngineRole:
+    """An engine to build: which plugin, and the model it trains."""
+
+    engine: Component
+    spec: EngineSpec
+
+
+@attrs.frozen(kw_only=True)
+class PolicySpec:
+    """The policy worker: actor (+ reference) engine, rollout, and the loss's algorithm.
+
+    ``temperature``: the log-prob temperature of every pass (training sampling's, 1.0 when
+    greedy). ``with_entropy``: the policy loss needs the entropy with gradient.
+    ``rollout_spec.seed`` is the run seed; the worker offsets it by its rank.
+    """
+
+    backend: str
+    actor: EngineRole
+    ref: EngineRole | None
+    rollout: Component
+    rollout_spec: RolloutSpec
+    algorithm: Component
+    update: UpdateSpec
+    temperature: float
+    with_entropy: bool
+
+
+@attrs.frozen(kw_only=True)
+class CriticSpec:
+    """The critic worker: the value engine, and the algorithm for its value loss."""
+
+    backend: str
+    critic: EngineRole
+    algorithm: Component
+    update: UpdateSpec
+
+
+@attrs.frozen(kw_only=True)
+class RunSpecs:
+    """Everything the driver hands out, plus what it uses itself (``n``, sampling)."""
+
+    policy: PolicySpec
+    critic: CriticSpec | None
+    n: int
+    val_n: int
+    train_sampling: SamplingParams
+    val_sampling: SamplingParams
+
+
+def _update(
+    config: RunConfig,
+    *,
+    mini_prompts: int | None,
+    epochs: int,
+    optim: OptimConfig,
+    total_steps: int,
+) -> UpdateSpec:
+    train = config.data.train_batch_size
+    mini = min(mini_prompts or train, train)
+    mini_batches = math.ceil(train / mini)
+    return UpdateSpec(
+        rows_per_mini_batch=mini * config.rollout.n,
+        mini_batches=mini_batches,
+        epochs=epochs,
+        shuffle=config.actor.shuffle,
+        seed=config.trainer.seed,
+        optim=optim,
+        schedule_steps=max(1, total_steps * mini_batches * epochs),
+    )
+
+
+def build_specs(config: RunConfig, algorithm: BaseAlgorithm, total_steps: int) -> RunSpecs:
+    """The per-role specs of a run of ``total_steps`` training steps."""
+    model, actor, res = config.model, config.actor, config.resources
+    backend = "nccl" if res.device == "cuda" else "gloo"
+    common: dict[str, Any] = {
+        "dtype": model.dtype,
+        "trust_remote_code": model.trust_remote_code,
+        "device": res.device,
+        "seed": config.trainer.seed,
+    }
+    actor_update = _update(
+        config,
+        mini_prompts=actor.ppo_mini_batch_size,
+        epochs=actor.ppo_epochs,
+        optim=actor.optim,
+        total_steps=total_steps,
+    )
+    actor_role = EngineRole(
+        engine=Component.of("engine", actor.engine, where="[actor.engine]"),
+        spec=EngineSpec(
+            role="actor",
+            model_path=model.path,
+            optim=actor.optim,
+            total_steps=actor_update.schedule_steps,
+            grad_clip=actor.grad_clip,
+            micro_batch_size=actor.micro_batch_size,
+            max_tokens_per_micro_batch=actor.max_tokens_per_micro_batch,
+            gradient_checkpointing=actor.gradient_checkpointing,
+            **common,
+        ),
+    )
+    ref_role = None
+    if algorithm.needs_reference:
+        ref = config.ref
+        ref_role = EngineRole(
+            engine=Component.of("engine", ref.engine or actor.engine, where="[ref.engine]"),
+            spec=EngineSpec(
+                role="ref",
+                model_path=model.path,
+                optim=None,
+                micro_batch_size=ref.micro_batch_size,
+                max_tokens_per_micro_batch=ref.max_tokens_per_micro_batch,
+                **common,
+            ),
+        )
+    algo = Component(
+        kind="algorithm",
+        name=config.algorithm.name,
+        options=config.algorithm.options,
+        where="[algorithm]",
+    )
+    rollout = config.rollout
+    policy = PolicySpec(
+        backend=backend,
+        actor=actor_role,
+        ref=ref_role,
+        rollout=Component(
+            kind="rollout", name=rollout.name, options=rollout.options, where="[rollout]"
+        ),
+        rollout_spec=RolloutSpec(
+            model_path=model.path,
+            max_prompt_length=config.data.max_prompt_length,
+            max_response_length=config.data.max_response_length,
+            **common,
+        ),
+        algorithm=algo,
+        update=actor_update,
+        # Log-probs of the distribution that was sampled: logits / temperature (greedy
+        # training, temperature 0, scores the unscaled distribution).
+        temperature=rollout.temperature or 1.0,
+        with_entropy=algorithm.needs_entropy,
+    )
+    critic_spec = None
+    if algorithm.needs_critic:
+        critic = config.critic
+        critic_update = _update(
+            config,
+            mini_prompts=critic.ppo_mini_batch_size,
+            epochs=critic.ppo_epochs or actor.ppo_epochs,
+            optim=critic.optim,
+            total_steps=total_steps,
+        )
+        critic_spec = CriticSpec(
+            backend=backend,
+            critic=EngineRole(
+                engine=Component.of(
+                    "engine", critic.engine or actor.engine, where="[critic.engine]"
+                ),
+                spec=EngineSpec(
+                    role="critic",
+                    model_path=critic.model_path or model.path,
+                    optim=critic.optim,
+                    total_steps=critic_update.schedule_steps,
+                    grad_clip=critic.grad_clip,
+                    micro_batch_size=critic.micro_batch_size,
+                    max_tokens_per_micro_batch=critic.max_tokens_per_micro_batch,
+                    gradient_checkpointing=critic.gradient_checkpointing,
+                    value_head=True,
+                    **common,
+                ),
+            ),
+            algorithm=algo,
+            update=critic_update,
+        )
+    max_new = config.data.max_response_length
+    return RunSpecs(
+        policy=policy,
+        critic=critic_spec,
+        n=rollout.n,
+        val_n=rollout.val.n,
+        train_sampling=rollout.sampling(max_new),
+        val_sampling=rollout.val.sampling(max_new),
+    )

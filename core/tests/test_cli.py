@@ -129,6 +129,14 @@ def test_plugins_table_of_installed_distributions():
     rows = [line.split(None, 4) for line in proc.stdout.splitlines()]
     assert ["engine", "fake", "rlcore-fake", "0.1", "ok"] in rows
     assert ["reward", "fake_dup", "rlcore-fake-dup", "0.2", "duplicate"] in rows
+    # Each target is resolved (module found, class present), not just listed.
+    assert [
+        "rollout",
+        "fake_missing",
+        "rlcore-fake",
+        "0.1",
+        "import error: No module named 'rlcore_fake_missing_backend'",
+    ] in rows
     assert [
         "-",
         "fake_broken",

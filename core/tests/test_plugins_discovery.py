@@ -156,7 +156,36 @@ def test_import_failure_of_the_selected_class(registry):
     assert str(exc.value) == (
         "rollout 'fake_missing' (rlcore_fake.needs_missing:MissingRollout) could not be "
         "imported: No module named 'rlcore_fake_missing_backend'. "
-        "Install it with: pip install rlcore-fake"
+        "rlcore-fake is installed but needs 'rlcore_fake_missing_backend': install the "
+        "package that provides it"
+    )
+
+
+def test_check_resolves_targets_without_importing_them(registry):
+    import sys
+
+    entries = {(e.kind, e.name): e for e in registry.entries()}
+    assert registry.check(entries[("rollout", "fake_missing")]) == (
+        "import error: No module named 'rlcore_fake_missing_backend'"
+    )
+    assert "rlcore_fake.needs_missing" not in sys.modules  # found by reading, not importing
+    assert registry.check(entries[("engine", "fake")]) == "ok"
+
+    class Ghosts:
+        @hookimpl
+        def register_engines(self):
+            return {
+                "ghost": "rlcore_fake.components:GhostEngine",
+                "nomodule": "rlcore_fake_nowhere:Engine",
+            }
+
+    registry.register(Ghosts(), name="ghosts")
+    entries = {e.name: e for e in registry.entries("engine")}
+    assert registry.check(entries["ghost"]) == (
+        "class missing: 'rlcore_fake.components' defines no 'GhostEngine'"
+    )
+    assert registry.check(entries["nomodule"]) == (
+        "import error: No module named 'rlcore_fake_nowhere'"
     )
 
 

@@ -56,7 +56,8 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
     registry = args.registry or default_registry()
     rows = [("KIND", "NAME", "DISTRIBUTION", "VERSION", "STATUS")]
     for e in registry.entries():
-        status = "duplicate" if registry.is_duplicate(e.kind, e.name) else "ok"
+        # Each target resolved (module found, class present) without importing backends.
+        status = "duplicate" if registry.is_duplicate(e.kind, e.name) else registry.check(e)
         rows.append((e.kind, e.name, e.distribution or "-", e.version or "-", status))
     for p in registry.problems:
         if p.status == "duplicate":

@@ -12,10 +12,12 @@ skips entry points before they are imported.
 
 from __future__ import annotations
 
+import ast
 import difflib
 import functools
 import importlib
 import importlib.metadata
+import importlib.util
 import logging
 import os
 import re
@@ -360,7 +362,6 @@ class PluginRegistry:
         if isinstance(entry.target, type):
             return entry.target
         module_name, _, attr_path = entry.target.partition(":")
-        install = f"pip install {entry.distribution}" if entry.distribution else None
         try:
             obj: object = importlib.import_module(module_name)
         except Exception as err:  # any import-time failure of plugin code becomes one line
@@ -368,8 +369,8 @@ class PluginRegistry:
                 f"{entry.kind} {entry.name!r} ({entry.target}) could not be imported: "
                 f"{_describe(err)}"
             )
-            if isinstance(err, ImportError) and install:
-                msg += f". Install it with: {install}"
+            if isinstance(err, ImportError):
+                msg += _install_hint(entry, module_name, err)
             raise PluginError(msg) from err
         for part in attr_path.split("."):
             if not hasattr(obj, part):
@@ -380,6 +381,43 @@ class PluginRegistry:
                 raise PluginError(msg)
             obj = getattr(obj, part)
         return obj
+
+    def check(self, entry: PluginEntry) -> str:
+        """``ok``, ``import error: ...`` or ``class missing: ...`` for one registered target.
+
+        Without importing the target where it can: the module is found with
+        ``importlib.util.find_spec``, its source is parsed for the class and for top-level
+        imports of packages that are not installed (a missing backend such as ``vllm``).
+        Only a module without readable source is imported.
+        """
+        if isinstance(entry.target, type):
+            return "ok"
+        module_name, _, attr_path = entry.target.partition(":")
+        try:
+            spec = importlib.util.find_spec(module_name)
+        except (ImportError, ValueError) as err:
+            return f"import error: {_describe(err)}"
+        if spec is None:
+            return f"import error: No module named {module_name!r}"
+        source = _read_source(spec.origin)
+        if source is None:
+            try:
+                self._import(entry)
+            except PluginError as err:
+                text = str(err)
+                return "class missing" if "has no attribute" in text else f"import error: {text}"
+            return "ok"
+        try:
+            tree = ast.parse(source)
+        except SyntaxError as err:
+            return f"import error: {module_name}: {err.msg} (line {err.lineno})"
+        missing = _missing_top_level_imports(tree)
+        if missing:
+            return f"import error: No module named {missing[0]!r}"
+        top = attr_path.split(".")[0]
+        if top not in _top_level_names(tree):
+            return f"class missing: {module_name!r} defines no {top!r}"
+        return "ok"
 
     def _unknown_message(self, kind: str, name: str, where: str | None) -> str:
         at = f" in {where}" if where else ""
@@ -399,6 +437,60 @@ class PluginRegistry:
             if suggestion not in installed:
                 msg += f" (pip install {INSTALL_HINTS[(kind, suggestion)]})"
         return msg
+
+
+def _install_hint(entry: PluginEntry, module_name: str, err: ImportError) -> str:
+    """Name what to install: the plugin itself only when its own module is what is missing."""
+    missing = getattr(err, "name", None)
+    own = module_name.split(".")[0]
+    if missing and missing.split(".")[0] != own:
+        by = f"{entry.distribution} is installed but needs" if entry.distribution else "needs"
+        return f". {by} {missing!r}: install the package that provides it"
+    if entry.distribution:
+        return f". Install it with: pip install {entry.distribution}"
+    return ""
+
+
+def _read_source(origin: str | None) -> str | None:
+    if not origin or not origin.endswith(".py"):
+        return None
+    try:
+        with open(origin, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _top_level_names(tree: ast.Module) -> set[str]:
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names
+
+
+def _missing_top_level_imports(tree: ast.Module) -> list[str]:
+    """Absolute module-level imports whose top-level package is not installed."""
+    import importlib.util
+
+    missing = []
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            tops = [a.name.split(".")[0] for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            tops = [node.module.split(".")[0]]
+        else:
+            continue
+        for top in tops:
+            if top != "__future__" and importlib.util.find_spec(top) is None:
+                missing.append(top)
+    return missing
 
 
 @functools.cache

@@ -99,6 +99,37 @@ def _check_layout(what: str, out: Any, prompts: DataProto, n: int, eos: set[int]
         )
 
 
+def _check_log_probs(
+    what: str, rollout: BaseRollout, rows: DataProto, model_path: str, eos: set[int]
+) -> None:
+    """``rollout_log_probs`` at T = 0.7 are those of softmax(logits / 0.7) of the model."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    sampling = SamplingParams(temperature=0.7, max_new_tokens=_R, return_log_probs=True)
+    out = rollout.generate(rows, sampling)
+    b = out.batch
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
+    with torch.no_grad():
+        logits = model(
+            input_ids=b["input_ids"].cpu(),
+            attention_mask=b["attention_mask"].cpu(),
+            position_ids=b["position_ids"].cpu(),
+        ).logits[:, -_R - 1 : -1]
+    logp = torch.log_softmax(logits.float() / 0.7, -1)
+    expected = logp.gather(-1, b["responses"].cpu().unsqueeze(-1)).squeeze(-1)
+    mask = b["response_mask"].cpu().bool()
+    got = b["rollout_log_probs"].cpu().float()
+    diff = float((got[mask] - expected[mask]).abs().max())
+    if diff > 1e-3:
+        fail(
+            what,
+            "rollout_log_probs must be log softmax(logits / temperature) of the sampled tokens "
+            "(temperature must not be ignored)",
+            f"at T=0.7 max difference {diff:.3g} from the model's",
+        )
+
+
 def check_rollout(
     cls: type[BaseRollout],
     config: BaseRollout.Config | None = None,
@@ -112,7 +143,8 @@ def check_rollout(
     ``max_new_tokens = 8`` and checks: one response per input row, in order (prompts repeated
     as the driver repeats them),
     shapes, ``response_mask`` (ones up to and including EOS), ``input_ids``/``attention_mask``/
-    ``position_ids`` built from prompt and response, ``rollout_log_probs`` when asked; greedy
+    ``position_ids`` built from prompt and response, ``rollout_log_probs`` when asked (those of
+    softmax(logits / T) at T = 0.7); greedy
     generation is deterministic and identical across the ``n`` samples; sampled ``n`` samples
     are not all identical; ``state_dict``/``load_state_dict`` reproduce the next sampled
     batch; ``update_weights`` with other weights changes greedy outputs, and the original
@@ -143,6 +175,7 @@ def check_rollout(
     lp = lp.cpu()
     if not bool(torch.isfinite(lp[mask]).all()) or bool((lp[mask] > 1e-5).any()):
         fail(what, "rollout_log_probs must be finite and <= 0 on response tokens", "they are not")
+    _check_log_probs(what, rollout, rows3, model_path, eos)
     groups = first.batch["responses"].cpu().view(len(prompts), 3, _R)
     if all(bool((g == g[0]).all()) for g in groups):
         fail(

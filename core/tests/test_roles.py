@@ -229,3 +229,14 @@ def test_reduce_worker_metrics_takes_the_slowest_rank_for_times():
         {"timing_s/worker/generate": [1.0, 3.0], "actor/pg_loss": [1.0, 3.0], "x": 2, "e": []}
     )
     assert out == {"timing_s/worker/generate": 3.0, "actor/pg_loss": 2.0, "x": 2.0}
+
+
+def test_an_engine_without_export_is_a_reason_not_a_traceback(policy, tmp_path, monkeypatch):
+    def no_export(path):
+        raise NotImplementedError("this engine keeps sharded state only")
+
+    monkeypatch.setattr(policy.actor, "export_hf", no_export)
+    assert policy.export_hf(str(tmp_path / "hf")) == "this engine keeps sharded state only"
+    monkeypatch.undo()
+    assert policy.export_hf(str(tmp_path / "hf")) is None
+    assert (tmp_path / "hf" / "config.json").is_file()

@@ -1,4 +1,8 @@
-"""A NaN policy loss at steps 2, 3, 4 (the worker's ``RLCORE_TEST_NAN_AT_STEPS`` test hook).
+"""A NaN policy loss at steps 2, 3, 4: the non-finite handling end to end.
+
+The run's driver script makes GRPO's advantages NaN on its 2nd, 3rd and 4th call (one call
+per step, on the driver), so the policy loss is NaN with its graph intact; no hook in the
+production code.
 
 Each such step is skipped by the engine and reported (``actor/nonfinite``,
 ``training/nonfinite_step``); the third in a row stops the run with one clear error and no
@@ -19,6 +23,25 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
+# Prepended to the run's driver script: NaN advantages at steps 2, 3 and 4.
+NAN_ADVANTAGES = """
+from rlcore_grpo.algorithm import GRPO
+
+_compute = GRPO.compute_advantages
+_calls = [0]
+
+
+def _nan_at_some_steps(self, batch):
+    out = _compute(self, batch)
+    _calls[0] += 1
+    if _calls[0] in (2, 3, 4):
+        out.batch["advantages"] = out.batch["advantages"] * float("nan")
+    return out
+
+
+GRPO.compute_advantages = _nan_at_some_steps
+"""
+
 
 def _actor_weights(step_dir: Path) -> dict:
     import torch
@@ -34,11 +57,11 @@ def test_nan_loss_steps_are_skipped_reported_and_stop_the_run(tmp_path):
     import torch
 
     from rlcore.testing.runs import (
+        TRAIN_SCRIPT,
         arithmetic_rows,
         tiny_run_model,
         tiny_run_toml,
         write_jsonl,
-        write_train_script,
     )
 
     model = tiny_run_model(tmp_path / "model")
@@ -48,9 +71,10 @@ def test_nan_loss_steps_are_skipped_reported_and_stop_the_run(tmp_path):
     config.write_text(
         tiny_run_toml(model=model, train_files=[train], run_dir=run_dir, total_steps=6, save_freq=1)
     )
-    runner = write_train_script(tmp_path / "runner.py")
+    runner = tmp_path / "runner.py"
+    runner.write_text(NAN_ADVANTAGES + TRAIN_SCRIPT)
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env |= {"OMP_NUM_THREADS": "1", "RLCORE_TEST_NAN_AT_STEPS": "2,3,4"}
+    env |= {"OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
         [sys.executable, str(runner), str(config)],
         capture_output=True,

@@ -36,7 +36,7 @@ __all__ = [
     "write_train_script",
 ]
 
-# A driver for a run in a subprocess with its own local Ray (so env vars such as test hooks
+# A driver for a run in a subprocess with its own local Ray (so env vars
 # reach the workers, and killing its process group kills the whole run): it loads the TOML
 # file named by argv[1], trains, and on an RlcoreError prints one ``error: ...`` line to
 # stderr and exits 2.

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -46,16 +45,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "NAN_TEST_ENV",
     "POLICY_INPUT_KEYS",
     "ActorRolloutRefWorker",
     "CriticWorker",
 ]
-
-# Test hook (documented, read in the worker process): a comma-separated list of training
-# steps (1-based, as logged) whose policy loss is made NaN, to test the non-finite handling
-# end to end. Unset in real runs.
-NAN_TEST_ENV = "RLCORE_TEST_NAN_AT_STEPS"
 
 # What a forward pass over (prompt, response) needs; the driver sends only these (plus the
 # loss inputs) so per-row strings and dicts do not cross Ray.
@@ -83,21 +76,6 @@ def _add(metrics: dict[str, list[float]], new: dict[str, float]) -> None:
 def _summed(timing: dict[str, list[float]]) -> dict[str, float]:
     """One total per phase for this call (a phase may run once per mini-batch)."""
     return {key: sum(values) for key, values in timing.items()}
-
-
-def _nan_test_steps() -> frozenset[int]:
-    raw = os.environ.get(NAN_TEST_ENV, "").strip()
-    return frozenset(int(x) for x in raw.split(",") if x.strip()) if raw else frozenset()
-
-
-def _nan_loss(loss_fn: Any) -> Any:
-    """Wrap a loss so it is NaN (test hook, see ``NAN_TEST_ENV``); the graph stays intact."""
-
-    def wrapped(*args: Any, **kwargs: Any) -> Any:
-        loss, metrics = loss_fn(*args, **kwargs)
-        return loss * float("nan"), metrics
-
-    return wrapped
 
 
 class _Trainer:
@@ -352,13 +330,10 @@ class ActorRolloutRefWorker(Worker):
         from rlcore.protocol import DataProto
 
         _, _, algorithm, trainer = self._parts()
-        loss_fn = algorithm.policy_loss
-        if step + 1 in _nan_test_steps():  # test hook: step counts completed steps
-            loss_fn = _nan_loss(loss_fn)
         metrics: dict[str, list[float]] = {}
         timing: dict[str, list[float]] = {}
         trainer.run(
-            loss_fn,
+            algorithm.policy_loss,
             data,
             step=step,
             temperature=self.spec.temperature,

@@ -101,6 +101,9 @@ def main() -> int:
     )
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--steps", type=int, default=3)
+    # As a Ray worker of rank 1 sees it: LOCAL_RANK=1 with CUDA_VISIBLE_DEVICES narrowed to
+    # its one GPU; the engine must pick device 0 (the worker base's rule), not ordinal 1.
+    ap.add_argument("--local-rank", type=int, default=0)
     args = ap.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         print("no CUDA device: skipping GPU check")
@@ -112,7 +115,7 @@ def main() -> int:
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(_free_port()),
         RANK="0",
-        LOCAL_RANK="0",
+        LOCAL_RANK=str(args.local_rank),
         WORLD_SIZE="1",
     )
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -28,5 +28,11 @@ if [ -n "$missing" ]; then
 fi
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-4}"
 "$PY" scripts/gpu_check.py --device cuda "$@"
+# The multi-GPU device pick: a rank-1 worker that Ray shows one GPU (LOCAL_RANK=1, one visible
+# device) must train on device 0 instead of failing with "invalid device ordinal".
+first_gpu="${CUDA_VISIBLE_DEVICES:-0}"
+first_gpu="${first_gpu%%,*}"
+echo "device pick: LOCAL_RANK=1, CUDA_VISIBLE_DEVICES=$first_gpu"
+CUDA_VISIBLE_DEVICES="$first_gpu" "$PY" scripts/gpu_check.py --device cuda --steps 1 --local-rank 1
 # SGLang rollout: prints "skipped: ..." and exits 0 where SGLang is not installed.
 exec "$PY" plugins/rollout/sglang/gpu_check.py

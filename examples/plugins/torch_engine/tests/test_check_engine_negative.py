@@ -91,3 +91,8 @@ def test_check_engine_names_the_broken_rule(tiny_path, cls, rule):
 
 def test_the_undecorated_config_really_drops_its_field():
     assert "layers" not in {f.name for f in attrs.fields(ConfigWithoutAttrs.Config)}
+
+
+def test_critic_check_fails_an_engine_without_a_value_head(tiny_path):
+    with pytest.raises(AssertionError, match="must implement compute_values"):
+        check_engine(TorchEngine, model_path=tiny_path, critic=True)

@@ -19,5 +19,5 @@ def test_fsdp2_plugin_module():
 
 def test_fsdp2_engine_conformance(tmp_path):
     path = build_tiny_model(tmp_path / "model", hidden=64, layers=1, heads=2, kv_heads=1)
-    check_engine(FSDP2Engine, model_path=str(path))
+    check_engine(FSDP2Engine, model_path=str(path), critic=True)
     check_engine(FSDP2Engine, FSDP2Engine.Config(reshard_after_forward=False), model_path=str(path))

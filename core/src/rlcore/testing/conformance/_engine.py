@@ -112,6 +112,7 @@ def check_engine(
     *,
     model_path: str,
     atol: float = 1e-4,
+    critic: bool = False,
 ) -> None:
     """Check an engine class against :class:`~rlcore.interfaces.BaseEngine` in one process.
 
@@ -133,7 +134,9 @@ def check_engine(
       returns a non-finite grad norm;
     - ``named_parameters_for_sync`` yields every parameter under its HF name and reproduces
       the engine in ``AutoModelForCausalLM``; ``export_hf`` writes a folder transformers loads
-      with the current weights; ``save_checkpoint``/``load_checkpoint`` restore exactly.
+      with the current weights; ``save_checkpoint``/``load_checkpoint`` restore exactly;
+    - with ``critic=True`` (an engine that serves the critic role): a ``value_head`` engine's
+      ``compute_values`` gives finite (B, R) values, and training on a value loss lowers it.
     """
     import torch
     import torch.distributed as dist
@@ -350,9 +353,56 @@ def check_engine(
                 "load_checkpoint must restore what save_checkpoint saved exactly",
                 f"log-probs differ by {diff:.3g}",
             )
+        if critic:
+            _check_critic(what, cls, config, model_path, batch)
     finally:
         if created and dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _value_loss(
+    outputs: ModelOutputs, mb: DataProto, totals: BatchTotals
+) -> tuple[Any, dict[str, float]]:
+    if outputs.values is None:
+        msg = "the engine passed ModelOutputs without values to a critic's loss function"
+        raise AssertionError(msg)
+    mask = mb.batch["response_mask"].to(outputs.values.dtype)
+    loss = ((outputs.values - 1.0) ** 2 * mask).sum() / max(totals.tokens, 1)
+    return loss, {"conformance/vf_loss": float(loss.detach())}
+
+
+def _check_critic(
+    what: str, cls: type[BaseEngine], config: Any, model_path: str, batch: DataProto
+) -> None:
+    import torch
+
+    spec = EngineSpec(
+        role="critic",
+        model_path=model_path,
+        optim=OptimConfig(lr=1e-2),
+        micro_batch_size=2,
+        value_head=True,
+    )
+    engine = cls(spec, config)
+    shape = tuple(batch.batch["responses"].shape)
+    try:
+        values = engine.compute_values(batch)
+    except NotImplementedError as err:
+        fail(what, "critic=True: a value_head engine must implement compute_values", str(err))
+    if tuple(values.shape) != shape or not bool(torch.isfinite(values).all()):
+        fail(what, "compute_values must return finite (B, R) values", repr(values))
+    first = engine.forward_backward(batch, _value_loss, temperature=1.0)["conformance/vf_loss"]
+    engine.optimizer_step(lr=1e-2)
+    for _ in range(3):
+        engine.forward_backward(batch, _value_loss, temperature=1.0)
+        engine.optimizer_step(lr=1e-2)
+    last = engine.forward_backward(batch, _value_loss, temperature=1.0)["conformance/vf_loss"]
+    if not last < first:
+        fail(
+            what,
+            "training a value_head engine on a value loss must lower it",
+            f"loss {first:.4g} -> {last:.4g}",
+        )
 
 
 def _check_export(

@@ -135,7 +135,9 @@ def main() -> int:
             total_steps=args.steps + 1,
             micro_batch_size=8,
         )
-        actor = FSDP2Engine(spec, FSDP2Engine.Config(mixed_precision=True))
+        actor = FSDP2Engine(
+            spec, FSDP2Engine.Config(mixed_precision=True, offload_during_generation=True)
+        )
         backend = dist.get_backend()
         rollout = HFRollout(RolloutSpec(model_path=path, device=args.device, dtype="bfloat16"))
         prompts = make_prompts(tok).repeat(N, interleave=True)  # n rows per prompt

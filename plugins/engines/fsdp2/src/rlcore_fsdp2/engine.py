@@ -89,6 +89,10 @@ class FSDP2Engine(BaseEngine):
         reshard_after_forward: bool = True
         # Keep the parameter shards (and so the optimizer step) on CPU (GPU runs only).
         offload_params: bool = False
+        # Move parameters and optimizer state to CPU while the colocated rollout generates
+        # (the worker calls offload()/onload() around generation; GPU runs only). Frees memory
+        # for the rollout's cache at the cost of two host transfers per step.
+        offload_during_generation: bool = False
         # Ranks per shard group; -1 shards over all ranks. Smaller: HSDP (replicate x shard).
         fsdp_size: int = attrs.field(default=-1)
         attn_implementation: str = "sdpa"
@@ -445,9 +449,16 @@ class FSDP2Engine(BaseEngine):
     def offload(self) -> None:
         """Move parameter shards and optimizer state to CPU (GPU only; no-op on CPU).
 
-        With ``offload_params`` (CPUOffloadPolicy) both live on CPU already: nothing to do.
+        Only with ``offload_during_generation``; with ``offload_params`` (CPUOffloadPolicy)
+        both live on CPU already: nothing to do.
         """
-        if self.device.type != "cuda" or self.config.offload_params or self._offloaded:
+        cfg = self.config
+        if (
+            self.device.type != "cuda"
+            or not cfg.offload_during_generation
+            or cfg.offload_params
+            or self._offloaded
+        ):
             return
         self.model.to("cpu")
         _move_optimizer_state(self.optimizer, torch.device("cpu"))

@@ -184,3 +184,16 @@ def test_several_nodes_need_a_cluster():
         "resources.nnodes = 2 needs a Ray cluster: start one (ray start --head on the first "
         "node, ray start --address=... on the others) and set RAY_ADDRESS or resources.ray_address"
     )
+
+
+def test_plugins_table_imports_no_backend():
+    # Every installed target is resolved (module found, class present) by reading its
+    # source: listing plugins must not import torch, transformers or Ray.
+    code = (
+        "import sys, io, contextlib; from rlcore.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()) as out: main(['plugins'])\n"
+        "assert ' ok' in out.getvalue(), out.getvalue()\n"
+        "heavy = [m for m in ('torch', 'transformers', 'ray') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -524,3 +524,100 @@ def test_resume_path_missing(run, capsys, registry, tmp_path):
         [f'trainer.resume="{missing}"'],
         f"trainer.resume: checkpoint {missing} does not exist",
     )
+
+
+# --- checkpoints (issue 15): crafted or damaged, refused before anything loads them -----------
+
+
+class _Payload:
+    """Unpickles as: write ``marker``, then return the real metadata it replaced."""
+
+    def __init__(self, marker: Path, then: bytes) -> None:
+        self.marker, self.then = marker, then
+
+    def __reduce__(self):
+        code = (
+            f"(open({str(self.marker)!r}, 'w').write('pwned'), "
+            f"__import__('pickle').loads({self.then!r}))[1]"
+        )
+        return (eval, (code,))
+
+
+def _checkpoint(run_dir: Path, step: int, model: Path) -> Path:
+    """A ``global_step_<step>`` laid out as the trainer writes it (DCP actor/, state, config)."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    from rlcore.checkpoint import CheckpointManager, save_driver_state
+
+    def write(tmp: Path) -> None:
+        dcp.save({"model": {"w": torch.ones(2)}}, checkpoint_id=str(tmp / "actor"), no_dist=True)
+        save_driver_state(tmp, step=step, dataloader_state={"epoch": 0})
+        (tmp / "config.toml").write_text(f'[model]\npath = "{model}"\n')
+
+    return CheckpointManager(run_dir / "checkpoints").save(step, write)
+
+
+def _craft(step_dir: Path, marker: Path) -> Path:
+    import pickle
+
+    from rlcore.safe_checkpoint import write_manifest
+
+    meta = step_dir / "actor" / ".metadata"
+    meta.write_bytes(pickle.dumps(_Payload(marker, meta.read_bytes())))
+    write_manifest(step_dir)
+    return meta
+
+
+def _refusal(meta: Path) -> str:
+    return (
+        f"refusing to load {meta}: it refers to builtins.eval, which is not part of a "
+        "checkpoint's metadata (the file may have been crafted to run code); use a checkpoint "
+        "you wrote"
+    )
+
+
+def test_export_refuses_crafted_metadata(tmp_path, capsys, registry, tiny):
+    step = _checkpoint(tmp_path / "run", 1, tiny)
+    marker = tmp_path / "pwned"
+    meta = _craft(step, marker)
+    argv = ["export", str(step), "--format", "hf", str(tmp_path / "out")]
+    code, err = _cli(argv, capsys, registry)
+    assert_one_line(code, err, _refusal(meta))
+    code, err = _cli(["export", str(tmp_path / "run"), str(tmp_path / "out")], capsys, registry)
+    assert_one_line(code, err, _refusal(meta))
+    assert not marker.exists()
+    assert not (tmp_path / "out").exists()
+
+
+def test_resume_refuses_crafted_metadata(run, tmp_path, capsys, registry, tiny):
+    step = _checkpoint(tmp_path / "old", 1, tiny)
+    marker = tmp_path / "pwned"
+    meta = _craft(step, marker)
+    code, err = _train_preflight(run, [f'trainer.resume="{step}"'], capsys, registry)
+    assert_one_line(code, err, f"trainer.resume: {_refusal(meta)}")
+    # trainer.resume = "auto" on the run directory holding it: refused as well, before Ray.
+    code, err = _train_preflight(run, [f'trainer.run_dir="{tmp_path / "old"}"'], capsys, registry)
+    assert_one_line(code, err, _refusal(meta))
+    assert not marker.exists()
+
+
+def test_resume_from_a_checkpoint_missing_a_shard(run, tmp_path, capsys, registry, tiny):
+    step = _checkpoint(tmp_path / "old", 1, tiny)
+    shard = step / "actor" / "__0_0.distcp"
+    shard.unlink()
+    code, err = _train_preflight(run, [f'trainer.resume="{step}"'], capsys, registry)
+    assert_one_line(
+        code,
+        err,
+        f"trainer.resume: checkpoint {step} is damaged: {shard} is missing (listed in "
+        "MANIFEST.json); use an earlier one",
+    )
+    code, err = _train_preflight(run, [f'trainer.run_dir="{tmp_path / "old"}"'], capsys, registry)
+    assert_one_line(
+        code,
+        err,
+        f"no intact checkpoint under {tmp_path / 'old' / 'checkpoints'} (global_step_1: {shard} "
+        "is missing (listed in MANIFEST.json)); remove the damaged ones or set trainer.resume = "
+        '"off" to start over',
+    )

@@ -201,7 +201,11 @@ def test_export_errors_are_one_line(tmp_path, capsys):
     step = tmp_path / "global_step_3"
     step.mkdir()
     (step / "COMPLETE").write_text("{}")
-    (step / ACTOR_DIR).mkdir()
+    (step / "trainer_state.json").write_text('{"step": 3, "dataloader": {}}')
+    # A real (tiny) DCP directory: the export verifies the checkpoint before reading config.
+    import torch.distributed.checkpoint as dcp
+
+    dcp.save({"model": {"w": torch.ones(2)}}, checkpoint_id=str(step / ACTOR_DIR), no_dist=True)
     assert run_err(["export", str(step), "--format", "gguf", str(out)], capsys) == (
         "error: unknown export format 'gguf'; available: hf\n"
     )
@@ -230,7 +234,9 @@ def test_export_errors_are_one_line(tmp_path, capsys):
         "error: export: the following arguments are required: OUT "
         "(usage: rlcore export CHECKPOINT --format hf OUT)\n"
     )
-    (step / ACTOR_DIR).rmdir()
+    import shutil
+
+    shutil.rmtree(step / ACTOR_DIR)
     assert run_err(["export", str(step), str(tmp_path / "o2")], capsys) == (
         f"error: checkpoint {step} has no actor/ directory (the actor engine's state)\n"
     )

@@ -187,6 +187,9 @@ class CheckpointManager:
         tmp.mkdir()
         try:
             write_fn(tmp)
+            from rlcore.safe_checkpoint import write_manifest  # resume checks every file
+
+            write_manifest(tmp)
             marker = {"step": step, "time": time.time()}
             (tmp / COMPLETE_MARKER).write_text(json.dumps(marker) + "\n", encoding="utf-8")
             _fsync_tree(tmp)
@@ -232,25 +235,11 @@ class CheckpointManager:
     # --- find ---------------------------------------------------------------------------
 
     def latest(self) -> Path | None:
-        """The checkpoint ``latest`` names if it is complete, else the newest complete one."""
-        pointer = self.root / LATEST_FILE
-        if pointer.is_file():
-            name = pointer.read_text(encoding="utf-8").strip()
-            # Only a bare step-directory name: the pointer never leads outside the root.
-            target = self.root / name
-            if _STEP_RE.fullmatch(name) and _is_complete(target):
-                return target
-            newest = self.checkpoints()
-            fallback = newest[-1] if newest else None
-            log.warning(
-                "%s names %r, which is not a complete checkpoint; using %s",
-                pointer,
-                name,
-                fallback or "none",
-            )
-            return fallback
-        newest = self.checkpoints()
-        return newest[-1] if newest else None
+        """The intact checkpoint ``latest`` names, else the newest intact one (warnings say
+        which were skipped and why; see :func:`rlcore.safe_checkpoint.pick_resume`)."""
+        from rlcore.safe_checkpoint import pick_resume
+
+        return pick_resume(self.root, self.checkpoints())
 
     def resolve_resume(self, resume: str) -> Path | None:
         """``trainer.resume``: ``"off"`` -> None, ``"auto"`` -> :meth:`latest`, else a path.
@@ -282,7 +271,9 @@ def find_checkpoint(path: str | os.PathLike[str], *, key: str | None = None) -> 
         raise CheckpointError(msg)
     if step_of(p) is not None:
         if _is_complete(p):
-            return p
+            from rlcore.safe_checkpoint import require_intact
+
+            return require_intact(p, where)
         msg = (
             f"{where}checkpoint {p} is incomplete (no {COMPLETE_MARKER} file): it was "
             "interrupted while being written; use an earlier one"

@@ -127,7 +127,7 @@ def preflight(config: RunConfig, *, registry: PluginRegistry | None = None) -> P
     Raises a :class:`~rlcore.errors.RlcoreError` whose one-line message names the key.
     Returns the tokenizer and the datasets, built exactly as the trainer builds them.
     """
-    from rlcore.checkpoint import find_checkpoint
+    from rlcore.checkpoint import CHECKPOINTS_DIR, CheckpointManager, find_checkpoint
     from rlcore.plugins import default_registry
 
     registry = registry if registry is not None else default_registry()
@@ -152,6 +152,8 @@ def preflight(config: RunConfig, *, registry: PluginRegistry | None = None) -> P
     resume = config.trainer.resume
     if resume not in ("auto", "off"):
         find_checkpoint(resume, key="trainer.resume")
+    elif resume == "auto" and config.trainer.run_dir:  # a crafted or damaged one, before Ray
+        CheckpointManager(Path(config.trainer.run_dir) / CHECKPOINTS_DIR).latest()
     log.info(
         "preflight ok: model %s, %d train / %d validation prompts",
         config.model.path,

@@ -45,6 +45,7 @@ from rlcore.engine_utils import (
 from rlcore.errors import ConfigError, RlcoreError
 from rlcore.interfaces import BaseEngine, EngineSpec, LossFn, ModelOutputs
 from rlcore.protocol import DataProto
+from rlcore.safe_checkpoint import safe_dcp_load
 from rlcore_fsdp2.batching import trim_left_padding
 from rlcore_fsdp2.logprob import entropy_from_logits, log_probs_from_logits, response_logits
 
@@ -433,7 +434,7 @@ class FSDP2Engine(BaseEngine):
             raise FSDP2Error(msg)
         self.onload()
         state = self._state()
-        dcp.load(state, checkpoint_id=path)
+        safe_dcp_load(state, path)  # never runs code from a crafted checkpoint
         set_state_dict(
             self.model,
             self.optimizer if self.optimizer is not None else [],

@@ -1,0 +1,419 @@
+"""Checkpoints that cannot run code, and are checked whole before a resume or an export uses them.
+
+torch's distributed checkpoint (DCP) reads ``<engine dir>/.metadata`` with a plain
+``pickle.load`` and the non-tensor items of a shard (optimizer hyper-parameters) with
+``torch.load(weights_only=False)``: a crafted checkpoint would run its code in whichever
+process loads it. Here:
+
+- :func:`load_dcp_metadata` unpickles ``.metadata`` with :class:`MetadataUnpickler`, which
+  admits only DCP's own metadata classes (and ``torch.Size``, dtypes, layouts, paths); any
+  other global is refused with one line naming the file and the global;
+- :func:`safe_storage_reader` and :func:`safe_load_planner` are what an engine passes to
+  ``dcp.load`` (:func:`safe_dcp_load`) so the workers read metadata the same way and bytes
+  items with ``weights_only=True``;
+- :func:`verify_checkpoint` checks a ``global_step_<N>`` directory before anything loads it:
+  the ``COMPLETE`` marker, ``trainer_state.json``, every file of ``MANIFEST.json`` (written by
+  :func:`write_manifest` at save time) present with its size, every engine directory's DCP
+  metadata loadable safely and every shard it lists present, inside the directory and long
+  enough, every bytes item a plain value;
+- :func:`pick_resume` is the ``latest`` resolution behind ``trainer.resume = "auto"``: the
+  pointer's target if intact, else the newest intact checkpoint, with a warning for each one
+  skipped; a pointer that is unreadable or names no checkpoint is ignored with a warning.
+
+torch is imported only when a ``.metadata`` is read.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import pickle
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from rlcore.checkpoint import (
+    ACTOR_DIR,
+    COMPLETE_MARKER,
+    CRITIC_DIR,
+    LATEST_FILE,
+    STATE_FILE,
+    CheckpointError,
+    step_of,
+)
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "MANIFEST_FILE",
+    "MetadataUnpickler",
+    "UnsafeCheckpointError",
+    "load_dcp_metadata",
+    "pick_resume",
+    "require_intact",
+    "safe_dcp_load",
+    "safe_load_planner",
+    "safe_storage_reader",
+    "verify_checkpoint",
+    "write_manifest",
+]
+
+MANIFEST_FILE = "MANIFEST.json"
+DCP_METADATA = ".metadata"
+ENGINE_DIRS = (ACTOR_DIR, CRITIC_DIR)
+
+_DCP_METADATA_MODULE = "torch.distributed.checkpoint.metadata"
+# Every global a DCP ``.metadata`` of torch 2.x refers to; nothing here runs code on load.
+_ALLOWED_GLOBALS: dict[str, frozenset[str]] = {
+    _DCP_METADATA_MODULE: frozenset(
+        {
+            "Metadata",
+            "MetadataIndex",
+            "StorageMeta",
+            "TensorProperties",
+            "TensorStorageMetadata",
+            "BytesStorageMetadata",
+            "ChunkStorageMetadata",
+            "_MEM_FORMAT_ENCODING",
+        }
+    ),
+    "torch.distributed.checkpoint.filesystem": frozenset({"_StorageInfo"}),
+    "torch.serialization": frozenset({"_get_layout"}),  # str -> torch.layout, a dict lookup
+    "torch": frozenset({"Size"}),  # and dtypes, checked by type below
+    "pathlib": frozenset({"Path", "PosixPath", "PurePosixPath", "WindowsPath", "PureWindowsPath"}),
+    "collections": frozenset({"OrderedDict"}),
+}
+
+
+class UnsafeCheckpointError(CheckpointError):
+    """A checkpoint file would run code when loaded: refused, never skipped quietly."""
+
+
+class MetadataUnpickler(pickle.Unpickler):
+    """An unpickler for DCP ``.metadata`` files: only the metadata classes are admitted."""
+
+    def __init__(self, file: Any, *, source: str) -> None:
+        super().__init__(file)
+        self.source = source
+
+    def find_class(self, module: str, name: str) -> Any:
+        if name in _ALLOWED_GLOBALS.get(module, ()):
+            return super().find_class(module, name)
+        if module == "torch":
+            import torch
+
+            value = getattr(torch, name, None)
+            if isinstance(value, torch.dtype):
+                return value
+        msg = (
+            f"refusing to load {self.source}: it refers to {module}.{name}, which is not part "
+            "of a checkpoint's metadata (the file may have been crafted to run code); use a "
+            "checkpoint you wrote"
+        )
+        raise UnsafeCheckpointError(msg)
+
+
+def load_dcp_metadata(path: str | os.PathLike[str]) -> Any:
+    """The ``Metadata`` in ``path`` (a DCP ``.metadata`` file), unpickled safely."""
+    from torch.distributed.checkpoint.metadata import Metadata
+
+    file = Path(path)
+    try:
+        data = file.read_bytes()
+    except OSError as err:
+        msg = f"cannot read {file}: {err.strerror or err}"
+        raise CheckpointError(msg) from err
+    try:
+        loaded = MetadataUnpickler(io.BytesIO(data), source=str(file)).load()
+    except UnsafeCheckpointError:
+        raise
+    except Exception as err:  # truncated or garbage bytes: any unpickling error
+        msg = f"cannot read {file}: not a checkpoint metadata file ({type(err).__name__}: {err})"
+        raise CheckpointError(msg) from err
+    if not isinstance(loaded, Metadata):
+        msg = f"cannot read {file}: it holds a {type(loaded).__name__}, not checkpoint metadata"
+        raise CheckpointError(msg)
+    return loaded
+
+
+def _reader_classes() -> tuple[type, type]:
+    # Defined lazily: subclassing torch's classes at import time would import torch.
+    from torch.distributed.checkpoint.filesystem import FileSystemReader
+    from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+    from torch.distributed.checkpoint.metadata import StorageMeta
+
+    class _SafeFileSystemReader(FileSystemReader):  # type: ignore[misc]
+        """``FileSystemReader`` whose metadata goes through :class:`MetadataUnpickler`."""
+
+        def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
+            path = self._get_metadata_path(kwargs.get("rank"))
+            try:
+                metadata = load_dcp_metadata(path)
+            except UnsafeCheckpointError as err:
+                # dcp.load swallows this and tries rank-local metadata; keep it for the caller.
+                self.refused = err
+                raise
+            if getattr(metadata, "storage_meta", None) is None:
+                metadata.storage_meta = StorageMeta()
+            metadata.storage_meta.load_id = self.load_id
+            return metadata
+
+    class _SafeLoadPlanner(DefaultLoadPlanner):  # type: ignore[misc]
+        """``DefaultLoadPlanner`` that loads bytes items with ``weights_only=True``."""
+
+        def load_bytes(self, read_item: Any, value: io.BytesIO) -> None:
+            import torch
+            from torch.distributed.checkpoint._traverse import set_element
+
+            try:
+                obj = torch.load(value, weights_only=True, map_location="cpu")
+            except pickle.UnpicklingError as err:
+                first = str(err).strip().splitlines()[0] if str(err).strip() else "refused"
+                msg = (
+                    f"refusing to load item {read_item.dest_index.fqn!r} of a checkpoint: not "
+                    f"a plain value ({first})"
+                )
+                self.refused = UnsafeCheckpointError(msg)
+                raise self.refused from err
+            fqn = read_item.dest_index.fqn
+            if self.flatten_state_dict:
+                set_element(self.original_state_dict, self.mappings[fqn], obj)
+            else:
+                self.state_dict[fqn] = obj
+
+    return _SafeFileSystemReader, _SafeLoadPlanner
+
+
+def safe_storage_reader(path: str | os.PathLike[str]) -> Any:
+    """A DCP storage reader for ``path`` that never unpickles arbitrary objects."""
+    return _reader_classes()[0](path)
+
+
+def safe_load_planner() -> Any:
+    """A DCP load planner whose bytes items are loaded with ``weights_only=True``."""
+    return _reader_classes()[1]()
+
+
+def safe_dcp_load(state_dict: dict[str, Any], path: str | os.PathLike[str], **kwargs: Any) -> None:
+    """``dcp.load(state_dict, checkpoint_id=path)`` without running code from the checkpoint."""
+    from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    reader, planner = safe_storage_reader(path), safe_load_planner()
+    try:
+        dcp_load(state_dict, storage_reader=reader, planner=planner, **kwargs)
+    except CheckpointException:
+        # torch wraps every rank's error in one multi-line exception: surface our refusal.
+        refused = getattr(reader, "refused", None) or getattr(planner, "refused", None)
+        if refused is None:
+            raise
+        raise refused from None
+
+
+# --- manifest ---------------------------------------------------------------------------------
+
+
+def write_manifest(directory: str | os.PathLike[str]) -> Path:
+    """Write ``MANIFEST.json`` in ``directory``: every file below it (relative path -> size)."""
+    root = Path(directory)
+    files: dict[str, int] = {}
+    for dirpath, _dirnames, filenames in os.walk(root):
+        for name in filenames:
+            file = Path(dirpath) / name
+            rel = file.relative_to(root).as_posix()
+            if rel in (MANIFEST_FILE, COMPLETE_MARKER) or file.is_symlink():
+                continue
+            files[rel] = file.stat().st_size
+    out = root / MANIFEST_FILE
+    text = json.dumps({"files": dict(sorted(files.items()))}, indent=1)
+    out.write_text(text + "\n", encoding="utf-8")
+    return out
+
+
+def _check_manifest(step_dir: Path) -> str | None:
+    manifest = step_dir / MANIFEST_FILE
+    if not manifest.is_file():
+        return None  # written since this check exists; older checkpoints have none
+    try:
+        files = json.loads(manifest.read_text(encoding="utf-8"))["files"]
+        listed = {str(k): int(v) for k, v in dict(files).items()}
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        return f"{manifest} is unreadable ({type(err).__name__})"
+    for rel, size in listed.items():
+        file = step_dir / rel
+        if ".." in Path(rel).parts or Path(rel).is_absolute():
+            return f"{manifest} lists {rel!r}, outside the checkpoint"
+        if not file.is_file():
+            return f"{file} is missing (listed in {MANIFEST_FILE})"
+        actual = file.stat().st_size
+        if actual != size:
+            return f"{file} has {actual} bytes, {MANIFEST_FILE} says {size}"
+    return None
+
+
+# --- engine directories -------------------------------------------------------------------------
+
+
+def _check_engine_dir(engine_dir: Path) -> str | None:
+    """The DCP metadata of ``engine_dir`` loads safely and every shard it lists is there."""
+    meta_file = engine_dir / DCP_METADATA
+    if not meta_file.is_file():
+        return None  # not a DCP directory (another engine's format): the manifest covers it
+    try:
+        metadata = load_dcp_metadata(meta_file)
+    except UnsafeCheckpointError:
+        raise  # crafted: refused, not skipped
+    except CheckpointError as err:
+        return str(err)
+    storage = getattr(metadata, "storage_data", None)
+    if not isinstance(storage, dict) or not storage:
+        return f"{meta_file} lists no shards"
+    needed: dict[str, int] = {}
+    bytes_items: list[Any] = []
+    for index, info in storage.items():
+        rel = str(getattr(info, "relative_path", ""))
+        if not rel or Path(rel).name != rel or rel in (".", ".."):
+            return f"{meta_file} names shard {rel!r}, outside {engine_dir}"
+        end = int(getattr(info, "offset", 0)) + int(getattr(info, "length", 0))
+        needed[rel] = max(needed.get(rel, 0), end)
+        if _is_bytes_item(metadata, index) and not getattr(info, "transform_descriptors", None):
+            bytes_items.append(info)
+    for rel, end in sorted(needed.items()):
+        shard = engine_dir / rel
+        if not shard.is_file():
+            return f"shard {shard} is missing (listed in {meta_file.name})"
+        size = shard.stat().st_size
+        if size < end:
+            return f"shard {shard} is truncated ({size} bytes, its metadata needs {end})"
+    for info in bytes_items:
+        problem = _check_bytes_item(engine_dir / info.relative_path, info.offset, info.length)
+        if problem:
+            return problem
+    return None
+
+
+def _is_bytes_item(metadata: Any, index: Any) -> bool:
+    from torch.distributed.checkpoint.metadata import BytesStorageMetadata
+
+    item = metadata.state_dict_metadata.get(getattr(index, "fqn", None))
+    return isinstance(item, BytesStorageMetadata)
+
+
+def _check_bytes_item(shard: Path, offset: int, length: int) -> str | None:
+    """A non-tensor item (an optimizer hyper-parameter) must load with ``weights_only``."""
+    import torch
+
+    with shard.open("rb") as fh:
+        fh.seek(offset)
+        data = fh.read(length)
+    try:
+        torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+    except Exception as err:  # UnpicklingError for a refused global; anything for garbage
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        msg = (
+            f"refusing to load {shard}: an item at byte {offset} is not a plain value "
+            f"({first[:200]}); the file may have been crafted to run code"
+        )
+        raise UnsafeCheckpointError(msg) from err
+    return None
+
+
+# --- whole checkpoints --------------------------------------------------------------------------
+
+
+def verify_checkpoint(step_dir: str | os.PathLike[str]) -> str | None:
+    """Why ``step_dir`` cannot be resumed from (one clause naming the file), or None if intact.
+
+    A crafted file (metadata or bytes item that would run code) raises :class:`CheckpointError`
+    instead: it is refused, never skipped quietly.
+    """
+    path = Path(step_dir)
+    if step_of(path) is None or not path.is_dir():
+        return f"{path} is not a global_step_N directory"
+    marker = path / COMPLETE_MARKER
+    if not marker.is_file():
+        return f"{path} has no {COMPLETE_MARKER} marker (interrupted while being written)"
+    for file in (marker, path / STATE_FILE):
+        try:
+            if file.exists():  # the trainer writes trainer_state.json; the manifest lists it
+                json.loads(file.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as err:
+            return f"{file} is unreadable ({type(err).__name__})"
+    problem = _check_manifest(path)
+    if problem:
+        return problem
+    for name in ENGINE_DIRS:
+        engine_dir = path / name
+        if engine_dir.is_dir():
+            problem = _check_engine_dir(engine_dir)
+            if problem:
+                return problem
+    return None
+
+
+def require_intact(step_dir: Path, where: str = "") -> Path:
+    """``step_dir`` if :func:`verify_checkpoint` finds nothing wrong; else one-line error."""
+    try:
+        problem = verify_checkpoint(step_dir)
+    except UnsafeCheckpointError as err:
+        raise UnsafeCheckpointError(f"{where}{err}") from None
+    if problem:
+        msg = f"{where}checkpoint {step_dir} is damaged: {problem}; use an earlier one"
+        raise CheckpointError(msg)
+    return step_dir
+
+
+def _read_pointer(root: Path) -> str | None:
+    pointer = root / LATEST_FILE
+    if not pointer.exists():
+        return None
+    try:
+        name = pointer.read_bytes()[:256].decode("utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        name = None
+    # Only a bare step-directory name: the pointer never leads outside the root.
+    if not name or step_of(Path(name)) is None or Path(name).name != name:
+        log.warning("ignoring %s: it does not name a global_step_N checkpoint", pointer)
+        return None
+    return name
+
+
+def pick_resume(root: str | os.PathLike[str], complete: Iterable[Path]) -> Path | None:
+    """The checkpoint to resume from under ``root`` (see module doc), or None if there is none.
+
+    ``complete`` are the directories with a ``COMPLETE`` marker, oldest first. Raises
+    :class:`CheckpointError` when checkpoints exist but none is intact.
+    """
+    base = Path(root)
+    candidates = list(reversed(list(complete)))
+    name = _read_pointer(base)
+    if name is not None:
+        target = base / name
+        if target in candidates:
+            candidates.remove(target)
+        candidates.insert(0, target)
+    skipped: list[str] = []
+    for candidate in candidates:
+        if not (candidate / COMPLETE_MARKER).is_file():  # missing, or an interrupted save
+            log.warning(
+                "%s names %r, which is not a complete checkpoint; trying the newest intact one",
+                base / LATEST_FILE,
+                candidate.name,
+            )
+            continue
+        problem = verify_checkpoint(candidate)
+        if problem is None:
+            if skipped:
+                log.warning("resuming from %s, the newest intact checkpoint", candidate)
+            return candidate
+        log.warning("skipping checkpoint %s: %s", candidate, problem)
+        skipped.append(f"{candidate.name}: {problem}")
+    if skipped:
+        msg = (
+            f"no intact checkpoint under {base} ({skipped[0]}); remove the damaged ones or "
+            'set trainer.resume = "off" to start over'
+        )
+        raise CheckpointError(msg)
+    return None

@@ -1,9 +1,17 @@
 """Starting or joining Ray for ``rlcore train``.
 
-By default a private local Ray bound to 127.0.0.1 with the dashboard off (nothing listens on
-other interfaces, nothing extra starts); ``RAY_ADDRESS`` or ``[resources] ray_address`` joins an
-existing cluster instead. ``address="local"`` matters: a bare ``ray.init()`` would silently
-attach to a cluster someone started on this machine with ``ray start``.
+By default a private local Ray with the dashboard off and every port on 127.0.0.1: GCS,
+raylet (node manager and object manager), runtime-env agent, worker and driver gRPC. Ray
+binds its gRPC servers to loopback only when the node's IP *is* 127.0.0.1, and on Linux it
+rewrites a requested 127.0.0.1 to the host's address unless ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER``
+is ``0`` (``ray._private.services.resolve_ip_for_localhost``), so a local run sets that
+(:func:`loopback_only`). ``tests/test_loopback.py`` checks every listening socket of a run.
+
+``RAY_ADDRESS`` or ``[resources] ray_address`` joins an existing cluster instead, bound as
+that cluster was started; a loopback address keeps the driver on loopback too. The address
+is probed first: one that does not answer fails within :data:`JOIN_TIMEOUT_S` with one line
+(Ray itself would retry for minutes). ``address="local"`` matters: a bare ``ray.init()``
+would silently attach to a cluster someone started on this machine with ``ray start``.
 """
 
 from __future__ import annotations
@@ -11,6 +19,9 @@ from __future__ import annotations
 import logging
 import math
 import os
+import socket
+import sys
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,7 +30,66 @@ from rlcore.errors import ResourceError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ray_init_kwargs", "start_ray", "stop_ray"]
+__all__ = [
+    "JOIN_TIMEOUT_S",
+    "LOOPBACK",
+    "check_reachable",
+    "loopback_only",
+    "ray_init_kwargs",
+    "start_ray",
+    "stop_ray",
+]
+
+LOOPBACK = "127.0.0.1"
+JOIN_TIMEOUT_S = 10.0  # how long an unreachable RAY_ADDRESS is retried before one line
+# Ray's switch that keeps a node IP of 127.0.0.1 instead of the host's address (Linux).
+_KEEP_LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+_LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def loopback_only() -> None:
+    """Make Ray keep 127.0.0.1 as this node's IP, so every Ray server binds loopback only.
+
+    The variable is read when ``ray`` is imported (and inherited by Ray's own processes); the
+    module constant is set as well for a ``ray`` imported earlier in this process.
+    """
+    os.environ[_KEEP_LOOPBACK_ENV] = "0"
+    constants = sys.modules.get("ray._private.ray_constants")
+    if constants is not None and hasattr(constants, "ENABLE_RAY_CLUSTER"):
+        setattr(constants, "ENABLE_RAY_CLUSTER", False)  # noqa: B010 - untyped module
+
+
+def _host_port(address: str) -> tuple[str, int] | None:
+    """``host:port`` of a GCS address; None for ``auto`` and ``ray://`` client addresses."""
+    if address == "auto" or "://" in address:
+        return None
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)
+
+
+def check_reachable(address: str, *, timeout_s: float = JOIN_TIMEOUT_S, key: str) -> None:
+    """Fail with one line unless something accepts TCP connections at ``address`` in time."""
+    target = _host_port(address)
+    if target is None:
+        return
+    deadline = time.monotonic() + timeout_s
+    last: OSError | None = None
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(target, timeout=min(2.0, timeout_s)):
+                return
+        except OSError as err:
+            last = err
+            time.sleep(0.5)
+    reason = (last.strerror or str(last)) if last is not None else "timed out"
+    msg = (
+        f"{key} = {address}: no Ray cluster answers there ({reason}, tried for "
+        f"{timeout_s:.0f} s); start one with `ray start --head`, fix the address, or unset it "
+        "for a private local Ray"
+    )
+    raise ResourceError(msg)
 
 
 def ray_init_kwargs(
@@ -29,6 +99,10 @@ def ray_init_kwargs(
     env = os.environ if environ is None else environ
     address = env.get("RAY_ADDRESS") or resources.ray_address
     if address:
+        target = _host_port(address)
+        if target is not None and target[0] in _LOOPBACK_HOSTS:
+            # A cluster on loopback: the driver stays there too (Ray would pick the host IP).
+            return {"address": address, "_node_ip_address": LOOPBACK}
         return {"address": address}
     if resources.nnodes > 1:
         msg = (
@@ -43,7 +117,7 @@ def ray_init_kwargs(
         "address": "local",
         "num_cpus": max(os.cpu_count() or 1, needed),
         "include_dashboard": False,
-        "_node_ip_address": "127.0.0.1",
+        "_node_ip_address": LOOPBACK,
     }
 
 
@@ -52,11 +126,16 @@ def start_ray(resources: ResourcesConfig) -> bool:
 
     Returns whether this call connected (the caller then owes a :func:`stop_ray`).
     """
+    kwargs = ray_init_kwargs(resources)
+    if kwargs.get("_node_ip_address") == LOOPBACK:
+        loopback_only()  # before ray is imported: Ray reads it at import
     import ray  # heavy: only when a run really starts
 
     if ray.is_initialized():
         return False
-    kwargs = ray_init_kwargs(resources)
+    if kwargs["address"] != "local":
+        key = "RAY_ADDRESS" if os.environ.get("RAY_ADDRESS") else "resources.ray_address"
+        check_reachable(kwargs["address"], key=key)
     log.info("starting Ray: %s", ", ".join(f"{k}={v}" for k, v in kwargs.items()))
     ray.init(**kwargs, log_to_driver=True, configure_logging=False)
     return True

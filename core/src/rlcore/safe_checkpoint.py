@@ -140,8 +140,8 @@ def load_dcp_metadata(path: str | os.PathLike[str]) -> Any:
 
 def _reader_classes() -> tuple[type, type]:
     # Defined lazily: subclassing torch's classes at import time would import torch.
-    from torch.distributed.checkpoint.filesystem import FileSystemReader
     from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+    from torch.distributed.checkpoint.filesystem import FileSystemReader
     from torch.distributed.checkpoint.metadata import StorageMeta
 
     class _SafeFileSystemReader(FileSystemReader):  # type: ignore[misc]
@@ -198,8 +198,8 @@ def safe_load_planner() -> Any:
 
 def safe_dcp_load(state_dict: dict[str, Any], path: str | os.PathLike[str], **kwargs: Any) -> None:
     """``dcp.load(state_dict, checkpoint_id=path)`` without running code from the checkpoint."""
-    from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
     from torch.distributed.checkpoint.api import CheckpointException
+    from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 
     reader, planner = safe_storage_reader(path), safe_load_planner()
     try:

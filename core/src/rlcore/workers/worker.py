@@ -165,12 +165,22 @@ class Worker:
         if backend == "nccl":
             # Ray usually narrows CUDA_VISIBLE_DEVICES to this actor's one GPU: device 0.
             torch.cuda.set_device(self._local_rank % max(1, torch.cuda.device_count()))
-        dist.init_process_group(
-            backend=backend,
-            init_method=f"tcp://{self._master_addr}:{self._master_port}",
+        from rlcore.bound_store import rendezvous_store  # listens on MASTER_ADDR only
+
+        timeout = collective_timeout_s() if timeout_s is None else timeout_s
+        store = rendezvous_store(
+            self._master_addr,
+            self._master_port,
             rank=self._rank,
             world_size=self._world_size,
-            timeout=timedelta(seconds=collective_timeout_s() if timeout_s is None else timeout_s),
+            timeout_s=timeout,
+        )
+        dist.init_process_group(
+            backend=backend,
+            store=store,
+            rank=self._rank,
+            world_size=self._world_size,
+            timeout=timedelta(seconds=timeout),
         )
 
     # --- dispatch -------------------------------------------------------------------------

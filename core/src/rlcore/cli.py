@@ -103,20 +103,31 @@ def _cmd_train(args: argparse.Namespace) -> int:
     # input costs a second and one clear line, not a worker traceback minutes later.
     prepared = preflight(config, registry=args.registry)
     from rlcore.ray_utils import start_ray, stop_ray
+    from rlcore.runlock import acquire_run_lock
+    from rlcore.termination import exit_code, exit_origin, sigterm_as_interrupt
     from rlcore.trainer import run_training
 
-    started = start_ray(config.resources)
+    assert config.trainer.run_dir is not None  # resolved by load_config
+    lock = acquire_run_lock(config.trainer.run_dir)  # a second train on it fails in one line
+    started = False
     try:
-        result = run_training(config, prepared)
+        started = start_ray(config.resources)
+        with sigterm_as_interrupt():  # SIGTERM (Slurm, Kubernetes) is handled like Ctrl-C
+            result = run_training(config, prepared)
     except KeyboardInterrupt:
         # The trainer saves the last completed step on its way out; say where to pick up.
         print(_interrupted_line(config), file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return exit_code(EXIT_INTERRUPTED)
+    except SystemExit as exc:  # e.g. a reward function calling sys.exit: name it, keep going
+        status = _interrupted_line(config).removeprefix("interrupted: ")
+        msg = f"training stopped: SystemExit({exc.code!r}) raised in {exit_origin(exc)}; {status}"
+        raise RlcoreError(msg) from exc
     finally:
         # A private Ray is stopped here, with its worker processes: nothing outlives the
         # command, whether it ends normally, on an error or on Ctrl-C.
         if started:
             stop_ray()
+        lock.release()
     return result if isinstance(result, int) else 0
 
 

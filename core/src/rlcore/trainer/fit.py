@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import numpy as np
 
+from rlcore import divergence
 from rlcore.errors import RlcoreError
 from rlcore.metrics import (
     compute_data_metrics,
@@ -157,6 +158,7 @@ class Trainer:
         self.max_consecutive_nonfinite = max_consecutive_nonfinite
         self.state = LoopState(step=0, total_steps=total_steps)
         self.last_metrics: dict[str, float] = {}
+        self._last_model_in: DataProto | None = None
 
     # --- state (what a checkpoint holds) --------------------------------------------------
 
@@ -243,6 +245,7 @@ class Trainer:
                     state.step += 1
                     last = state.step >= state.total_steps
                     self._check_finite(metrics)
+                    divergence.check_grad_norm(metrics, state.step)  # RLCORE_MAX_GRAD_NORM
                     if (
                         self.val_loader is not None
                         and cfg.test_freq
@@ -257,6 +260,8 @@ class Trainer:
                         or interrupted.is_set()
                         or (cfg.save_freq and state.step % cfg.save_freq == 0)
                     ):
+                        # Never save diverged weights: score the batch with them first.
+                        divergence.check_policy_finite(self.policy, self._last_model_in, state.step)
                         self.save_checkpoint()
                     if interrupted.is_set():
                         log.warning("interrupted: saved step %d, stopping", state.step)
@@ -311,6 +316,7 @@ class Trainer:
             _add_timing(worker, _take_metrics(gen))
             batch = batch.union(gen)
             model_in = self._select(batch, POLICY_INPUT_KEYS)
+            self._last_model_in = model_in  # the divergence guard rescores it before a save
 
             # --- old log-probs, reference log-probs, values ----------------------------------
             with timed("old_log_prob", timing):
@@ -433,17 +439,22 @@ def _deferred_interrupt() -> Iterator[threading.Event]:
         yield event  # signal handlers can only be set from the main thread
         return
 
-    previous = signal.getsignal(signal.SIGINT)
+    from rlcore.termination import STOP_SIGNALS, note_signal  # SIGTERM as Ctrl-C
+
+    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
 
     def request_stop(signum: int, frame: object) -> None:
+        note_signal(signum)
         if event.is_set():
             raise KeyboardInterrupt
         event.set()
         log.warning("Ctrl-C: finishing the current step, then saving; Ctrl-C again stops now")
 
-    signal.signal(signal.SIGINT, request_stop)
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, request_stop)
     try:
         yield event
     finally:
-        if previous is not None:  # None: the handler was not installed from Python
-            signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            if handler is not None:  # None: the handler was not installed from Python
+                signal.signal(sig, handler)

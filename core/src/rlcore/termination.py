@@ -1,0 +1,64 @@
+"""SIGTERM handled like Ctrl-C: what Slurm, Kubernetes and ``kill`` send to stop a run.
+
+During training the loop's handler (``rlcore.trainer.fit._deferred_interrupt``) turns either
+signal into "finish the step, save it, stop"; outside the loop :func:`sigterm_as_interrupt`
+makes SIGTERM raise :class:`Terminated` (a ``KeyboardInterrupt``), so the same clean-up runs
+(Ray and its workers stopped) instead of Ray's driver handler calling ``sys.exit(15)``. The
+exit code is ``128 + signal``: 130 for Ctrl-C, 143 for SIGTERM (:func:`exit_code`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+from types import FrameType
+
+__all__ = ["STOP_SIGNALS", "Terminated", "exit_code", "note_signal", "sigterm_as_interrupt"]
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_received: list[int] = []
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived: handled exactly like Ctrl-C."""
+
+
+def note_signal(signum: int) -> None:
+    """Record a stop signal; :func:`exit_code` reports the last one."""
+    _received.append(int(signum))
+
+
+def exit_code(default: int = 128 + signal.SIGINT) -> int:
+    """``128 + the last stop signal`` (143 for SIGTERM), ``default`` when none was noted."""
+    return 128 + _received[-1] if _received else default
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """While inside, SIGTERM raises :class:`Terminated` in the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        note_signal(signum)
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def exit_origin(exc: BaseException) -> str:
+    """Where ``exc`` was raised: ``func (file:line)`` of the innermost frame."""
+    tb = exc.__traceback__
+    if tb is None:
+        return "an unknown place"
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    code = tb.tb_frame.f_code
+    return f"{code.co_name} ({code.co_filename}:{tb.tb_lineno})"

@@ -621,3 +621,186 @@ def test_resume_from_a_checkpoint_missing_a_shard(run, tmp_path, capsys, registr
         "is missing (listed in MANIFEST.json)); remove the damaged ones or set trainer.resume = "
         '"off" to start over',
     )
+
+
+# --- model files, rows, seeds, environment, run dir (issue 15): checked before Ray ----------
+
+
+def _model_copy(tiny: Path, dest: Path) -> Path:
+    shutil.copytree(tiny, dest)
+    return dest
+
+
+def _weights(folder: Path) -> Path:
+    return next(folder.glob("*.safetensors"))
+
+
+def test_zero_byte_weights(run, capsys, registry, tmp_path, tiny):
+    folder = _model_copy(tiny, tmp_path / "m")
+    weights = _weights(folder)
+    weights.write_bytes(b"")
+    _case(
+        run,
+        capsys,
+        registry,
+        [f'model.path="{folder}"'],
+        f"model.path: {weights} is not a complete safetensors file (0 bytes); download or save "
+        "the model again",
+    )
+
+
+def test_truncated_weights(run, capsys, registry, tmp_path, tiny):
+    folder = _model_copy(tiny, tmp_path / "m")
+    weights = _weights(folder)
+    full = weights.read_bytes()
+    weights.write_bytes(full[: len(full) // 2])
+    _case(
+        run,
+        capsys,
+        registry,
+        [f'model.path="{folder}"'],
+        f"model.path: {weights} is truncated ({len(full) // 2} bytes, its header describes "
+        f"{len(full)}); download or save the model again",
+    )
+
+
+def test_empty_model_config(run, capsys, registry, tmp_path, tiny):
+    folder = _model_copy(tiny, tmp_path / "m")
+    (folder / "config.json").write_text("{}")
+    _case(
+        run,
+        capsys,
+        registry,
+        [f'model.path="{folder}"'],
+        f"model.path: {folder / 'config.json'} names no model_type; it is not a transformers "
+        "model config",
+    )
+
+
+def test_config_shapes_do_not_match_the_weights(run, capsys, registry, tmp_path, tiny):
+    folder = _model_copy(tiny, tmp_path / "m")
+    cfg = json.loads((folder / "config.json").read_text())
+    vocab, hidden = cfg["vocab_size"], cfg["hidden_size"]
+    cfg["hidden_size"] = hidden * 2
+    (folder / "config.json").write_text(json.dumps(cfg))
+    _case(
+        run,
+        capsys,
+        registry,
+        [f'model.path="{folder}"'],
+        f"model.path: {folder / 'config.json'} says vocab_size={vocab}, hidden_size={hidden * 2} "
+        f"but the weights hold model.embed_tokens.weight of shape [{vocab}, {hidden}]; the "
+        "config and the weights are from different models",
+    )
+
+
+def test_model_vocab_smaller_than_the_tokenizer(run, capsys, registry, tmp_path, tiny):
+    from safetensors.torch import load_file, save_file
+
+    from rlcore.data import load_tokenizer
+
+    folder = _model_copy(tiny, tmp_path / "m")
+    weights = _weights(folder)
+    tensors = load_file(weights)
+    cfg = json.loads((folder / "config.json").read_text())
+    small = cfg["vocab_size"] - 40
+    for name in ("model.embed_tokens.weight", "lm_head.weight"):
+        if name in tensors:
+            tensors[name] = tensors[name][:small].contiguous()
+    save_file(tensors, weights, metadata={"format": "pt"})
+    cfg["vocab_size"] = small
+    (folder / "config.json").write_text(json.dumps(cfg))
+    n_tokens = len(load_tokenizer(folder))
+    _case(
+        run,
+        capsys,
+        registry,
+        [f'model.path="{folder}"'],
+        f"model.path: the model's vocab_size ({small}) is smaller than the tokenizer's "
+        f"{n_tokens} tokens; use the tokenizer saved with this model (model.tokenizer_path)",
+    )
+
+
+def test_every_prompt_empty_without_chat_template(run, capsys, registry):
+    file = data_dir(run) / "train.jsonl"
+    write_jsonl(file, [row(i, prompt="") for i in range(8)])
+    _case(
+        run,
+        capsys,
+        registry,
+        ["data.apply_chat_template=false"],
+        f"data.train_files: {file} row 0: column 'prompt' is an empty prompt; remove the row "
+        "or write the prompt",
+    )
+
+
+CHAT_CASES = [
+    ([], "is an empty list of messages; give at least one message"),
+    ([{"role": "user", "content": 5}], "message 0: content must be a string, got 5"),
+    ([{"role": "user", "content": None}], "message 0: content must be a string, got null"),
+    ([{"role": 7, "content": "hi"}], "message 0: role must be a string, got 7"),
+]
+
+
+@pytest.mark.parametrize(("prompt", "message"), CHAT_CASES, ids=["[]", "5", "null", "role7"])
+def test_bad_chat_messages(run, capsys, registry, prompt, message):
+    file = data_dir(run) / "train.jsonl"
+    rows = [row(i) for i in range(8)]
+    rows[2]["prompt"] = prompt
+    write_jsonl(file, rows)
+    _case(run, capsys, registry, [], f"data.train_files: {file} row 2: column 'prompt' {message}")
+
+
+@pytest.mark.parametrize(
+    ("override", "key", "value"),
+    [("data.seed=-1", "data.seed", -1), (f"trainer.seed={2**64}", "trainer.seed", 2**64)],
+    ids=["data.seed=-1", "trainer.seed=2**64"],
+)
+def test_seed_out_of_range(run, capsys, registry, override, key, value):
+    _case(
+        run,
+        capsys,
+        registry,
+        [override],
+        f"{key}: must be between 0 and 2**32 - 1 (4294967295), got {value}",
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        (
+            "RLCORE_COLLECTIVE_TIMEOUT_S",
+            "abc",
+            "RLCORE_COLLECTIVE_TIMEOUT_S='abc': expected a positive number of seconds",
+        ),
+        (
+            "RLCORE_MAX_GRAD_NORM",
+            "abc",
+            "RLCORE_MAX_GRAD_NORM='abc': expected a positive number (the gradient-norm "
+            "ceiling); unset it for none",
+        ),
+        (
+            "RLCORE_NUM_THREADS",
+            "two",
+            "RLCORE_NUM_THREADS='two': expected a whole number of threads >= 1",
+        ),
+    ],
+    ids=lambda v: v if isinstance(v, str) and v.startswith("RLCORE") else None,
+)
+def test_bad_environment_variable(run, capsys, registry, monkeypatch, name, value, message):
+    monkeypatch.setenv(name, value)
+    _case(run, capsys, registry, [], message)
+
+
+def test_run_dir_not_writable(run, capsys, registry, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    _case(
+        run,
+        capsys,
+        registry,
+        [f'trainer.run_dir="{blocker / "run"}"'],
+        f"trainer.run_dir: cannot write to {blocker} (Not a directory); make it writable or set "
+        "another trainer.run_dir",
+    )

@@ -145,7 +145,9 @@ def preflight(config: RunConfig, *, registry: PluginRegistry | None = None) -> P
     )
 
     from rlcore.data.build import build_datasets
+    from rlcore.preflight_checks import check_inputs  # headers, shapes, rows, seeds, env, run dir
 
+    check_inputs(config, tokenizer)
     train_set, val_set = build_datasets(config, tokenizer)
     train = len(train_set)
 

@@ -11,7 +11,7 @@ Called by :func:`rlcore.preflight.preflight` once the model folder and the token
   prompt (``data.apply_chat_template = false``) is not empty;
 - ``data.seed`` and ``trainer.seed`` within ``[0, 2**32)`` (what numpy and torch accept);
 - environment variables rlcore reads (``RLCORE_COLLECTIVE_TIMEOUT_S``, ``RLCORE_MAX_GRAD_NORM``,
-  ``RLCORE_NUM_THREADS``, ``OMP_NUM_THREADS``);
+  ``RLCORE_HEARTBEAT_TIMEOUT_S``, ``RLCORE_NUM_THREADS``, ``OMP_NUM_THREADS``);
 - ``trainer.run_dir`` can be created and written (and its ``checkpoints/``, when present).
 """
 
@@ -167,11 +167,13 @@ def check_seeds(config: RunConfig) -> None:
 def check_environment(environ: dict[str, str] | None = None) -> None:
     """Every environment variable rlcore reads, parsed now instead of in a worker."""
     from rlcore.divergence import grad_norm_ceiling
+    from rlcore.liveness import heartbeat_timeout_s
     from rlcore.workers.worker import collective_timeout_s
 
     env = dict(os.environ if environ is None else environ)
     collective_timeout_s(env)
     grad_norm_ceiling(env)
+    heartbeat_timeout_s(env)
     for name in ("RLCORE_NUM_THREADS", "OMP_NUM_THREADS"):
         raw = env.get(name, "").strip()
         if raw and not (raw.isdigit() and int(raw) >= 1):

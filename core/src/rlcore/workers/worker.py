@@ -217,6 +217,9 @@ class Worker:
         return self._master_addr, self._master_port
 
     def rlcore_process_info(self) -> dict[str, Any]:
+        from rlcore.liveness import start_heartbeat  # the group watches this process from now
+
+        start_heartbeat(node_ip_address())
         return {
             "pid": os.getpid(),
             "node_ip": node_ip_address(),

@@ -52,6 +52,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from rlcore import liveness
 from rlcore.dispatch import (
     DEFAULT_MESH,
     DispatchCall,
@@ -512,7 +513,13 @@ class RayWorkerGroup:
         self, method: str, ranks: Sequence[int]
     ) -> Callable[[list[int], float], None] | None:
         """Hook run while a call waits (every few seconds); a liveness check may raise here."""
-        return None
+
+        def check(left: list[int], waited: float) -> None:
+            # A stopped or wedged rank never finishes: its heartbeat stops (rlcore.liveness).
+            info = self.__dict__.get("process_info")
+            liveness.check_ranks(self._role, info, [ranks[i] for i in left], method)
+
+        return check
 
     def _timeout_error(
         self, method: str, ranks: list[int], limit: float, waited: float, setting: str

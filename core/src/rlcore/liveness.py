@@ -1,0 +1,141 @@
+"""Liveness of worker processes: a heartbeat, so a stopped or wedged worker ends the run.
+
+Ray notices a worker that *died*; one that is stopped (``kill -STOP``, a debugger, a frozen
+NFS mount) or wedged holding the GIL keeps its connections open and the driver would wait
+forever. Each worker runs a daemon thread (:func:`start_heartbeat`) that bumps a counter in
+Ray's GCS key-value store every :data:`BEAT_S` seconds; the thread keeps beating while the
+worker computes (torch and gloo release the GIL), and stops when the process is stopped.
+
+While the driver waits for a call (``RayWorkerGroup._gather``), it looks at the counters of
+the ranks still running whenever nothing finished for :data:`POLL_S` seconds (the group's
+wait poll, ``rlcore.workers.waiting.DEFAULT_POLL_S``; :func:`check_ranks`). A counter that has
+not moved for ``RLCORE_HEARTBEAT_TIMEOUT_S`` seconds (default :data:`DEFAULT_TIMEOUT_S`, by
+the driver's clock, so clocks of other nodes do not matter) ends the run with one line::
+
+    role actor rank 1 (node 127.0.0.1, pid 4242) stopped responding in update_actor: no
+    heartbeat for 30 s (RLCORE_HEARTBEAT_TIMEOUT_S=30); the process is stopped or wedged
+
+So a stopped worker is reported within ``timeout + POLL_S`` seconds of its last beat.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rlcore.errors import ConfigError, WorkerError
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "BEAT_S",
+    "DEFAULT_TIMEOUT_S",
+    "POLL_S",
+    "TIMEOUT_ENV",
+    "check_ranks",
+    "heartbeat_timeout_s",
+    "start_heartbeat",
+]
+
+TIMEOUT_ENV = "RLCORE_HEARTBEAT_TIMEOUT_S"
+DEFAULT_TIMEOUT_S = 30.0
+BEAT_S = 1.0
+POLL_S = 5.0  # rlcore.workers.waiting.DEFAULT_POLL_S (not imported: it imports this module)
+_NAMESPACE = "rlcore_heartbeat"
+_started = threading.Event()
+
+
+def heartbeat_timeout_s(environ: Mapping[str, str] | None = None) -> float:
+    env = os.environ if environ is None else environ
+    raw = env.get(TIMEOUT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        msg = f"{TIMEOUT_ENV}={raw!r}: expected a positive number of seconds"
+        raise ConfigError(msg)
+    return value
+
+
+def _key(node_ip: str, pid: int) -> bytes:
+    return f"{node_ip}:{pid}".encode()
+
+
+def _kv() -> Any:
+    from ray.experimental import internal_kv
+
+    return internal_kv
+
+
+def start_heartbeat(node_ip: str) -> None:
+    """Start this process's heartbeat thread (once; later calls do nothing)."""
+    if _started.is_set():
+        return
+    _started.set()
+    key = _key(node_ip, os.getpid())
+
+    def beat() -> None:
+        kv = _kv()
+        count = 0
+        while True:
+            count += 1
+            try:
+                kv._internal_kv_put(key, str(count).encode(), overwrite=True, namespace=_NAMESPACE)
+            except Exception as err:  # the GCS is gone: the run is ending anyway
+                log.debug("heartbeat stopped: %s", err)
+                return
+            time.sleep(BEAT_S)
+
+    threading.Thread(target=beat, name="rlcore-heartbeat", daemon=True).start()
+
+
+class _Seen:
+    """The last counter value seen per process and when (driver's monotonic clock)."""
+
+    def __init__(self) -> None:
+        self.values: dict[bytes, tuple[bytes | None, float]] = {}
+
+
+_seen = _Seen()
+
+
+def check_ranks(
+    role: str,
+    process_info: Sequence[Mapping[str, Any]] | None,
+    ranks: Sequence[int],
+    method: str,
+    environ: Mapping[str, str] | None = None,
+) -> None:
+    """Raise :class:`WorkerError` for the first of ``ranks`` whose heartbeat stopped."""
+    if not process_info or not ranks:
+        return
+    timeout = heartbeat_timeout_s(environ)
+    kv = _kv()
+    now = time.monotonic()
+    for rank in ranks:
+        info = process_info[rank]
+        key = _key(str(info["node_ip"]), int(info["pid"]))
+        try:
+            value = kv._internal_kv_get(key, namespace=_NAMESPACE)
+        except Exception:  # GCS unreachable: Ray reports that itself
+            return
+        last, since = _seen.values.get(key, (None, now))
+        if value != last or last is None:
+            _seen.values[key] = (value, now)
+            continue
+        quiet = now - since
+        if quiet > timeout:
+            msg = (
+                f"role {role} rank {rank} (node {info['node_ip']}, pid {info['pid']}) stopped "
+                f"responding in {method}: no heartbeat for {quiet:.0f} s ({TIMEOUT_ENV}="
+                f"{timeout:g}); the process is stopped or wedged"
+            )
+            raise WorkerError(msg)

@@ -1,0 +1,110 @@
+"""A stopped worker (``kill -STOP``) ends the run with one line naming its role, rank and pid,
+within ``RLCORE_HEARTBEAT_TIMEOUT_S`` plus the driver's poll interval (see rlcore.liveness);
+nothing of the run is left behind. A real ``rlcore train`` in its own session."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+TIMEOUT_S = 6
+
+
+def _session(sid: int) -> list[int]:
+    alive = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2 :].split()
+            if fields[0] != "Z" and int(fields[3]) == sid:
+                alive.append(int(entry))
+    return alive
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def test_a_stopped_worker_ends_the_run_in_bounded_time(tmp_path):
+    from rlcore.liveness import POLL_S
+    from rlcore.testing.runs import arithmetic_rows, tiny_run_model, tiny_run_toml, write_jsonl
+
+    model = tiny_run_model(tmp_path / "model")
+    data = write_jsonl(
+        arithmetic_rows([(a, b) for a in range(4) for b in range(4)]), tmp_path / "t.jsonl"
+    )
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text(
+        tiny_run_toml(
+            model=model,
+            train_files=[data],
+            run_dir=tmp_path / "run",
+            total_steps=200,
+            save_freq=1,
+            micro_batch_size=4,
+            experiment_name="liveness",
+        )
+    )
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env |= {"OMP_NUM_THREADS": "1", "RLCORE_HEARTBEAT_TIMEOUT_S": str(TIMEOUT_S)}
+    log = tmp_path / "train.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlcore.cli", "train", str(cfg)],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        latest = tmp_path / "run" / "checkpoints" / "latest"
+        deadline = time.monotonic() + 180
+        while not latest.exists():
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.1)
+        workers = [p for p in _session(proc.pid) if _cmdline(p).startswith("ray::ColocatedWorker")]
+        assert len(workers) == 1, [(p, _cmdline(p)) for p in _session(proc.pid)]
+        os.kill(workers[0], signal.SIGSTOP)
+        stopped = time.monotonic()
+        code = proc.wait(timeout=TIMEOUT_S + 60)
+        took = time.monotonic() - stopped
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    out = log.read_text()
+    print(f"SIGSTOP: exit {code} after {took:.1f} s (bound {TIMEOUT_S} + {POLL_S} s + a step)")
+    assert code == 2, out[-3000:]
+    errors = [ln for ln in out.splitlines() if ln.startswith("error: ")]
+    assert len(errors) == 1, out[-3000:]
+    assert re.fullmatch(
+        rf"error: role rlcore\.\w+ rank 0 \(node [\d.]+, pid {workers[0]}\) stopped responding "
+        rf"in \w+: no heartbeat for \d+ s \(RLCORE_HEARTBEAT_TIMEOUT_S={TIMEOUT_S}\); the "
+        r"process is stopped or wedged",
+        errors[0],
+    ), errors
+    assert "Traceback" not in out
+    # Timeout + poll + the beat interval + slack for a contended machine (shutdown included).
+    assert took < TIMEOUT_S + 30, took
+    deadline = time.monotonic() + 20
+    while left := _session(proc.pid):
+        if time.monotonic() > deadline:
+            for pid in left:
+                os.kill(pid, signal.SIGKILL)
+            pytest.fail(f"processes of the run remain: {[(p, _cmdline(p)) for p in left]}")
+        time.sleep(0.2)

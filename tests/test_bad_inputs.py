@@ -804,3 +804,101 @@ def test_run_dir_not_writable(run, capsys, registry, tmp_path):
         f"trainer.run_dir: cannot write to {blocker} (Not a directory); make it writable or set "
         "another trainer.run_dir",
     )
+
+
+# --- resume with changed settings (issue 15): refused, naming the keys ------------------------
+
+
+def _checkpoint_of(run: Path, registry, run_dir: Path) -> Path:
+    """A checkpoint whose config.toml is ``run``'s resolved config, as the trainer writes it."""
+    from rlcore.config import config_to_dict, dump_toml
+
+    step = _checkpoint(run_dir, 1, Path("unused"))
+    text = dump_toml(config_to_dict(load_config(run, registry=registry)))
+    (step / "config.toml").write_text(text)
+    from rlcore.safe_checkpoint import write_manifest
+
+    write_manifest(step)
+    return step
+
+
+def test_resume_with_another_learning_rate(run, capsys, registry, tmp_path):
+    step = _checkpoint_of(run, registry, tmp_path / "old")
+    lr = load_config(run, registry=registry).actor.optim.lr
+    _case(
+        run,
+        capsys,
+        registry,
+        [f'trainer.resume="{step}"', "actor.optim.lr=0.5"],
+        f"trainer.resume: checkpoint {step} was trained with other settings: actor.optim.lr "
+        f"(checkpoint {lr}, now 0.5); restore them, or start a new trainer.run_dir from its "
+        "weights (rlcore export, then model.path)",
+    )
+
+
+def test_resume_with_another_model(run, capsys, registry, tmp_path, tiny):
+    step = _checkpoint_of(run, registry, tmp_path / "old")
+    other = _model_copy(tiny, tmp_path / "other")
+    cfg = json.loads((other / "config.json").read_text())
+    cfg["rms_norm_eps"] = 1e-3
+    (other / "config.json").write_text(json.dumps(cfg))
+    _case(
+        run,
+        capsys,
+        registry,
+        [f'trainer.resume="{step}"', f'model.path="{other}"'],
+        f"trainer.resume: checkpoint {step} was trained with other settings: model.path "
+        f"(checkpoint {tiny}, now {other}); restore them, or start a new trainer.run_dir from "
+        "its weights (rlcore export, then model.path)",
+    )
+    # The same model moved elsewhere resumes (preflight passes; nothing is trained here).
+    moved = _model_copy(tiny, tmp_path / "moved")
+    overrides = [f'trainer.resume="{step}"', f'model.path="{moved}"']
+    preflight(load_config(run, overrides, registry), registry=registry)
+
+
+# --- rlcore export: checked before the model loads (issue 15) ---------------------------------
+
+
+def _fsdp2_like_checkpoint(run_dir: Path, model: Path) -> Path:
+    """A checkpoint whose actor/ holds ``model``'s weights under DCP's ``model.`` names."""
+    import torch.distributed.checkpoint as dcp
+    from safetensors.torch import load_file
+
+    from rlcore.checkpoint import CheckpointManager, save_driver_state
+
+    weights = load_file(_weights(model))
+
+    def write(tmp: Path) -> None:
+        dcp.save({"model": weights}, checkpoint_id=str(tmp / "actor"), no_dist=True)
+        save_driver_state(tmp, step=1, dataloader_state={"epoch": 0})
+        (tmp / "config.toml").write_text(f'[model]\npath = "{model}"\n')
+
+    return CheckpointManager(run_dir / "checkpoints").save(1, write)
+
+
+def test_export_with_a_model_path_of_another_shape(capsys, registry, tmp_path, tiny):
+    from rlcore.testing.tiny_model import build_tiny_model
+
+    step = _fsdp2_like_checkpoint(tmp_path / "run", tiny)
+    other = build_tiny_model(tmp_path / "other", hidden=96, heads=3, kv_heads=1)
+    capsys.readouterr()  # the build's progress bars
+    argv = ["export", str(step), str(tmp_path / "out"), "--model-path", str(other)]
+    code, err = _cli(argv, capsys, registry)
+    assert_one_line(
+        code,
+        err,
+        f"model {other} does not fit checkpoint {step / 'actor'}: lm_head.weight has shape "
+        f"[{json.loads((other / 'config.json').read_text())['vocab_size']}, 96] in "
+        f"{_weights(other)} but [{json.loads((tiny / 'config.json').read_text())['vocab_size']}"
+        ", 64] in the checkpoint; pass the run's base model with --model-path",
+    )
+
+
+def test_export_into_an_unwritable_place(capsys, registry, tmp_path, tiny):
+    step = _fsdp2_like_checkpoint(tmp_path / "run", tiny)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    out = blocker / "hf"
+    code, err = _cli(["export", str(step), str(out)], capsys, registry)
+    assert_one_line(code, err, f"cannot write {out} (Not a directory); choose a writable OUT")

@@ -158,6 +158,7 @@ def export_checkpoint(
     )
     tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
+    _check_before_loading(actor_dir, fields["model_path"], target, tmp)  # shapes, writable
     created = _private_group()
     try:
         log.info("loading %s (%s engine) from %s", spec.role, cls.__name__, actor_dir)
@@ -189,6 +190,23 @@ def export_checkpoint(
     os.replace(tmp, target)
     log.info("exported %s to %s", step_dir, target)
     return target
+
+
+def _check_before_loading(actor_dir: Path, model_path: str, target: Path, tmp: Path) -> None:
+    """The model folder fits the checkpoint and OUT's folder is writable: one line if not."""
+    from rlcore.safe_checkpoint import shape_mismatch
+
+    mismatch = shape_mismatch(actor_dir, model_path)
+    if mismatch:
+        msg = f"model {model_path} does not fit checkpoint {actor_dir}: {mismatch}; pass the "
+        msg += "run's base model with --model-path"
+        raise ExportError(msg)
+    try:
+        tmp.mkdir(parents=True)
+    except OSError as err:
+        msg = f"cannot write {target} ({err.strerror or err}); choose a writable OUT"
+        raise ExportError(msg) from err
+    tmp.rmdir()
 
 
 def _ensure_tokenizer(folder: Path, tokenizer_path: str, trust_remote_code: bool) -> None:

@@ -152,10 +152,15 @@ def preflight(config: RunConfig, *, registry: PluginRegistry | None = None) -> P
     train = len(train_set)
 
     resume = config.trainer.resume
+    found = None
     if resume not in ("auto", "off"):
-        find_checkpoint(resume, key="trainer.resume")
+        found = find_checkpoint(resume, key="trainer.resume")
     elif resume == "auto" and config.trainer.run_dir:  # a crafted or damaged one, before Ray
-        CheckpointManager(Path(config.trainer.run_dir) / CHECKPOINTS_DIR).latest()
+        found = CheckpointManager(Path(config.trainer.run_dir) / CHECKPOINTS_DIR).latest()
+    if found is not None:  # the same model and optimizer settings, or one line naming keys
+        from rlcore.resume_check import check_resume_compatible
+
+        check_resume_compatible(config, found)
     log.info(
         "preflight ok: model %s, %d train / %d validation prompts",
         config.model.path,

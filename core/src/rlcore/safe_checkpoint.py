@@ -417,3 +417,31 @@ def pick_resume(root: str | os.PathLike[str], complete: Iterable[Path]) -> Path 
         )
         raise CheckpointError(msg)
     return None
+
+
+def shape_mismatch(
+    engine_dir: str | os.PathLike[str], model_dir: str | os.PathLike[str]
+) -> str | None:
+    """The first weight whose shape differs between a DCP engine directory and a model folder.
+
+    DCP names the model's tensors ``model.<hf name>`` (the engine's ``{"model": state}``);
+    names found on one side only are not compared. Reads headers and metadata only.
+    """
+    from rlcore.preflight_checks import read_safetensors_header
+
+    meta_file = Path(engine_dir) / DCP_METADATA
+    if not meta_file.is_file():
+        return None
+    saved = load_dcp_metadata(meta_file).state_dict_metadata
+    for file in sorted(Path(model_dir).glob("*.safetensors")):
+        for name, info in read_safetensors_header(file, "model.path").items():
+            item = saved.get(f"model.{name}")
+            size = getattr(item, "size", None)
+            if size is None or not isinstance(info, dict):
+                continue
+            if list(size) != list(info.get("shape") or []):
+                return (
+                    f"{name} has shape {list(info.get('shape') or [])} in {file} but "
+                    f"{list(size)} in the checkpoint"
+                )
+    return None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -902,3 +903,30 @@ def test_export_into_an_unwritable_place(capsys, registry, tmp_path, tiny):
     out = blocker / "hf"
     code, err = _cli(["export", str(step), str(out)], capsys, registry)
     assert_one_line(code, err, f"cannot write {out} (Not a directory); choose a writable OUT")
+
+
+def test_a_system_exit_during_training_is_one_line(run, capsys, registry, monkeypatch, tmp_path):
+    """Something in the driver (an in-driver reward, a plugin) calls ``sys.exit``: one line
+    naming where, exit 2, instead of a silent exit 3. Ray and training are stubbed out: the
+    preflight and the CLI's handling are real."""
+    import rlcore.ray_utils
+    import rlcore.trainer
+
+    def exits(config, prepared):
+        sys.exit(3)
+
+    monkeypatch.setattr(rlcore.trainer, "run_training", exits)
+    monkeypatch.setattr(rlcore.ray_utils, "start_ray", lambda resources: False)
+    run_dir = tmp_path / "r"
+    code, err = _cli(["train", str(run), f'trainer.run_dir="{run_dir}"'], capsys, registry)
+    line = exits.__code__.co_firstlineno + 1
+    assert_one_line(
+        code,
+        err,
+        f"training stopped: SystemExit(3) raised in exits ({__file__}:{line}); no checkpoint "
+        "saved yet; a new run starts from step 0",
+    )
+    assert (run_dir / ".rlcore.lock").read_text() != ""  # the lock was taken, then freed
+    from rlcore.runlock import acquire_run_lock
+
+    acquire_run_lock(run_dir).release()

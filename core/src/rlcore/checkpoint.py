@@ -38,7 +38,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import shutil
 import time
 from collections.abc import Callable, Mapping
@@ -47,7 +46,21 @@ from typing import Any
 
 import attrs
 
-from rlcore.errors import RlcoreError
+from rlcore.checkpoint_layout import (
+    _STEP_PREFIX,
+    _TMP_PREFIX,
+    _TRASH_PREFIX,
+    ACTOR_DIR,
+    CHECKPOINTS_DIR,
+    COMPLETE_MARKER,
+    CONFIG_FILE,
+    CRITIC_DIR,
+    LATEST_FILE,
+    RNG_FILE,
+    STATE_FILE,
+    CheckpointError,
+    step_of,
+)
 
 log = logging.getLogger(__name__)
 
@@ -73,29 +86,6 @@ __all__ = [
     "step_of",
 ]
 
-CHECKPOINTS_DIR = "checkpoints"  # under the run directory
-LATEST_FILE = "latest"
-COMPLETE_MARKER = "COMPLETE"
-CONFIG_FILE = "config.toml"
-STATE_FILE = "trainer_state.json"
-RNG_FILE = "rng_state.pt"
-ACTOR_DIR = "actor"
-CRITIC_DIR = "critic"
-
-_STEP_PREFIX = "global_step_"
-_STEP_RE = re.compile(r"global_step_(\d+)")
-_TMP_PREFIX = ".tmp-"
-_TRASH_PREFIX = ".trash-"
-
-
-class CheckpointError(RlcoreError):
-    """A checkpoint is missing, incomplete or unreadable; the message names the path."""
-
-
-def step_of(path: Path) -> int | None:
-    """The step of a ``global_step_<N>`` directory name, else None."""
-    m = _STEP_RE.fullmatch(path.name)
-    return int(m[1]) if m else None
 
 
 def _is_complete(path: Path) -> bool:

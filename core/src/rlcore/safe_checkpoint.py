@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from rlcore.checkpoint import (
+from rlcore.checkpoint_layout import (
     ACTOR_DIR,
     COMPLETE_MARKER,
     CRITIC_DIR,

@@ -320,6 +320,41 @@ class BaseEngine(abc.ABC):
     def onload(self) -> None:
         """Undo :meth:`offload`; the worker calls it after generation."""
 
+    # --- LoRA (optional: an engine without adapters keeps these defaults) ----------------
+
+    @property
+    def ref_in_actor(self) -> bool:
+        """Whether this engine computes the frozen reference itself (verl's ``ref_in_actor``).
+
+        True for a LoRA actor: the reference is the same weights with the adapters off, so
+        the worker builds no second engine when no separate ``[ref.engine]`` is configured
+        and calls :meth:`compute_ref_log_prob` instead.
+        """
+        return False
+
+    def compute_ref_log_prob(self, batch: DataProto, *, temperature: float) -> ModelOutputs:
+        """Log-probs of the base model (adapters off), as :meth:`compute_log_prob` returns."""
+        msg = f"{type(self).__name__} has no adapters; build a separate reference engine"
+        raise NotImplementedError(msg)
+
+    def adapter_for_sync(self) -> tuple[dict[str, Any], Iterator[tuple[str, torch.Tensor]]] | None:
+        """``(peft adapter config dict, adapter tensors)`` for a LoRA-aware rollout, or None.
+
+        Tensors are full, named as in a peft adapter folder (``adapter_model.safetensors``).
+        Collective like :meth:`named_parameters_for_sync`. None (the default): no adapters;
+        the worker then syncs :meth:`named_parameters_for_sync` (merged weights under LoRA).
+        """
+        return None
+
+    def export_adapter(self, path: str) -> None:
+        """Write the LoRA adapter as a peft folder (``PeftModel.from_pretrained`` loads it).
+
+        Collective like :meth:`export_hf`. Engines without adapters raise
+        :class:`NotImplementedError` with a one-line reason.
+        """
+        msg = f"{type(self).__name__} trains no LoRA adapter (lora_rank = 0); export the model"
+        raise NotImplementedError(msg)
+
 
 class BaseRollout(abc.ABC):
     """A generation backend.
@@ -348,6 +383,12 @@ class BaseRollout(abc.ABC):
     class Config:
         """The rollout's own options (``[rollout]`` minus the shared sampling keys)."""
 
+    #: The rollout serves LoRA adapters on top of the base weights it loaded from
+    #: ``spec.model_path`` (e.g. vLLM's LoRA requests): after an update the worker sends only
+    #: the adapter (:meth:`update_adapter`). False (the default): the worker streams merged
+    #: weights through :meth:`update_weights`, which every rollout accepts.
+    supports_lora_adapters: bool = False
+
     def __init__(self, spec: RolloutSpec, config: BaseRollout.Config | None = None) -> None:
         self.spec = spec
         # None: the plugin's own defaults, so `MyRollout(spec)` works in tests and notebooks.
@@ -374,6 +415,18 @@ class BaseRollout(abc.ABC):
         A tensor is valid only until the next one is requested: copy it (or bucket copies)
         before advancing the iterator.
         """
+
+    def update_adapter(
+        self, adapter_config: dict[str, Any], named_tensors: Iterable[tuple[str, torch.Tensor]]
+    ) -> None:
+        """Serve this LoRA adapter from now on (only when :attr:`supports_lora_adapters`).
+
+        ``adapter_config``: the dict of a peft ``adapter_config.json`` (``r``, ``lora_alpha``,
+        ``target_modules``, ...); ``named_tensors``: full adapter tensors under peft folder
+        names (``...q_proj.lora_A.weight``). The base weights are unchanged.
+        """
+        msg = f"{type(self).__name__} does not serve LoRA adapters; sync merged weights"
+        raise NotImplementedError(msg)
 
     def state_dict(self) -> dict[str, int]:
         """What decides the next samples besides the weights (e.g. a seed counter).

@@ -48,6 +48,7 @@ __all__ = [
     "POLICY_INPUT_KEYS",
     "ActorRolloutRefWorker",
     "CriticWorker",
+    "push_weights",
 ]
 
 # What a forward pass over (prompt, response) needs; the driver sends only these (plus the
@@ -165,6 +166,7 @@ class ActorRolloutRefWorker(Worker):
         self.ref: BaseEngine | None = None
         self.algorithm: BaseAlgorithm | None = None
         self._trainer: _Trainer | None = None
+        self._ref_in_actor = False
 
     # --- construction ---------------------------------------------------------------------
 
@@ -182,7 +184,13 @@ class ActorRolloutRefWorker(Worker):
         self.algorithm = spec.algorithm.build()
         self.actor = spec.actor.engine.build(spec.actor.spec)
         self._trainer = _Trainer("actor", self.actor, spec.update)
-        if spec.ref is not None:
+        # A LoRA actor is its own reference (adapters off) unless [ref.engine] differs.
+        self._ref_in_actor = (
+            spec.ref is not None
+            and self.actor.ref_in_actor
+            and spec.ref.engine == spec.actor.engine
+        )
+        if spec.ref is not None and not self._ref_in_actor:
             self.ref = spec.ref.engine.build(spec.ref.spec)
         # Ranks draw different samples; reruns reproduce.
         rollout_spec = attrs.evolve(
@@ -196,8 +204,7 @@ class ActorRolloutRefWorker(Worker):
         """Wake the rollout, stream the actor's weights into it, then offload the actor."""
         actor, rollout, _, _ = self._parts()
         rollout.wake_up()
-        # Every rank iterates: gathering a sharded parameter is collective.
-        rollout.update_weights(actor.named_parameters_for_sync())
+        push_weights(actor, rollout)
         actor.offload()  # the rollout generates next
 
     def _parts(self) -> tuple[BaseEngine, BaseRollout, BaseAlgorithm, _Trainer]:
@@ -307,12 +314,17 @@ class ActorRolloutRefWorker(Worker):
         """``ref_log_prob`` (B, R) under the frozen reference policy."""
         from rlcore.protocol import DataProto
 
-        if self.ref is None:
+        timing: dict[str, list[float]] = {}
+        if self._ref_in_actor:
+            actor, _, _, _ = self._parts()
+            with _clock(timing, "ref_forward"):
+                outputs = actor.compute_ref_log_prob(data, temperature=self.spec.temperature)
+        elif self.ref is None:
             msg = "compute_ref_log_prob: this worker was built without a reference engine"
             raise RuntimeError(msg)
-        timing: dict[str, list[float]] = {}
-        with _clock(timing, "ref_forward"):
-            outputs = self.ref.compute_log_prob(data, temperature=self.spec.temperature)
+        else:
+            with _clock(timing, "ref_forward"):
+                outputs = self.ref.compute_log_prob(data, temperature=self.spec.temperature)
         return DataProto.from_dict(
             tensors={"ref_log_prob": _required(outputs.log_probs, "log_probs")},
             meta_info={"metrics": _summed(timing)},
@@ -421,6 +433,20 @@ class CriticWorker(Worker):
             timing=timing,
         )
         return DataProto(meta_info={"metrics": {**metrics, **_summed(timing)}})
+
+
+def push_weights(actor: BaseEngine, rollout: BaseRollout) -> None:
+    """Copy the actor's current weights into the rollout (every rank: gathering is collective).
+
+    A LoRA actor and a rollout that serves adapters exchange the adapter only; otherwise the
+    rollout gets full tensors (merged ``W + scaling * B @ A`` from a LoRA actor).
+    """
+    adapter = actor.adapter_for_sync() if rollout.supports_lora_adapters else None
+    if adapter is not None:
+        adapter_config, tensors = adapter
+        rollout.update_adapter(adapter_config, tensors)
+    else:
+        rollout.update_weights(actor.named_parameters_for_sync())
 
 
 def _required(tensor: torch.Tensor | None, what: str) -> torch.Tensor:

@@ -18,7 +18,7 @@ import logging
 import math
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -46,8 +46,10 @@ from rlcore.errors import ConfigError, RlcoreError
 from rlcore.interfaces import BaseEngine, EngineSpec, LossFn, ModelOutputs
 from rlcore.protocol import DataProto
 from rlcore.safe_checkpoint import safe_dcp_load
+from rlcore_fsdp2 import lora
 from rlcore_fsdp2.batching import trim_left_padding
 from rlcore_fsdp2.logprob import entropy_from_logits, log_probs_from_logits, response_logits
+from rlcore_fsdp2.lora import LoraSettings
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +99,28 @@ class FSDP2Engine(BaseEngine):
         # Ranks per shard group; -1 shards over all ranks. Smaller: HSDP (replicate x shard).
         fsdp_size: int = attrs.field(default=-1)
         attn_implementation: str = "sdpa"
+        # LoRA through peft (rlcore-fsdp2[lora]); verl's names. lora_rank = 0: full training.
+        # With LoRA and no separate [ref.engine], the reference is this engine, adapters off.
+        lora_rank: int = attrs.field(default=0, validator=attrs.validators.ge(0))
+        lora_alpha: float = attrs.field(default=16.0, validator=attrs.validators.gt(0.0))
+        lora_dropout: float = attrs.field(
+            default=0.0, validator=[attrs.validators.ge(0.0), attrs.validators.lt(1.0)]
+        )
+        # "all-linear": every linear layer but the output head (peft's shortcut), or names.
+        target_modules: str | tuple[str, ...] = "all-linear"
+        exclude_modules: tuple[str, ...] = ()
+
+        @property
+        def lora(self) -> LoraSettings | None:
+            if self.lora_rank == 0:
+                return None
+            return LoraSettings(
+                rank=self.lora_rank,
+                alpha=self.lora_alpha,
+                dropout=self.lora_dropout,
+                target_modules=self.target_modules,
+                exclude_modules=self.exclude_modules,
+            )
 
         @fsdp_size.validator
         def _check_fsdp_size(self, attribute: Any, value: int) -> None:
@@ -118,6 +142,10 @@ class FSDP2Engine(BaseEngine):
 
         torch.manual_seed(spec.seed)  # the critic's fresh value head is identical on all ranks
         self.model = self._load_model()
+        # LoRA on the trained roles only: a separately built reference stays the base model.
+        self.lora = self.config.lora if spec.role != "ref" else None
+        if self.lora is not None:
+            self.model = lora.wrap(self, self.model)
         self._shard(self.model)
         self.optimizer: torch.optim.Optimizer | None = None
         self.lr = 0.0  # the learning rate of the last optimizer step (0 before any)
@@ -204,8 +232,9 @@ class FSDP2Engine(BaseEngine):
     def _build_optimizer(self) -> None:
         optim = self.spec.optim
         assert optim is not None
+        # Frozen parameters (the base weights under LoRA) get neither grads nor AdamW state.
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(),
+            [p for p in self.model.parameters() if p.requires_grad],
             lr=optim.lr,
             betas=optim.betas,
             eps=optim.eps,
@@ -377,10 +406,20 @@ class FSDP2Engine(BaseEngine):
         instead of one per tensor: dozens of small gloo collectives cost more than the bytes.
         """
         self.onload()
+        if self.lora is not None:  # W + scaling * B @ A under plain HF names
+            yield from lora.merged_for_sync(self, dtype)
+            return
+        yield from self._gathered(lambda name: True, dtype)
+
+    def _gathered(
+        self, keep: Callable[[str], bool], dtype: torch.dtype | None
+    ) -> Iterator[tuple[str, torch.Tensor]]:
+        """Full tensors of the state-dict entries whose name ``keep`` accepts, by bucket."""
         # keep_vars: tied names map to the same Parameter object, so it is gathered once.
         entries: dict[int, tuple[list[str], torch.Tensor]] = {}
         for name, tensor in self.model.state_dict(keep_vars=True).items():
-            entries.setdefault(id(tensor), ([], tensor))[0].append(name)
+            if keep(name):
+                entries.setdefault(id(tensor), ([], tensor))[0].append(name)
         bucket: list[tuple[list[str], torch.Tensor]] = []
         size = 0
         for names, tensor in entries.values():
@@ -394,7 +433,13 @@ class FSDP2Engine(BaseEngine):
             yield from _gather_bucket(bucket, dtype, self.device)
 
     def export_hf(self, path: str) -> None:
-        """Rank 0 writes config, safetensors and the tokenizer files of ``model_path``."""
+        """Rank 0 writes config, safetensors and the tokenizer files of ``model_path``.
+
+        Under LoRA: the merged model (``W + scaling * B @ A``), a plain transformers folder.
+        """
+        if self.lora is not None:
+            lora.export_merged(self, path)
+            return
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         state = get_model_state_dict(self.model, options=options)
         if self.dp_rank == 0:
@@ -402,18 +447,20 @@ class FSDP2Engine(BaseEngine):
             out.mkdir(parents=True, exist_ok=True)
             self.model.save_pretrained(out, state_dict=state, safe_serialization=True)
             source = Path(self.spec.model_path)
-            for name in _TOKENIZER_FILES:
-                if (source / name).is_file():
-                    shutil.copy2(source / name, out / name)
+            copy_tokenizer_files(source, out)
         dist.barrier()
 
     # --- checkpoints ----------------------------------------------------------------------
 
     def _state(self) -> dict[str, Any]:
         if self.optimizer is None:
-            return {"model": get_model_state_dict(self.model)}
-        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
-        return {"model": model_sd, "optim": optim_sd}
+            state = {"model": get_model_state_dict(self.model)}
+        else:
+            model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+            state = {"model": model_sd, "optim": optim_sd}
+        if self.lora is not None:  # the base weights come from model_path: adapters only
+            state["model"] = lora.adapter_state(state["model"])
+        return state
 
     def save_checkpoint(self, path: str) -> None:
         """Sharded model + optimizer (torch.distributed.checkpoint) and per-rank counters.
@@ -440,6 +487,7 @@ class FSDP2Engine(BaseEngine):
             self.optimizer if self.optimizer is not None else [],
             model_state_dict=state["model"],
             optim_state_dict=state.get("optim", {}),
+            options=StateDictOptions(strict=self.lora is None),
         )
         extra = torch.load(extra_file, weights_only=True)
         self.global_step = int(extra["global_step"])
@@ -473,8 +521,38 @@ class FSDP2Engine(BaseEngine):
         _move_optimizer_state(self.optimizer, self.device)
         self._offloaded = False
 
+    # --- LoRA (the work is in rlcore_fsdp2.lora; peft is imported only when on) ----------
+
+    @property
+    def ref_in_actor(self) -> bool:
+        """Under LoRA the reference is this engine with its adapters off (no second copy)."""
+        return self.lora is not None
+
+    def compute_ref_log_prob(self, batch: DataProto, *, temperature: float) -> ModelOutputs:
+        if self.lora is None:
+            return super().compute_ref_log_prob(batch, temperature=temperature)
+        with self.model.disable_adapter():  # type: ignore[operator]
+            return self.compute_log_prob(batch, temperature=temperature)
+
+    def adapter_for_sync(self) -> tuple[dict[str, Any], Iterator[tuple[str, torch.Tensor]]] | None:
+        if self.lora is None:
+            return None
+        return lora.adapter_for_sync(self)
+
+    def export_adapter(self, path: str) -> None:
+        if self.lora is None:
+            return super().export_adapter(path)
+        lora.export_adapter(self, path)
+
 
 # --- helpers ------------------------------------------------------------------------------
+
+
+def copy_tokenizer_files(source: Path, out: Path) -> None:
+    """Copy the tokenizer files of ``source`` (the base model folder) into ``out``."""
+    for name in _TOKENIZER_FILES:
+        if (source / name).is_file():
+            shutil.copy2(source / name, out / name)
 
 
 def _init_distributed(device: str) -> torch.device:

@@ -10,6 +10,11 @@ The actor's engine plugin is built in this process on a private one-rank gloo gr
 CPU), restores ``actor/`` with ``load_checkpoint`` (sharded checkpoints of any world size
 are resharded by the engine) and writes the folder with ``export_hf``. The folder is written
 beside ``OUT`` under a temporary name and renamed into place when complete.
+
+A LoRA actor exports, with ``--lora merged`` (the default), a plain transformers folder of
+the merged weights (``W + scaling * B @ A``), or with ``--lora adapter`` a peft adapter folder
+(``adapter_config.json``, ``adapter_model.safetensors``) that
+``PeftModel.from_pretrained(base_model, OUT)`` loads on top of ``[model] path``.
 """
 
 from __future__ import annotations
@@ -28,9 +33,10 @@ from rlcore.errors import RlcoreError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FORMATS", "ExportError", "export_checkpoint", "main"]
+__all__ = ["FORMATS", "LORA_FORMS", "ExportError", "export_checkpoint", "main"]
 
 FORMATS = ("hf",)
+LORA_FORMS = ("merged", "adapter")
 _DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -117,18 +123,24 @@ def export_checkpoint(
     model_path: str | None = None,
     dtype: str | None = None,
     overwrite: bool = False,
+    lora: str = "merged",
     registry: Any = None,
 ) -> Path:
     """Export the actor of ``checkpoint`` to ``out``; return ``out``.
 
     ``model_path`` replaces ``[model] path`` of the checkpoint's config (the base model moved).
     ``dtype`` is the dtype of the written weights (default: the run's ``model.dtype``).
+    ``lora``: for a LoRA actor, ``"merged"`` (a transformers folder) or ``"adapter"`` (a peft
+    adapter folder); ``"adapter"`` for an actor without adapters is an error.
     """
     from rlcore.interfaces import EngineSpec
     from rlcore.plugins import default_registry
 
     if fmt not in FORMATS:
         msg = f"unknown export format {fmt!r}; available: {', '.join(FORMATS)}"
+        raise ExportError(msg)
+    if lora not in LORA_FORMS:
+        msg = f"unknown --lora {lora!r}; choose from {', '.join(LORA_FORMS)}"
         raise ExportError(msg)
     if dtype is not None and dtype not in _DTYPES:
         msg = f"unknown dtype {dtype!r}; choose from {', '.join(_DTYPES)}"
@@ -165,12 +177,16 @@ def export_checkpoint(
         engine = cls(spec, options)
         engine.load_checkpoint(str(actor_dir))
         try:
-            engine.export_hf(str(tmp))
+            if lora == "adapter":
+                engine.export_adapter(str(tmp))
+            else:
+                engine.export_hf(str(tmp))
         except NotImplementedError as err:
-            reason = str(err) or f"{cls.__name__} does not implement export_hf"
+            what = "a LoRA adapter folder" if lora == "adapter" else "a Hugging Face folder"
+            reason = str(err) or f"{cls.__name__} does not implement this export"
             msg = (
                 f"the actor's engine ({cls.__module__}:{cls.__qualname__}) cannot export "
-                f"a Hugging Face folder: {reason}"
+                f"{what}: {reason}"
             )
             raise ExportError(msg) from err
         _ensure_tokenizer(tmp, fields["tokenizer_path"], fields["trust_remote_code"])
@@ -239,6 +255,12 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--model-path", help="base model folder, if it moved since training")
     parser.add_argument("--dtype", help="dtype of the written weights (default: model.dtype)")
     parser.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT")
+    parser.add_argument(
+        "--lora",
+        default="merged",
+        choices=LORA_FORMS,
+        help="a LoRA actor: merged weights (transformers) or the adapter folder (peft)",
+    )
     parser.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(list(argv))
     out = export_checkpoint(
@@ -248,6 +270,7 @@ def main(argv: Sequence[str]) -> int:
         model_path=args.model_path,
         dtype=args.dtype,
         overwrite=args.overwrite,
+        lora=args.lora,
     )
     print(f"exported {args.checkpoint} to {out}")
     return 0

@@ -188,7 +188,8 @@ class ActorRolloutRefWorker(Worker):
         self._ref_in_actor = (
             spec.ref is not None
             and self.actor.ref_in_actor
-            and spec.ref.engine == spec.actor.engine
+            and (spec.ref.engine.name, spec.ref.engine.options)
+            == (spec.actor.engine.name, spec.actor.engine.options)
         )
         if spec.ref is not None and not self._ref_in_actor:
             self.ref = spec.ref.engine.build(spec.ref.spec)
@@ -198,7 +199,8 @@ class ActorRolloutRefWorker(Worker):
         )
         self.rollout = spec.rollout.build(rollout_spec)
         self._sync_weights()
-        log.info("rank %d: actor%s and rollout ready", self.rank, " + ref" if self.ref else "")
+        ref = " + ref" if self.ref else " (ref: adapters off)" if self._ref_in_actor else ""
+        log.info("rank %d: actor%s and rollout ready", self.rank, ref)
 
     def _sync_weights(self) -> None:
         """Wake the rollout, stream the actor's weights into it, then offload the actor."""

@@ -78,3 +78,17 @@ def register_algorithms() -> Mapping[str, str | type]:  # type: ignore[empty-bod
         def register_algorithms():
             return {"grpo": "rlcore_grpo.algorithm:GRPO"}
     """
+
+
+@hookspec
+def register_tools() -> Mapping[str, str | type]:  # type: ignore[empty-body]
+    """Tools a multi-turn agent may call (subclasses of :class:`rlcore.agent.BaseTool`).
+
+    Selected by ``[agent] tools = [...]``.
+
+    Example::
+
+        @hookimpl
+        def register_tools():
+            return {"calculator": "rlcore_calculator.tool:CalculatorTool"}
+    """

@@ -28,6 +28,7 @@ import attrs
 import pluggy
 
 from rlcore import hookspecs
+from rlcore.agent.tool import BaseTool
 from rlcore.errors import PluginError
 from rlcore.interfaces import BaseAlgorithm, BaseEngine, BaseReward, BaseRollout
 
@@ -47,18 +48,20 @@ __all__ = [
 ENTRY_POINT_GROUP: Final = "rlcore"
 DISABLE_ENV: Final = "RLCORE_DISABLE_PLUGINS"
 
-KINDS: Final = ("engine", "rollout", "reward", "algorithm")
+KINDS: Final = ("engine", "rollout", "reward", "algorithm", "tool")
 _HOOKS: Final = {
     "engine": "register_engines",
     "rollout": "register_rollouts",
     "reward": "register_rewards",
     "algorithm": "register_algorithms",
+    "tool": "register_tools",
 }
 _BASES: Final[dict[str, type]] = {
     "engine": BaseEngine,
     "rollout": BaseRollout,
     "reward": BaseReward,
     "algorithm": BaseAlgorithm,
+    "tool": BaseTool,
 }
 
 # Where the first-party components live, for "not installed" messages only: the core never
@@ -74,6 +77,7 @@ INSTALL_HINTS: Final[dict[tuple[str, str], str]] = {
     ("algorithm", "ppo"): "rlcore-ppo",
     ("algorithm", "grpo"): "rlcore-grpo",
     ("algorithm", "rloo"): "rlcore-rloo",
+    ("tool", "calculator"): "rlcore-calculator",
 }
 
 
@@ -344,7 +348,7 @@ class PluginRegistry:
         if not (isinstance(cls, type) and issubclass(cls, base)):
             msg = (
                 f"{kind} {name!r} ({entry.target_name}) from {entry.provider} is not a "
-                f"subclass of rlcore.interfaces.{base.__name__}"
+                f"subclass of {base.__module__}.{base.__name__}"
             )
             raise PluginError(msg)
         config_cls = cls.Config  # type: ignore[attr-defined]

@@ -19,6 +19,7 @@ from rlcore.config.loader import (
 from rlcore.config.schema import (
     LOGGERS,
     ActorConfig,
+    AgentConfig,
     AlgorithmConfig,
     CriticConfig,
     DataConfig,
@@ -36,6 +37,7 @@ from rlcore.config.schema import (
 __all__ = [
     "LOGGERS",
     "ActorConfig",
+    "AgentConfig",
     "AlgorithmConfig",
     "ConfigValidationError",
     "CriticConfig",

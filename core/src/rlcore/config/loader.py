@@ -20,6 +20,7 @@ import attrs
 from rlcore.config.convert import Path, Problem, render_path, structure, unknown_key
 from rlcore.config.schema import (
     ActorConfig,
+    AgentConfig,
     AlgorithmConfig,
     CriticConfig,
     DataConfig,
@@ -56,6 +57,7 @@ _SECTIONS: dict[str, type] = {
     "algorithm": AlgorithmConfig,
     "trainer": TrainerConfig,
     "resources": ResourcesConfig,
+    "agent": AgentConfig,
 }
 _ROLLOUT_CORE_KEYS = frozenset(f.name for f in attrs.fields(RolloutConfig)) - {"options"}
 _DEFAULT_ENGINE = "fsdp2"
@@ -274,6 +276,17 @@ def _reward_configs(
 # --- rules across keys ------------------------------------------------------------------------
 
 
+def _tool_problems(registry: PluginRegistry, agent: AgentConfig | None) -> list[Problem]:
+    """Every ``[agent] tools`` name must resolve to an installed tool plugin."""
+    problems: list[Problem] = []
+    for i, name in enumerate(agent.tools if agent is not None else ()):
+        try:
+            registry.resolve("tool", name, where="[agent] tools")
+        except PluginError as err:
+            problems.append((("agent", "tools", i), str(err)))
+    return problems
+
+
 def _micro_rule(section: str, cfg: Any) -> list[Problem]:
     if cfg.micro_batch_size is not None and cfg.max_tokens_per_micro_batch is not None:
         msg = "set micro_batch_size or max_tokens_per_micro_batch, not both"
@@ -353,6 +366,7 @@ def _resolved(s: dict[str, Any], reward_configs: dict[str, Any]) -> RunConfig:
         algorithm=s["algorithm"],
         trainer=trainer,
         resources=s["resources"],
+        agent=s["agent"],
     )
 
 
@@ -380,6 +394,9 @@ def build_config(
     for name, cls in _SECTIONS.items():
         sections[name], found = structure(data.get(name, {}), cls, (name,))
         problems.extend(found)
+    if "agent" not in data:
+        sections["agent"] = None  # no [agent] section: single-turn generation
+    problems.extend(_tool_problems(registry, sections["agent"]))
 
     # Each selected plugin validates its own keys, even where a core key was wrong.
     for choice in choices:

@@ -19,6 +19,7 @@ from rlcore.interfaces import Device, Dtype, OptimConfig, SamplingParams
 __all__ = [
     "LOGGERS",
     "ActorConfig",
+    "AgentConfig",
     "AlgorithmConfig",
     "CriticConfig",
     "DataConfig",
@@ -217,6 +218,24 @@ class AlgorithmConfig:
 
 
 @attrs.frozen(kw_only=True)
+class AgentConfig:
+    """``[agent]``: multi-turn rollouts with tools (:mod:`rlcore.agent`); absent: single-turn.
+
+    ``tools`` names tool plugins (``register_tools``). The response budget of a conversation,
+    all turns together, is ``data.max_response_length``; ``max_turns`` counts model turns.
+    """
+
+    tools: tuple[str, ...] = ()
+    tool_parser: str = attrs.field(default="hermes", validator=v.in_(("hermes", "qwen")))
+    max_turns: int = attrs.field(default=4, validator=_pos)
+    max_tool_calls_per_turn: int = attrs.field(default=4, validator=_pos)
+    max_parallel_conversations: int = attrs.field(default=256, validator=_pos)
+    tool_timeout_s: float = attrs.field(default=5.0, validator=v.gt(0.0))
+    generation_timeout_s: float = attrs.field(default=600.0, validator=v.gt(0.0))
+    max_tool_response_chars: int = attrs.field(default=1000, validator=_pos)
+
+
+@attrs.frozen(kw_only=True)
 class TrainerConfig:
     """``[trainer]``: length, validation, checkpoints, logging."""
 
@@ -266,3 +285,4 @@ class RunConfig:
     algorithm: AlgorithmConfig = attrs.Factory(AlgorithmConfig)
     trainer: TrainerConfig = attrs.Factory(TrainerConfig)
     resources: ResourcesConfig = attrs.Factory(ResourcesConfig)
+    agent: AgentConfig | None = None  # None: no [agent] section, single-turn generation

@@ -35,6 +35,8 @@ What each checks (see the function docstrings for the exact rules):
   restore exactly.
 - :func:`check_rollout` — ``generate`` layout, masks, positions, greedy determinism,
   resumable sampling, ``update_weights``.
+- :func:`check_tool` — ``schema()`` well-formed, ``call`` returns text or raises
+  ``ToolError`` (only) on adversarial arguments, in time; the tool pickles.
 
 The ``Config`` rules, common to all: an attrs class, frozen, keyword-only, whose defaults
 structure from an empty table through rlcore's config converter and validate, which refuses
@@ -53,8 +55,10 @@ from rlcore.testing.conformance._engine import check_engine, random_engine_batch
 from rlcore.testing.conformance._plugin import HEAVY_MODULES, check_plugin_module
 from rlcore.testing.conformance._reward import ADVERSARIAL_INPUTS, check_reward
 from rlcore.testing.conformance._rollout import check_rollout
+from rlcore.testing.conformance._tool import ADVERSARIAL_ARGUMENTS, check_tool
 
 __all__ = [
+    "ADVERSARIAL_ARGUMENTS",
     "ADVERSARIAL_INPUTS",
     "HEAVY_MODULES",
     "POLICY_METRICS",
@@ -64,6 +68,7 @@ __all__ = [
     "check_plugin_module",
     "check_reward",
     "check_rollout",
+    "check_tool",
     "random_algorithm_batch",
     "random_engine_batch",
 ]

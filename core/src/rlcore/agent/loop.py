@@ -1,0 +1,300 @@
+"""The agent loop: many multi-turn conversations with tools in flight, in token ids throughout.
+
+For each prompt row: generate a model turn (``rollout.generate_one``), parse tool calls from
+its decoded text, run the tools (in threads, each with a time limit), encode the tool turn
+and append it, and continue until the model answers without a call, ``max_turns`` model turns
+were taken, or the response budget (``max_new_tokens`` of the sampling, all turns together)
+is spent. The model's tokens are appended exactly as generated: decoding is only for finding
+calls, nothing the model wrote is re-encoded.
+
+Output layout is :class:`~rlcore.interfaces.BaseRollout`'s, with one difference: the
+``responses`` of a row hold every turn (model and tool) and ``response_mask`` is 1 on model
+tokens only, 0 on tool-output and template tokens (no gradient, no KL), while
+``attention_mask`` is 1 on all of them (the model saw them). ``non_tensor_batch["agent"]``
+carries each conversation's turns and counts, for rewards (the reward manager merges it
+into ``extra_info``) and for inspection.
+
+Every wait is bounded: a generation past ``generation_timeout_s`` ends its conversation
+(flagged truncated, counted); a tool past ``tool_timeout_s`` or one that raises returns an
+error message to the model and is counted in ``agent/tool_errors``. A tool stuck in a thread
+cannot be killed from Python: each call runs in its own daemon thread, so the loop stops
+waiting for it and moves on, and neither ``asyncio.run`` nor the process exit waits for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from rlcore.agent.metrics import agent_metrics
+from rlcore.agent.parsers import ToolCall, get_parser
+from rlcore.agent.tool import BaseTool, ToolError
+
+if TYPE_CHECKING:
+    from rlcore.config.schema import AgentConfig
+    from rlcore.interfaces import BaseRollout, SamplingParams
+    from rlcore.protocol import DataProto
+
+log = logging.getLogger(__name__)
+
+__all__ = ["AgentLoop", "Conversation"]
+
+
+@attrs.define
+class Conversation:
+    """One row's conversation as it grows: response tokens, their masks, and the counts."""
+
+    prompt_ids: list[int]
+    token_ids: list[int] = attrs.Factory(list)
+    loss_mask: list[int] = attrs.Factory(list)  # 1: the model wrote it
+    log_probs: list[float] = attrs.Factory(list)
+    turns: int = 0
+    tool_calls: int = 0
+    tool_errors: int = 0
+    truncated: bool = False
+    generation_timeout: bool = False
+    messages: list[dict[str, str]] = attrs.Factory(list)
+
+    def append(self, ids: Sequence[int], *, model: bool, log_probs: Sequence[float] | None) -> None:
+        self.token_ids.extend(ids)
+        self.loss_mask.extend([int(model)] * len(ids))
+        if log_probs is not None and len(log_probs) == len(ids):
+            self.log_probs.extend(log_probs)
+        else:
+            self.log_probs.extend([0.0] * len(ids))
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "turns": list(self.messages),
+            "num_turns": self.turns,
+            "tool_calls": self.tool_calls,
+            "tool_errors": self.tool_errors,
+            "truncated": self.truncated,
+        }
+
+
+def _in_daemon_thread(fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+    """``fn(*args)`` in a new daemon thread, as a future of this event loop.
+
+    Not the loop's default executor: ``asyncio.run`` joins its threads on exit, so one hung
+    tool would hold up the whole batch.
+    """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+
+    def settle(value: Any, error: BaseException | None) -> None:
+        if future.done():  # the caller gave up (timeout) already
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(value)
+
+    def target() -> None:
+        try:
+            value = fn(*args)
+        except BaseException as err:  # handed to the awaiting coroutine, which reports it
+            error: BaseException | None = err
+            value = None
+        else:
+            error = None
+        # RuntimeError: the event loop closed while the tool ran; nobody waits for it.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(settle, value, error)
+
+    threading.Thread(target=target, name="rlcore-agent-tool", daemon=True).start()
+    return future
+
+
+class AgentLoop:
+    """Runs :meth:`generate` (a batch in, the rollout layout out) over ``generate_one``.
+
+    ``tokenizer``: a Hugging Face tokenizer of the policy (decode turns, encode tool turns);
+    ``tools``: built tool instances; ``config``: the ``[agent]`` section.
+    """
+
+    def __init__(self, tokenizer: Any, tools: Sequence[BaseTool], config: AgentConfig) -> None:
+        self.tokenizer = tokenizer
+        self.config = config
+        self.parser = get_parser(config.tool_parser)
+        self.tools: dict[str, BaseTool] = {}
+        for tool in tools:
+            self.tools[tool.name] = tool
+        pad = getattr(tokenizer, "pad_token_id", None)
+        self.pad_token_id = int(pad if pad is not None else tokenizer.eos_token_id)
+
+    # --- the batch face -------------------------------------------------------------------
+
+    def generate(
+        self, rollout: BaseRollout, prompts: DataProto, sampling: SamplingParams
+    ) -> DataProto:
+        """Left-padded prompts in (``input_ids``, ``attention_mask``[, ``position_ids``])."""
+        conversations = asyncio.run(self.run(rollout, prompts, sampling))
+        return self.to_dataproto(prompts, conversations, sampling)
+
+    async def run(
+        self, rollout: BaseRollout, prompts: DataProto, sampling: SamplingParams
+    ) -> list[Conversation]:
+        ids = prompts.batch["input_ids"]
+        mask = prompts.batch["attention_mask"].bool()
+        conversations = [
+            Conversation(prompt_ids=[int(t) for t in ids[i][mask[i]]]) for i in range(len(ids))
+        ]
+        # Bound what is in flight: each conversation holds a request (and KV cache) open.
+        limit = asyncio.Semaphore(self.config.max_parallel_conversations)
+
+        async def one(conv: Conversation) -> None:
+            async with limit:
+                await self._converse(rollout, conv, sampling)
+
+        await asyncio.gather(*(one(c) for c in conversations))
+        return conversations
+
+    # --- one conversation -----------------------------------------------------------------
+
+    async def _converse(
+        self, rollout: BaseRollout, conv: Conversation, sampling: SamplingParams
+    ) -> None:
+        cfg = self.config
+        budget = sampling.max_new_tokens  # all turns together: the response length R
+        while True:
+            remaining = budget - len(conv.token_ids)
+            if remaining <= 0:
+                conv.truncated = True
+                return
+            turn_sampling = attrs.evolve(sampling, max_new_tokens=remaining)
+            try:
+                result = await asyncio.wait_for(
+                    rollout.generate_one(conv.prompt_ids + conv.token_ids, turn_sampling),
+                    timeout=cfg.generation_timeout_s,
+                )
+            except TimeoutError:
+                log.warning(
+                    "agent: a model turn ran past [agent] generation_timeout_s=%s; "
+                    "conversation truncated",
+                    cfg.generation_timeout_s,
+                )
+                conv.truncated = conv.generation_timeout = True
+                return
+            tokens = list(result.token_ids)[:remaining]
+            conv.turns += 1
+            conv.append(tokens, model=True, log_probs=result.log_probs)
+            text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+            conv.messages.append({"role": "assistant", "content": text})
+            if result.finish_reason == "length":
+                conv.truncated = len(conv.token_ids) >= budget
+                return
+            calls, errors = self.parser.parse(text)
+            if not calls and not errors:
+                return  # a final answer
+            if conv.turns >= cfg.max_turns:
+                conv.truncated = True  # it wanted a tool, but the turn budget is spent
+                return
+            results = [f"error: {e}" for e in errors]
+            conv.tool_errors += len(errors)
+            conv.tool_calls += len(errors)
+            extra = calls[cfg.max_tool_calls_per_turn :]
+            calls = calls[: cfg.max_tool_calls_per_turn]
+            outcomes = await asyncio.gather(*(self._call_tool(c) for c in calls))
+            for text_out, ok in outcomes:
+                results.append(text_out)
+                conv.tool_calls += 1
+                conv.tool_errors += int(not ok)
+            if extra:
+                results.append(
+                    f"error: at most {cfg.max_tool_calls_per_turn} tool calls per turn; "
+                    f"{len(extra)} ignored"
+                )
+            for r in results:
+                conv.messages.append({"role": "tool", "content": r})
+            tool_ids = self._encode(self.parser.format_responses(results))
+            room = budget - len(conv.token_ids)
+            if len(tool_ids) >= room:
+                # No room left for the model to answer after the tool turn: cut and flag.
+                conv.append(tool_ids[:room], model=False, log_probs=None)
+                conv.truncated = True
+                return
+            conv.append(tool_ids, model=False, log_probs=None)
+
+    async def _call_tool(self, call: ToolCall) -> tuple[str, bool]:
+        """(text shown to the model, whether the call succeeded); never raises."""
+        tool = self.tools.get(call.name)
+        if tool is None:
+            known = ", ".join(sorted(self.tools)) or "none"
+            return f"error: unknown tool {call.name!r}; available: {known}", False
+        timeout = self.config.tool_timeout_s
+        try:
+            out = await asyncio.wait_for(_in_daemon_thread(tool.call, call.arguments), timeout)
+        except TimeoutError:
+            return f"error: tool {call.name!r} did not answer within {timeout} s", False
+        except ToolError as err:
+            return f"error: {err}", False
+        except Exception as err:  # a tool's own bug must not end the batch; counted
+            log.warning("agent: tool %r raised %s: %s", call.name, type(err).__name__, err)
+            return f"error: tool {call.name!r} failed: {type(err).__name__}: {err}", False
+        if not isinstance(out, str):
+            return f"error: tool {call.name!r} returned {type(out).__name__}, not text", False
+        return self._clip(out), True
+
+    def _clip(self, text: str) -> str:
+        limit = self.config.max_tool_response_chars
+        return text if len(text) <= limit else text[:limit] + " ...(truncated)"
+
+    def _encode(self, text: str) -> list[int]:
+        return [int(t) for t in self.tokenizer.encode(text, add_special_tokens=False)]
+
+    # --- tensors --------------------------------------------------------------------------
+
+    def to_dataproto(
+        self,
+        prompts: DataProto,
+        conversations: Sequence[Conversation],
+        sampling: SamplingParams,
+    ) -> DataProto:
+        import numpy as np
+        import torch
+
+        from rlcore.protocol import DataProto
+
+        prompt_ids = prompts.batch["input_ids"]  # (B, P) left-padded
+        prompt_mask = prompts.batch["attention_mask"]
+        prompt_pos = prompts.batch.get("position_ids")
+        if prompt_pos is None:
+            prompt_pos = (prompt_mask.long().cumsum(-1) - 1).clamp(min=0)
+        B, R = len(conversations), sampling.max_new_tokens
+        responses = torch.full((B, R), self.pad_token_id, dtype=prompt_ids.dtype)
+        response_mask = torch.zeros(B, R, dtype=torch.long)  # model tokens only
+        seen = torch.zeros(B, R, dtype=prompt_mask.dtype)  # every real token, tool turns too
+        log_probs = torch.zeros(B, R, dtype=torch.float32)
+        for i, conv in enumerate(conversations):
+            n = len(conv.token_ids)
+            responses[i, :n] = torch.tensor(conv.token_ids, dtype=prompt_ids.dtype)
+            response_mask[i, :n] = torch.tensor(conv.loss_mask, dtype=torch.long)
+            seen[i, :n] = 1
+            log_probs[i, :n] = torch.tensor(conv.log_probs, dtype=torch.float32)
+        delta = torch.arange(1, R + 1, dtype=prompt_pos.dtype).unsqueeze(0)  # (1, R)
+        tensors = {
+            "prompts": prompt_ids,
+            "responses": responses,
+            "response_mask": response_mask,
+            "input_ids": torch.cat([prompt_ids, responses], dim=1),
+            "attention_mask": torch.cat([prompt_mask, seen], dim=1),
+            "position_ids": torch.cat([prompt_pos, prompt_pos[:, -1:] + delta], dim=1),
+        }
+        if sampling.return_log_probs:
+            tensors["rollout_log_probs"] = log_probs * response_mask
+        agent = np.empty(B, dtype=object)
+        for i, conv in enumerate(conversations):
+            agent[i] = conv.summary()
+        metrics: Mapping[str, float] = agent_metrics(conversations)
+        return DataProto.from_dict(
+            tensors=tensors,
+            non_tensors={"agent": agent},
+            meta_info={"metrics": {k: [v] for k, v in metrics.items()}},
+        )

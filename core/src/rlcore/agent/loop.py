@@ -168,7 +168,10 @@ class AgentLoop:
             if remaining <= 0:
                 conv.truncated = True
                 return
-            turn_sampling = attrs.evolve(sampling, max_new_tokens=remaining)
+            cap = remaining
+            if cfg.max_tokens_per_turn is not None:
+                cap = min(cap, cfg.max_tokens_per_turn)
+            turn_sampling = attrs.evolve(sampling, max_new_tokens=cap)
             try:
                 result = await asyncio.wait_for(
                     rollout.generate_one(conv.prompt_ids + conv.token_ids, turn_sampling),
@@ -182,17 +185,20 @@ class AgentLoop:
                 )
                 conv.truncated = conv.generation_timeout = True
                 return
-            tokens = list(result.token_ids)[:remaining]
+            tokens = list(result.token_ids)[:cap]
             conv.turns += 1
             conv.append(tokens, model=True, log_probs=result.log_probs)
             text = self.tokenizer.decode(tokens, skip_special_tokens=True)
             conv.messages.append({"role": "assistant", "content": text})
-            if result.finish_reason == "length":
-                conv.truncated = len(conv.token_ids) >= budget
+            cut = result.finish_reason == "length"
+            if cut and len(conv.token_ids) >= budget:
+                conv.truncated = True
                 return
+            # A turn cut by max_tokens_per_turn is parsed too: its call may be complete.
             calls, errors = self.parser.parse(text)
             if not calls and not errors:
-                return  # a final answer
+                conv.truncated = cut  # a final answer, unless it was cut off
+                return
             if conv.turns >= cfg.max_turns:
                 conv.truncated = True  # it wanted a tool, but the turn budget is spent
                 return

@@ -228,6 +228,7 @@ class AgentConfig:
     tools: tuple[str, ...] = ()
     tool_parser: str = attrs.field(default="hermes", validator=v.in_(("hermes", "qwen")))
     max_turns: int = attrs.field(default=4, validator=_pos)
+    max_tokens_per_turn: int | None = attrs.field(default=None, validator=_opt_pos)  # None: all
     max_tool_calls_per_turn: int = attrs.field(default=4, validator=_pos)
     max_parallel_conversations: int = attrs.field(default=256, validator=_pos)
     tool_timeout_s: float = attrs.field(default=5.0, validator=v.gt(0.0))

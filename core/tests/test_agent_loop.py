@@ -19,7 +19,13 @@ import torch
 from rlcore.agent import BaseTool, ToolError
 from rlcore.agent.loop import AgentLoop
 from rlcore.config import AgentConfig
-from rlcore.interfaces import BaseRollout, GenerationResult, RolloutSpec, SamplingParams
+from rlcore.interfaces import (
+    BaseReward,
+    BaseRollout,
+    GenerationResult,
+    RolloutSpec,
+    SamplingParams,
+)
 from rlcore.protocol import DataProto
 
 CALL = '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>'
@@ -255,3 +261,38 @@ def test_many_conversations_are_in_flight_at_once(tokenizer):
     out = loop.generate(rollout, _prompts(tok, n=32), _sampling())
     assert rollout.max_in_flight == 16  # the semaphore's bound, reached
     assert out.meta_info["metrics"]["agent/turns"] == [2.0]
+
+
+class _SeesConversation(BaseReward):
+    """Records what it is given; scores 1 when the last model turn is ``#### 5``."""
+
+    seen: list[dict[str, Any]] = []  # noqa: RUF012 (a test probe)
+
+    def score(self, data_source, solution_str, ground_truth, extra_info=None):
+        self.seen.append(dict(extra_info or {}))
+        turns = (extra_info or {}).get("turns") or []
+        return float(bool(turns) and turns[-1]["content"] == "#### 5")
+
+
+def test_rewards_see_the_turns_in_extra_info_and_score_the_last_model_token(tokenizer):
+    import numpy as np
+
+    from rlcore.reward import RewardManager
+
+    tok = tokenizer
+    turn1, turn2 = [*_ids(tok, CALL), 2], [*_ids(tok, "#### 5"), 2]
+    loop = AgentLoop(tok, [AddTool()], AgentConfig(tools=("add",)))
+    out = loop.generate(ScriptedRollout([turn1, turn2]), _prompts(tok, n=1), _sampling())
+    out.non_tensor_batch["data_source"] = np.array(["toy"], dtype=object)
+    out.non_tensor_batch["reward_model"] = np.array([{"ground_truth": "5"}], dtype=object)
+    out.non_tensor_batch["extra_info"] = np.array([{"index": 7}], dtype=object)
+    reward = _SeesConversation()
+    scores, _ = RewardManager(tok, {"seen": reward}, default="seen", num_workers=1)(out)
+    extra = reward.seen[-1]
+    assert extra["index"] == 7  # the row's own extra_info is kept
+    assert [t["role"] for t in extra["turns"]] == ["assistant", "tool", "assistant"]
+    assert extra["tool_calls"] == 1
+    assert extra["tool_errors"] == 0
+    last = len(turn1) + len(_ids(tok, loop.parser.format_responses(["5"]))) + len(turn2) - 1
+    assert scores.batch["token_level_scores"][0].nonzero().flatten().tolist() == [last]
+    assert float(scores.batch["token_level_scores"][0, last]) == 1.0

@@ -16,9 +16,12 @@ def test_two_agent_steps_on_the_tiny_model(ray_session, tmp_path):
 
     model = tiny_run_model(tmp_path / "model")
     train = write_jsonl(arithmetic_rows([(1, 2), (3, 4)] * 2), tmp_path / "train.jsonl")
+    val = write_jsonl(arithmetic_rows([(5, 6)], "test"), tmp_path / "val.jsonl")
     text = tiny_run_toml(
         model=model,
         train_files=[train],
+        val_files=[val],
+        test_freq=2,
         run_dir=tmp_path / "run",
         extra='[agent]\ntools = ["calculator"]\nmax_turns = 2\n',
     )
@@ -29,9 +32,10 @@ def test_two_agent_steps_on_the_tiny_model(ray_session, tmp_path):
     rows = [
         json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     ]
-    assert [r["step"] for r in rows] == [1, 2]
+    assert [r["step"] for r in rows] == [0, 1, 2]  # validation before training, 2 steps
     for key in ("agent/turns", "agent/tool_calls", "agent/tool_errors", "agent/truncated"):
         assert key in rows[-1], key
+        assert f"val/{key}" in rows[0], key  # validation runs the agent loop too
     assert rows[-1]["agent/turns"] >= 1.0
 
 

@@ -387,7 +387,8 @@ class Trainer:
         """Generate on the validation set (``[rollout.val]`` sampling) and score it.
 
         Returns ``val/<data_source>/score`` and ``val/<data_source>/acc`` (means over all
-        samples of that source) and ``timing_s/validate``.
+        samples of that source), ``timing_s/validate`` and, with ``[agent]``, the agent
+        metrics of the validation conversations (``val/agent/tool_use_rate``, ...).
         """
         if self.val_loader is None:
             return {}
@@ -396,12 +397,15 @@ class Trainer:
         scores: list[float] = []
         accs: list[float] = []
         lengths: list[float] = []
+        agent: dict[str, list[float]] = {}  # [agent] runs: tool use under validation sampling
         with timed("validate", timing):
             for batch in self.val_loader:
                 batch = batch.repeat(self.specs.val_n, interleave=True)
                 prompts = batch.pop(batch_keys=_PROMPT_KEYS)
                 gen = self.policy.generate_sequences(prompts, self.specs.val_sampling)
-                gen.meta_info.pop("metrics", None)
+                for key, value in _take_metrics(gen).items():
+                    if key.startswith("agent/"):
+                        agent.setdefault(key, []).append(value)
                 batch = batch.union(gen)
                 out, _ = self.reward_manager(batch)
                 sources += [str(s) for s in batch.non_tensor_batch["data_source"]]
@@ -417,6 +421,8 @@ class Trainer:
             metrics[f"val/{ds}/acc"] = float(acc_arr[sel].mean())
         if lengths:
             metrics["val/response_length/mean"] = float(np.mean(lengths))
+        for key, values in agent.items():
+            metrics[f"val/{key}"] = float(np.mean(values))
         metrics |= timing_metrics(timing)
         return metrics
 

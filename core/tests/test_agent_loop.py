@@ -296,3 +296,28 @@ def test_rewards_see_the_turns_in_extra_info_and_score_the_last_model_token(toke
     last = len(turn1) + len(_ids(tok, loop.parser.format_responses(["5"]))) + len(turn2) - 1
     assert scores.batch["token_level_scores"][0].nonzero().flatten().tolist() == [last]
     assert float(scores.batch["token_level_scores"][0, last]) == 1.0
+
+
+class _HangingBatchRollout(BaseRollout):
+    """Uses BaseRollout's default generate_one (a thread over generate), which hangs."""
+
+    def __init__(self) -> None:
+        super().__init__(RolloutSpec(model_path="-"))
+        self.release = threading.Event()
+
+    def generate(self, prompts: DataProto, sampling: SamplingParams) -> DataProto:
+        self.release.wait(60)  # bounded so that the thread ends after the test
+        raise RuntimeError("released")
+
+    def update_weights(self, named_tensors: Any) -> None:
+        pass
+
+
+def test_a_hung_generation_thread_does_not_hold_the_batch(tokenizer):
+    rollout = _HangingBatchRollout()
+    loop = AgentLoop(tokenizer, [], AgentConfig(generation_timeout_s=0.3))
+    start = time.monotonic()
+    out = loop.generate(rollout, _prompts(tokenizer, n=2), _sampling())
+    assert time.monotonic() - start < 30  # the thread still hangs (60 s); we did not wait
+    rollout.release.set()
+    assert out.meta_info["metrics"]["agent/generation_timeouts"] == [2.0]

@@ -28,6 +28,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -135,7 +136,17 @@ class AgentLoop:
         self, rollout: BaseRollout, prompts: DataProto, sampling: SamplingParams
     ) -> DataProto:
         """Left-padded prompts in (``input_ids``, ``attention_mask``[, ``position_ids``])."""
-        conversations = asyncio.run(self.run(rollout, prompts, sampling))
+        # Our own loop and default executor (where BaseRollout's generate_one runs its
+        # threads): asyncio.run would join those threads on exit, so a generation that hung
+        # past generation_timeout_s would hold the batch forever.
+        loop = asyncio.new_event_loop()
+        executor = ThreadPoolExecutor(thread_name_prefix="rlcore-agent-generate")
+        loop.set_default_executor(executor)
+        try:
+            conversations = loop.run_until_complete(self.run(rollout, prompts, sampling))
+        finally:
+            executor.shutdown(wait=False, cancel_futures=True)
+            loop.close()
         return self.to_dataproto(prompts, conversations, sampling)
 
     async def run(
@@ -186,8 +197,9 @@ class AgentLoop:
                 conv.truncated = conv.generation_timeout = True
                 return
             tokens = list(result.token_ids)[:cap]
+            log_probs = None if result.log_probs is None else list(result.log_probs)[:cap]
             conv.turns += 1
-            conv.append(tokens, model=True, log_probs=result.log_probs)
+            conv.append(tokens, model=True, log_probs=log_probs)
             text = self.tokenizer.decode(tokens, skip_special_tokens=True)
             conv.messages.append({"role": "assistant", "content": text})
             cut = result.finish_reason == "length"

@@ -217,8 +217,8 @@ class AgentLoop:
             results = [f"error: {e}" for e in errors]
             conv.tool_errors += len(errors)
             conv.tool_calls += len(errors)
-            extra = calls[cfg.max_tool_calls_per_turn :]
-            calls = calls[: cfg.max_tool_calls_per_turn]
+            extra = calls[cfg.max_parallel_calls :]
+            calls = calls[: cfg.max_parallel_calls]
             outcomes = await asyncio.gather(*(self._call_tool(c) for c in calls))
             for text_out, ok in outcomes:
                 results.append(text_out)
@@ -226,7 +226,7 @@ class AgentLoop:
                 conv.tool_errors += int(not ok)
             if extra:
                 results.append(
-                    f"error: at most {cfg.max_tool_calls_per_turn} tool calls per turn; "
+                    f"error: at most {cfg.max_parallel_calls} tool calls per turn; "
                     f"{len(extra)} ignored"
                 )
             for r in results:
@@ -261,7 +261,7 @@ class AgentLoop:
         return self._clip(out), True
 
     def _clip(self, text: str) -> str:
-        limit = self.config.max_tool_response_chars
+        limit = self.config.max_tool_response_length
         return text if len(text) <= limit else text[:limit] + " ...(truncated)"
 
     def _encode(self, text: str) -> list[int]:

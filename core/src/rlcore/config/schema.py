@@ -222,18 +222,21 @@ class AgentConfig:
     """``[agent]``: multi-turn rollouts with tools (:mod:`rlcore.agent`); absent: single-turn.
 
     ``tools`` names tool plugins (``register_tools``). The response budget of a conversation,
-    all turns together, is ``data.max_response_length``; ``max_turns`` counts model turns.
+    all turns together, is ``data.max_response_length``; ``max_turns`` counts model turns
+    (verl's ``max_assistant_turns``). ``max_parallel_calls`` (calls run per turn) and
+    ``max_tool_response_length`` (characters of a tool's answer kept) are verl's names;
+    ``tool_parser`` is verl's ``format``.
     """
 
     tools: tuple[str, ...] = ()
     tool_parser: str = attrs.field(default="hermes", validator=v.in_(("hermes", "qwen")))
     max_turns: int = attrs.field(default=4, validator=_pos)
     max_tokens_per_turn: int | None = attrs.field(default=None, validator=_opt_pos)  # None: all
-    max_tool_calls_per_turn: int = attrs.field(default=4, validator=_pos)
+    max_parallel_calls: int = attrs.field(default=4, validator=_pos)
     max_parallel_conversations: int = attrs.field(default=256, validator=_pos)
     tool_timeout_s: float = attrs.field(default=5.0, validator=v.gt(0.0))
     generation_timeout_s: float = attrs.field(default=600.0, validator=v.gt(0.0))
-    max_tool_response_chars: int = attrs.field(default=1000, validator=_pos)
+    max_tool_response_length: int = attrs.field(default=1000, validator=_pos)
 
 
 @attrs.frozen(kw_only=True)

@@ -135,6 +135,9 @@ class RewardManager:
         sources = _column(data, "data_source")
         truths = [_ground_truth(rm, i) for i, rm in enumerate(_column(data, "reward_model"))]
         extras_in = data.non_tensor_batch.get("extra_info")
+        # A multi-turn rollout ([agent]) adds each conversation's turns and tool counts; the
+        # reward sees them in extra_info (keys "turns", "tool_calls", "tool_errors", ...).
+        agent_in = data.non_tensor_batch.get("agent")
 
         lens: list[int] = ends.tolist()
         # numpy rows, not lists: transformers type-checks every int of a list (10x slower).
@@ -150,6 +153,8 @@ class RewardManager:
                 continue  # nothing generated: score 0, no token to put it on
             extra = extras_in[i] if extras_in is not None else None
             extra = dict(extra) if isinstance(extra, Mapping) else None
+            if agent_in is not None and isinstance(agent_in[i], Mapping):
+                extra = {**(extra or {}), **agent_in[i]}
             for name in self._names_for(str(sources[i])):
                 tasks.append((len(tasks), name, str(sources[i]), texts[i], truths[i], extra))
                 owner.append(i)

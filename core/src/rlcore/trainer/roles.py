@@ -39,8 +39,9 @@ from rlcore.workers import Worker
 if TYPE_CHECKING:
     import torch
 
+    from rlcore.agent.loop import AgentLoop
     from rlcore.protocol import DataProto
-    from rlcore.trainer.specs import CriticSpec, PolicySpec, UpdateSpec
+    from rlcore.trainer.specs import AgentSpec, CriticSpec, PolicySpec, UpdateSpec
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +153,19 @@ class _Trainer:
                 )
 
 
+def _build_agent_loop(spec: AgentSpec) -> AgentLoop:
+    """The agent loop of ``[agent]``: the policy's tokenizer and the selected tools."""
+    from transformers import AutoTokenizer
+
+    from rlcore.agent.loop import AgentLoop
+
+    tokenizer = AutoTokenizer.from_pretrained(
+        spec.tokenizer_path, trust_remote_code=spec.trust_remote_code
+    )
+    tools = [tool.build() for tool in spec.tools]
+    return AgentLoop(tokenizer, tools, spec.config)
+
+
 class ActorRolloutRefWorker(Worker):
     """Actor engine + rollout (+ reference engine) in one process; see the module docstring.
 
@@ -167,6 +181,7 @@ class ActorRolloutRefWorker(Worker):
         self.algorithm: BaseAlgorithm | None = None
         self._trainer: _Trainer | None = None
         self._ref_in_actor = False
+        self.agent_loop: AgentLoop | None = None
 
     # --- construction ---------------------------------------------------------------------
 
@@ -198,6 +213,8 @@ class ActorRolloutRefWorker(Worker):
             spec.rollout_spec, seed=spec.rollout_spec.seed + 1000 * self.rank
         )
         self.rollout = spec.rollout.build(rollout_spec)
+        if spec.agent is not None:
+            self.agent_loop = _build_agent_loop(spec.agent)
         self._sync_weights()
         ref = " + ref" if self.ref else " (ref: adapters off)" if self._ref_in_actor else ""
         log.info("rank %d: actor%s and rollout ready", self.rank, ref)
@@ -289,10 +306,13 @@ class ActorRolloutRefWorker(Worker):
         timing: dict[str, list[float]] = {}
         with _clock(timing, "generate"):
             rollout.wake_up()
-            out = rollout.generate(prompts, sampling)
+            if self.agent_loop is not None:  # multi-turn with tools ([agent])
+                out = self.agent_loop.generate(rollout, prompts, sampling)
+            else:
+                out = rollout.generate(prompts, sampling)
             rollout.sleep()  # free inference memory for training (no-op on CPU)
             actor.onload()
-        out.meta_info["metrics"] = _summed(timing)
+        out.meta_info["metrics"] = {**out.meta_info.get("metrics", {}), **_summed(timing)}
         return out
 
     # --- forward passes -------------------------------------------------------------------

@@ -19,10 +19,18 @@ from rlcore.components import Component
 from rlcore.interfaces import EngineSpec, OptimConfig, RolloutSpec, SamplingParams
 
 if TYPE_CHECKING:
-    from rlcore.config import RunConfig
+    from rlcore.config import AgentConfig, RunConfig
     from rlcore.interfaces import BaseAlgorithm
 
-__all__ = ["CriticSpec", "EngineRole", "PolicySpec", "RunSpecs", "UpdateSpec", "build_specs"]
+__all__ = [
+    "AgentSpec",
+    "CriticSpec",
+    "EngineRole",
+    "PolicySpec",
+    "RunSpecs",
+    "UpdateSpec",
+    "build_specs",
+]
 
 
 @attrs.frozen(kw_only=True)
@@ -54,6 +62,20 @@ class EngineRole:
 
 
 @attrs.frozen(kw_only=True)
+class AgentSpec:
+    """The agent loop the policy worker runs instead of one ``generate`` (``[agent]``).
+
+    ``tools``: one component per tool plugin; ``tokenizer_path`` decodes model turns (to
+    find calls) and encodes tool turns.
+    """
+
+    config: AgentConfig
+    tools: tuple[Component, ...]
+    tokenizer_path: str
+    trust_remote_code: bool = False
+
+
+@attrs.frozen(kw_only=True)
 class PolicySpec:
     """The policy worker: actor (+ reference) engine, rollout, and the loss's algorithm.
 
@@ -71,6 +93,7 @@ class PolicySpec:
     update: UpdateSpec
     temperature: float
     with_entropy: bool
+    agent: AgentSpec | None = None  # None: single-turn generate
 
 
 @attrs.frozen(kw_only=True)
@@ -114,6 +137,21 @@ def _update(
         seed=config.trainer.seed,
         optim=optim,
         schedule_steps=max(1, total_steps * mini_batches * epochs),
+    )
+
+
+def _agent_spec(config: RunConfig) -> AgentSpec | None:
+    agent = config.agent
+    if agent is None:
+        return None
+    tools = tuple(
+        Component(kind="tool", name=name, where="[agent] tools") for name in agent.tools
+    )
+    return AgentSpec(
+        config=agent,
+        tools=tools,
+        tokenizer_path=config.model.tokenizer_path or config.model.path,
+        trust_remote_code=config.model.trust_remote_code,
     )
 
 
@@ -188,6 +226,7 @@ def build_specs(config: RunConfig, algorithm: BaseAlgorithm, total_steps: int) -
         # training, temperature 0, scores the unscaled distribution).
         temperature=rollout.temperature or 1.0,
         with_entropy=algorithm.needs_entropy,
+        agent=_agent_spec(config),
     )
     critic_spec = None
     if algorithm.needs_critic:

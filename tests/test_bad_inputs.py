@@ -169,7 +169,8 @@ CONFIG_CASES = [
     ),
     (
         ['reward.default="gsm9k"'],
-        "reward.default: unknown reward 'gsm9k'. Installed: gsm8k, math. Did you mean 'gsm8k'?",
+        "reward.default: unknown reward 'gsm9k'. Installed: gsm8k, gsm8k_tool, math. "
+        "Did you mean 'gsm8k'?",
     ),
     (
         ["actor.engine.reshard_after_foward=false"],

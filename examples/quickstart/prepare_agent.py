@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     work: Path = args.work_dir
-    sft = work / "model_sft"
+    sft = work / f"seed{args.seed}" / "model_sft"  # prepare.py --seed N writes there
     if not (sft / "config.json").exists():
         print(f"{sft} is missing: run examples/quickstart/prepare.py first", file=sys.stderr)
         return 1

@@ -1,0 +1,595 @@
+"""MegatronEngine: one HF Qwen2/Llama model as a megatron-core ``GPTModel``, TP x PP x DP.
+
+Every rank of the default process group holds one (tensor-parallel shard of one pipeline
+stage of the) model. Ranks of one data-parallel group receive the *same* rows (the worker
+registers ``dispatch_info()`` for rlcore's mesh dispatch); only the collect rank's outputs are
+gathered, but every rank returns the same outputs, so plain calls work too.
+
+Forward and backward go through megatron's pipeline schedule
+(``get_forward_backward_func``): without pipelining it is a plain loop over micro-batches,
+with it the 1F1B schedule and its point-to-point sends. Loss normalisation is rlcore's
+(:class:`rlcore.interfaces.BatchTotals`): each micro-batch loss is divided by the mini-batch
+totals and the schedule is told not to rescale (``calculate_per_token_loss``); data-parallel
+gradients are then summed (:func:`rlcore_megatron.parallel.reduce_gradients`).
+
+On CPU (gloo) the engine enters :func:`rlcore_megatron.cpu_compat.cpu_compat` around megatron
+calls; on GPU it does not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+
+from rlcore.errors import ConfigError, RlcoreError
+from rlcore.interfaces import BaseEngine, BatchTotals, EngineSpec, LossFn, ModelOutputs
+from rlcore.protocol import DataProto
+from rlcore_megatron.cpu_compat import cpu_compat, install_cpu_rng_tracker
+from rlcore_megatron.forward import (
+    attention_mask,
+    response_slice,
+    set_position_ids,
+    use_position_ids,
+)
+from rlcore_megatron.mapping import MappingError, megatron_names, merge_to_hf
+from rlcore_megatron.model import build_model, global_name, layer_offset, transformer_config
+from rlcore_megatron.parallel import clip_grad_norm, init_parallel, reduce_gradients
+from rlcore_megatron.schedule import lr_multiplier
+
+log = logging.getLogger(__name__)
+
+_TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "generation_config.json",
+)
+
+
+class MegatronError(RlcoreError):
+    """The megatron engine cannot do what was asked (missing checkpoint, wrong role, ...)."""
+
+
+def _positive(instance: Any, attribute: Any, value: int) -> None:
+    if value < 1:
+        msg = f"{attribute.name} must be >= 1, got {value}"
+        raise ValueError(msg)
+
+
+class MegatronEngine(BaseEngine):
+    """A :class:`~rlcore.interfaces.BaseEngine` on megatron-core (tensor/pipeline/data parallel).
+
+    Extra public surface beyond the contract: ``layout`` (sizes and ranks),
+    ``dispatch_info()`` (for ``Worker.set_dispatch_info``), ``compute_logits`` (full-vocab
+    logits, for tests), ``lr``, ``global_step``, ``skipped_steps``, ``model`` and ``dims``.
+    """
+
+    @attrs.frozen(kw_only=True)
+    class Config(BaseEngine.Config):
+        """Options of ``[actor.engine]`` (also ``[critic.engine]``, ``[ref.engine]``)."""
+
+        tensor_parallel: int = attrs.field(default=1, validator=_positive)
+        pipeline_parallel: int = attrs.field(default=1, validator=_positive)
+        # Shard activations of norms/dropout along the sequence over the TP group.
+        sequence_parallel: bool = attrs.field(default=False)
+
+        @sequence_parallel.validator
+        def _check_sequence_parallel(self, attribute: Any, value: bool) -> None:
+            if value and self.tensor_parallel == 1:
+                msg = "sequence_parallel needs tensor_parallel > 1"
+                raise ValueError(msg)
+
+    def __init__(self, spec: EngineSpec, config: MegatronEngine.Config | None = None) -> None:
+        super().__init__(spec, config)
+        self.config: MegatronEngine.Config
+        cfg = self.config
+        where = f"[{spec.role}.engine]"
+        if spec.micro_batch_size is None:
+            msg = (
+                f"[{spec.role}] the megatron engine splits micro-batches by count: set "
+                "micro_batch_size (max_tokens_per_micro_batch is not supported yet)"
+            )
+            raise ConfigError(msg)
+        self._cpu = spec.device == "cpu"
+        self.device, self.layout = init_parallel(
+            spec.device, tp=cfg.tensor_parallel, pp=cfg.pipeline_parallel, where=where
+        )
+        self.global_step = 0
+        self.skipped_steps = 0
+        from transformers import AutoConfig
+
+        try:
+            self.hf_config = AutoConfig.from_pretrained(
+                spec.model_path, trust_remote_code=spec.trust_remote_code
+            )
+        except OSError as err:
+            msg = f"[{spec.role}] cannot load a model config from model_path={spec.model_path!r}"
+            raise ConfigError(f"{msg}: {err}") from err
+        trains = spec.optim is not None and spec.role != "ref"
+        with self._compat():
+            if self._cpu:
+                install_cpu_rng_tracker(spec.seed)
+            else:
+                from megatron.core import tensor_parallel
+
+                tensor_parallel.model_parallel_cuda_manual_seed(spec.seed)
+            try:
+                self.mcore_config = transformer_config(
+                    self.hf_config,
+                    tp=cfg.tensor_parallel,
+                    pp=cfg.pipeline_parallel,
+                    sequence_parallel=cfg.sequence_parallel,
+                    # Masters in float32 when training; compute dtype below float32 is a
+                    # GPU matter (megatron's mixed precision optimizer), not handled here.
+                    dtype="float32" if trains else spec.dtype,
+                    on_cpu=self._cpu,
+                    recompute=spec.gradient_checkpointing,
+                )
+                self.model, self.dims = build_model(
+                    self.hf_config,
+                    self.mcore_config,
+                    model_path=spec.model_path,
+                    value_head=spec.value_head,
+                    seed=spec.seed,
+                    device=self.device,
+                )
+            except MappingError as err:
+                raise ConfigError(f"[{spec.role}] {err}") from err
+        use_position_ids(self.model)
+        self._offset = layer_offset(self.mcore_config)
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.scheduler: torch.optim.lr_scheduler.LambdaLR | None = None
+        if trains:
+            self._build_optimizer()
+
+    # --- construction ---------------------------------------------------------------------
+
+    def _compat(self) -> contextlib.AbstractContextManager[None]:
+        return cpu_compat() if self._cpu else contextlib.nullcontext()
+
+    def _build_optimizer(self) -> None:
+        optim = self.spec.optim
+        assert optim is not None
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(
+            params, lr=optim.lr, betas=optim.betas, eps=optim.eps, weight_decay=optim.weight_decay
+        )
+        # Materialise the state now (AdamW with step 0 and zero moments is a fresh AdamW), so
+        # a checkpoint has the same keys before and after the first step.
+        for p in params:
+            self.optimizer.state[p] = {
+                "step": torch.zeros((), dtype=torch.float32),
+                "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
+                "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
+            }
+
+        def multiplier(step: int) -> float:
+            return lr_multiplier(
+                step,
+                warmup_steps=optim.warmup_steps,
+                total_steps=self.spec.total_steps,
+                schedule=optim.schedule,
+                min_lr_ratio=optim.min_lr_ratio,
+            )
+
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, multiplier)
+
+    def dispatch_info(self) -> dict[str, int | bool]:
+        """Keyword arguments for ``Worker.set_dispatch_info`` (mesh dispatch)."""
+        return {
+            "dp_rank": self.layout.dp_rank,
+            "dp_size": self.layout.dp,
+            "is_collect": self.layout.is_collect,
+        }
+
+    # --- modes ----------------------------------------------------------------------------
+
+    def train_mode(self) -> None:
+        self.model.train()
+
+    def eval_mode(self) -> None:
+        self.model.eval()
+
+    @property
+    def lr(self) -> float:
+        """The learning rate the next optimizer step uses (0 for a reference engine)."""
+        return float(self.scheduler.get_last_lr()[0]) if self.scheduler is not None else 0.0
+
+    @property
+    def _tied_output(self) -> bool:
+        return self.dims.tie_embeddings
+
+    # --- the schedule ---------------------------------------------------------------------
+
+    def _micro_batches(self, batch: DataProto) -> list[DataProto]:
+        if len(batch) == 0:
+            msg = f"[{self.spec.role}] rank {dist.get_rank()} got an empty batch"
+            raise MegatronError(msg)
+        size = int(batch.meta_info.get("micro_batch_size", self.spec.micro_batch_size))
+        n = len(batch)
+        return [batch.slice(i, min(n, i + size)) for i in range(0, n, size)]
+
+    def _run(
+        self,
+        batch: DataProto,
+        head: Any,
+        *,
+        forward_only: bool,
+    ) -> list[Any]:
+        """Run the schedule over ``batch``'s micro-batches; ``head(output, mb)`` on the last stage.
+
+        ``head`` returns ``(loss, tokens, info)``; the infos of the last stage come back, in
+        micro-batch order (an empty list on other stages).
+        """
+        from megatron.core.pipeline_parallel import get_forward_backward_func
+
+        mbs = self._micro_batches(batch)
+        device = self.device
+        model = self.model
+
+        def forward_step(data_iterator: Iterator[DataProto], model_: Any) -> Any:
+            mb = next(data_iterator)
+            ids = mb.batch["input_ids"].to(device)
+            valid = mb.batch["attention_mask"].to(device)
+            pos = mb.batch["position_ids"].to(device)
+            set_position_ids(model, pos)
+            output = model_(
+                ids, pos, attention_mask(valid), runtime_gather_output=not self.spec.value_head
+            )
+            return output, lambda out: head(out, mb)
+
+        fb = get_forward_backward_func()
+        with self._compat():
+            infos = fb(
+                forward_step_func=forward_step,
+                data_iterator=iter(mbs),
+                model=[model],
+                num_microbatches=len(mbs),
+                seq_length=int(batch.batch["input_ids"].shape[1]),
+                micro_batch_size=int(mbs[0].batch["input_ids"].shape[0]),
+                forward_only=forward_only,
+            )
+        set_position_ids(model, None)
+        return list(infos)
+
+    def _outputs(
+        self,
+        out: torch.Tensor,
+        mb: DataProto,
+        *,
+        temperature: float,
+        entropy: bool,
+        entropy_grad: bool,
+    ) -> ModelOutputs:
+        """(b, R) log-probs / entropy / values of one micro-batch from the last stage's output."""
+        responses = mb.batch["responses"].to(self.device)
+        r = responses.shape[1]
+        if self.spec.value_head:
+            return ModelOutputs(values=response_slice(out, r)[..., 0].float())
+        logits = response_slice(out, r)[..., : self.dims.vocab].float()
+        if temperature != 1.0:
+            # Sampling used logits / T; log-probs of the same distribution need the same scaling.
+            logits = logits / temperature
+        picked = torch.gather(logits, -1, responses.unsqueeze(-1)).squeeze(-1)
+        lse = torch.logsumexp(logits, dim=-1)
+        outputs = ModelOutputs(log_probs=picked - lse)
+        if entropy:
+            with contextlib.nullcontext() if entropy_grad else torch.no_grad():
+                probs = torch.softmax(logits, dim=-1)
+                outputs.entropy = lse - (probs * logits).sum(dim=-1)
+        return outputs
+
+    def _broadcast_from_last_stage(self, obj: Any) -> Any:
+        """The last pipeline stage's Python value, on every stage (small objects only)."""
+        if self.layout.pp == 1:
+            return obj
+        from megatron.core import parallel_state as ps
+
+        box = [obj]
+        dist.broadcast_object_list(
+            box,
+            src=ps.get_pipeline_model_parallel_last_rank(),
+            group=ps.get_pipeline_model_parallel_group(),
+        )
+        return box[0]
+
+    # --- training -------------------------------------------------------------------------
+
+    def _totals(self, batch: DataProto) -> BatchTotals:
+        from megatron.core import parallel_state as ps
+
+        mask = batch.batch["response_mask"]
+        sums = torch.tensor([int(mask.sum().item()), len(batch), mask.shape[1]], dtype=torch.int64)
+        group = ps.get_data_parallel_group()
+        if self.layout.dp > 1:
+            head = sums[:2].to(self.device)
+            dist.all_reduce(head, group=group)
+            longest = sums[2:].to(self.device)
+            dist.all_reduce(longest, op=dist.ReduceOp.MAX, group=group)
+            sums = torch.cat([head, longest]).cpu()
+        return BatchTotals(
+            tokens=int(sums[0]), sequences=int(sums[1]), max_response_length=int(sums[2])
+        )
+
+    def forward_backward(
+        self, batch: DataProto, loss_fn: LossFn, *, temperature: float | None = None
+    ) -> dict[str, float]:
+        """Accumulate gradients of ``loss_fn`` over this data-parallel group's mini-batch rows.
+
+        Metrics are averaged over micro-batches weighted by their valid response tokens.
+        """
+        if self.optimizer is None:
+            msg = f"[{self.spec.role}] engine has no optimizer (role 'ref' or optim unset)"
+            raise MegatronError(msg)
+        self.model.train()
+        totals = self._totals(batch)
+        temp = float(
+            batch.meta_info.get("temperature", 1.0) if temperature is None else temperature
+        )
+        with_entropy = bool(batch.meta_info.get("calculate_entropy", False))
+
+        def head(out: torch.Tensor, mb: DataProto) -> Any:
+            outputs = self._outputs(
+                out, mb, temperature=temp, entropy=True, entropy_grad=with_entropy
+            )
+            loss, metrics = loss_fn(outputs, mb, totals)
+            weight = float(mb.batch["response_mask"].sum().item()) or 1e-9
+            tokens = torch.tensor(1, dtype=torch.int)  # the schedule must not rescale
+            return loss, tokens, {"weight": weight, "metrics": dict(metrics)}
+
+        infos = self._run(batch, head, forward_only=False)
+        sums: dict[str, float] = {}
+        weight_total = 0.0
+        for info in infos:
+            weight_total += info["weight"]
+            for key, value in info["metrics"].items():
+                sums[key] = sums.get(key, 0.0) + float(value) * info["weight"]
+        metrics = {key: value / weight_total for key, value in sums.items()} if infos else {}
+        result: dict[str, float] = self._broadcast_from_last_stage(metrics)
+        return result
+
+    def optimizer_step(self) -> float:
+        if self.optimizer is None or self.scheduler is None:
+            msg = f"[{self.spec.role}] engine has no optimizer (role 'ref' or optim unset)"
+            raise MegatronError(msg)
+        reduce_gradients(self.model, self.layout, tied_output=self._tied_output)
+        max_norm = self.spec.grad_clip if self.spec.grad_clip > 0 else math.inf
+        grad_norm = clip_grad_norm(self.model, self.layout, max_norm, tied_output=self._tied_output)
+        if not math.isfinite(grad_norm):
+            self.skipped_steps += 1
+            log.warning(
+                "[%s] grad norm is %s at step %d: update skipped",
+                self.spec.role,
+                grad_norm,
+                self.global_step,
+            )
+        else:
+            self.optimizer.step()
+            self.scheduler.step()
+            self.global_step += 1
+        self.optimizer.zero_grad(set_to_none=True)
+        return grad_norm
+
+    # --- inference ------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def _infer(self, batch: DataProto, pick: Any) -> list[Any]:
+        self.model.eval()
+
+        def head(out: torch.Tensor, mb: DataProto) -> Any:
+            return out.new_zeros(()), torch.tensor(1, dtype=torch.int), pick(out, mb)
+
+        infos = self._run(batch, head, forward_only=True)
+        result: list[Any] = self._broadcast_from_last_stage(infos)
+        return result
+
+    def compute_log_prob(
+        self, batch: DataProto, *, temperature: float | None = None, with_entropy: bool = False
+    ) -> ModelOutputs:
+        if self.spec.value_head:
+            msg = f"[{self.spec.role}] a value-head engine has no log-probs; use compute_values"
+            raise MegatronError(msg)
+        temp = float(
+            batch.meta_info.get("temperature", 1.0) if temperature is None else temperature
+        )
+
+        def pick(out: torch.Tensor, mb: DataProto) -> tuple[torch.Tensor, torch.Tensor | None]:
+            o = self._outputs(out, mb, temperature=temp, entropy=with_entropy, entropy_grad=False)
+            assert o.log_probs is not None
+            ent = o.entropy.cpu() if o.entropy is not None else None
+            return o.log_probs.cpu(), ent
+
+        parts = self._infer(batch, pick)
+        log_probs = torch.cat([lp for lp, _ in parts])
+        entropy = torch.cat([e for _, e in parts]) if with_entropy else None
+        return ModelOutputs(log_probs=log_probs, entropy=entropy)
+
+    def compute_values(self, batch: DataProto) -> torch.Tensor:
+        if not self.spec.value_head:
+            return super().compute_values(batch)
+
+        def pick(out: torch.Tensor, mb: DataProto) -> torch.Tensor:
+            values = self._outputs(out, mb, temperature=1.0, entropy=False, entropy_grad=False)
+            assert values.values is not None
+            return values.values.cpu()
+
+        return torch.cat(self._infer(batch, pick))
+
+    def compute_logits(self, batch: DataProto) -> torch.Tensor:
+        """Full-vocabulary float32 logits (B, P+R, V) of every position (tests, debugging)."""
+
+        def pick(out: torch.Tensor, mb: DataProto) -> torch.Tensor:
+            return out[..., : self.dims.vocab].float().cpu()
+
+        return torch.cat(self._infer(batch, pick))
+
+    # --- weights out ----------------------------------------------------------------------
+
+    def _local_params(self) -> dict[str, torch.Tensor]:
+        """This rank's parameters under global megatron names."""
+        return {
+            global_name(name, self._offset): p
+            for name, p in self.model.state_dict(keep_vars=True).items()
+            if not name.endswith("_extra_state")
+        }
+
+    @torch.no_grad()
+    def named_parameters_for_sync(
+        self, dtype: torch.dtype | None = None
+    ) -> Iterator[tuple[str, torch.Tensor]]:
+        """Full HF-named tensors, one megatron parameter at a time (collective on every rank).
+
+        The stage owning a parameter gathers its tensor-parallel shards; with pipeline
+        parallelism it then broadcasts the full tensor to the other stages, so every rank
+        yields the whole model (each rank's rollout needs it). Tensors stay on the engine's
+        device (cast to ``dtype`` when given).
+        """
+        from megatron.core import parallel_state as ps
+
+        local = self._local_params()
+        tp_group = ps.get_tensor_model_parallel_group()
+        pp_group = ps.get_pipeline_model_parallel_group()
+        for name in megatron_names(self.dims):
+            mine = local.get(name)
+            parts: list[torch.Tensor] = []
+            if mine is not None:
+                tensor = mine.detach().to(dtype or mine.dtype)
+                if self.layout.tp > 1 and getattr(mine, "tensor_model_parallel", False):
+                    parts = [torch.empty_like(tensor) for _ in range(self.layout.tp)]
+                    dist.all_gather(parts, tensor.contiguous(), group=tp_group)
+                else:
+                    parts = [tensor]
+            if self.layout.pp > 1:
+                parts = self._share_stage(name, parts, pp_group, dtype or self._sync_dtype())
+            yield from merge_to_hf(name, parts, self.dims)
+
+    def _share_stage(
+        self, name: str, parts: list[torch.Tensor], group: dist.ProcessGroup, dtype: torch.dtype
+    ) -> list[torch.Tensor]:
+        """Broadcast ``name``'s shards from the pipeline stage that holds it."""
+        owner = 0 if name.startswith("embedding.") else self.layout.pp - 1
+        if name.startswith("decoder.layers."):
+            per_stage = self.dims.layers // self.layout.pp
+            owner = int(name.split(".")[2]) // per_stage
+        src = dist.get_global_rank(group, owner)
+        header = torch.zeros(8, dtype=torch.int64, device=self.device)
+        if self.layout.pp_rank == owner:
+            shape = (len(parts), *parts[0].shape)
+            header[0] = len(shape)
+            header[1 : 1 + len(shape)] = torch.tensor(shape)
+        dist.broadcast(header, src=src, group=group)
+        shape = tuple(int(x) for x in header[1 : 1 + int(header[0])])
+        if self.layout.pp_rank == owner:
+            stacked = torch.stack(parts).to(dtype)
+        else:
+            stacked = torch.empty(shape, dtype=dtype, device=self.device)
+        dist.broadcast(stacked, src=src, group=group)
+        return list(stacked.unbind(0))
+
+    def _sync_dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    def _hf_state(self) -> dict[str, torch.Tensor]:
+        state = {}
+        for name, tensor in self.named_parameters_for_sync():
+            if self._tied_output and name == "lm_head.weight":
+                continue  # transformers re-ties it; safetensors refuses shared storage
+            state[name] = tensor.detach().to("cpu").contiguous().clone()
+        return state
+
+    def export_hf(self, path: str) -> None:
+        """Rank 0 writes config, safetensors and the tokenizer files of ``model_path``."""
+        from safetensors.torch import save_file
+
+        state = self._hf_state()
+        if dist.get_rank() == 0:
+            out = Path(path)
+            out.mkdir(parents=True, exist_ok=True)
+            config = self.hf_config
+            if self.spec.value_head:
+                config = type(config).from_dict(config.to_dict())
+                config.num_labels = 1
+                config.architectures = [
+                    f"{config.architectures[0].removesuffix('ForCausalLM')}ForTokenClassification"
+                ]
+            config.save_pretrained(out)
+            save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+            source = Path(self.spec.model_path)
+            for name in _TOKENIZER_FILES:
+                if (source / name).is_file():
+                    shutil.copy2(source / name, out / name)
+        dist.barrier()
+
+    # --- checkpoints ----------------------------------------------------------------------
+
+    def _state(self) -> dict[str, Any]:
+        """This rank's tensors, keyed so that equal keys hold equal tensors on every rank.
+
+        Tensor-parallel shards carry their TP rank in the key; data-parallel replicas share
+        keys, so torch.distributed.checkpoint writes each once.
+        """
+        tag = f"tp{self.layout.tp_rank}"
+        params = self._local_params()
+        state: dict[str, Any] = {f"model/{tag}/{n}": p.data for n, p in params.items()}
+        if self.optimizer is not None:
+            ids = {id(p): n for n, p in params.items()}
+            for p, slots in self.optimizer.state.items():
+                for key, value in slots.items():
+                    state[f"optim/{tag}/{ids[id(p)]}/{key}"] = value
+        return state
+
+    def _extra_file(self, path: str) -> Path:
+        return Path(path) / f"extra_state_rank{dist.get_rank()}.json"
+
+    def save_checkpoint(self, path: str) -> None:
+        """Model + optimizer shards (torch.distributed.checkpoint), counters as JSON."""
+        Path(path).mkdir(parents=True, exist_ok=True)
+        dcp.save(self._state(), checkpoint_id=path)
+        extra = {
+            "global_step": self.global_step,
+            "skipped_steps": self.skipped_steps,
+            "layout": [self.layout.tp, self.layout.pp, self.layout.dp],
+            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+        }
+        self._extra_file(path).write_text(json.dumps(extra))
+        dist.barrier()
+
+    def load_checkpoint(self, path: str) -> None:
+        extra_file = self._extra_file(path)
+        if not extra_file.is_file():
+            msg = f"[{self.spec.role}] no engine checkpoint at {path!r} (missing {extra_file.name})"
+            raise MegatronError(msg)
+        extra = json.loads(extra_file.read_text())
+        layout = [self.layout.tp, self.layout.pp, self.layout.dp]
+        if extra["layout"] != layout:
+            msg = (
+                f"[{self.spec.role}] checkpoint {path!r} was saved with (tp, pp, dp) = "
+                f"{tuple(extra['layout'])}; this run uses {tuple(layout)}"
+            )
+            raise MegatronError(msg)
+        state = self._state()
+        dcp.load(state, checkpoint_id=path)  # in place: the tensors are the live ones
+        self.global_step = int(extra["global_step"])
+        self.skipped_steps = int(extra["skipped_steps"])
+        if self.scheduler is not None and extra["scheduler"] is not None:
+            self.scheduler.load_state_dict(extra["scheduler"])
+            # LambdaLR restores its counters only; the optimizer's groups hold the LR used.
+            for group, lr in zip(
+                self.scheduler.optimizer.param_groups, self.scheduler.get_last_lr()
+            ):
+                group["lr"] = lr

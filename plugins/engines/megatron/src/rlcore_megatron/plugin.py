@@ -1,0 +1,10 @@
+"""Registers the ``megatron`` engine; imports nothing heavy (discovery stays fast)."""
+
+from __future__ import annotations
+
+from rlcore.hookspecs import hookimpl
+
+
+@hookimpl
+def register_engines() -> dict[str, str]:
+    return {"megatron": "rlcore_megatron.engine:MegatronEngine"}

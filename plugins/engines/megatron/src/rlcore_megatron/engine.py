@@ -220,7 +220,7 @@ class MegatronEngine(BaseEngine):
         if len(batch) == 0:
             msg = f"[{self.spec.role}] rank {dist.get_rank()} got an empty batch"
             raise MegatronError(msg)
-        size = int(batch.meta_info.get("micro_batch_size", self.spec.micro_batch_size))
+        size = int(batch.meta_info.get("micro_batch_size") or self.spec.micro_batch_size or 1)
         n = len(batch)
         return [batch.slice(i, min(n, i + size)) for i in range(0, n, size)]
 
@@ -559,7 +559,7 @@ class MegatronEngine(BaseEngine):
     def save_checkpoint(self, path: str) -> None:
         """Model + optimizer shards (torch.distributed.checkpoint), counters as JSON."""
         Path(path).mkdir(parents=True, exist_ok=True)
-        dcp.save(self._state(), checkpoint_id=path)
+        dcp.save(self._state(), checkpoint_id=path)  # type: ignore[attr-defined]
         extra = {
             "global_step": self.global_step,
             "skipped_steps": self.skipped_steps,
@@ -583,7 +583,8 @@ class MegatronEngine(BaseEngine):
             )
             raise MegatronError(msg)
         state = self._state()
-        dcp.load(state, checkpoint_id=path)  # in place: the tensors are the live ones
+        # In place: the tensors are the live ones.
+        dcp.load(state, checkpoint_id=path)  # type: ignore[attr-defined]
         self.global_step = int(extra["global_step"])
         self.skipped_steps = int(extra["skipped_steps"])
         if self.scheduler is not None and extra["scheduler"] is not None:

@@ -216,7 +216,8 @@ def shard_from_hf(
     tensors = [get(n) for n in hf_names(name, dims)]
     suffix = name.split(".", 3)[-1] if name.startswith("decoder.layers.") else name
     if suffix.startswith("self_attention.linear_qkv."):
-        return _fuse_qkv(*tensors, dims).chunk(tp)[tp_rank].clone()
+        q, k, v = tensors
+        return _fuse_qkv(q, k, v, dims).chunk(tp)[tp_rank].clone()
     if suffix == "mlp.linear_fc1.weight":
         gate, up = tensors
         return torch.cat([gate.chunk(tp)[tp_rank], up.chunk(tp)[tp_rank]]).clone()

@@ -63,7 +63,8 @@ def init_parallel(
         if "MASTER_ADDR" in os.environ and "WORLD_SIZE" in os.environ:
             dist.init_process_group(backend)
         else:
-            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+            store = dist.HashStore()  # type: ignore[attr-defined]
+            dist.init_process_group(backend, store=store, rank=0, world_size=1)
     world = dist.get_world_size()
     if world % (tp * pp):
         msg = (

@@ -1,0 +1,137 @@
+"""MegatronEngine on 2 gloo processes: TP=2, PP=2 (tied embeddings) and DP=2 equal one process.
+
+One launch of 2 subprocesses runs the three layouts in turn; the references (transformers'
+logits, FSDP2's parameters after the same optimizer step) are computed here meanwhile.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _common import hf_logits, make_batch, token_mean_loss, valid_max_diff
+
+torch.set_num_threads(1)
+
+WORKER = Path(__file__).with_name("_megatron_dist_worker.py")
+# scenario -> (tensor_parallel, pipeline_parallel, model)
+SCENARIOS = {"tp2": (2, 1, "untied"), "pp2": (1, 2, "tied"), "dp2": (1, 1, "untied")}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _fsdp2_reference(model_path: str) -> dict:
+    """transformers' logits and FSDP2's parameters after one step, in a private 1-rank group."""
+    from rlcore.interfaces import EngineSpec, OptimConfig
+
+    fsdp2 = pytest.importorskip("rlcore_fsdp2.engine")
+    batch = make_batch()
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        spec = EngineSpec(
+            role="actor", model_path=model_path, optim=OptimConfig(lr=1e-3), micro_batch_size=2
+        )
+        engine = fsdp2.FSDP2Engine(spec)
+        loss = engine.forward_backward(batch, token_mean_loss)["loss"]
+        norm = engine.optimizer_step()
+        params = {n: t.clone() for n, t in engine.named_parameters_for_sync()}
+    finally:
+        dist.destroy_process_group()
+    return {
+        "logits": hf_logits(model_path, batch),
+        "loss": loss,
+        "grad_norm": norm,
+        "params": params,
+    }
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    from rlcore.testing.tiny_model import build_tiny_model
+
+    tmp = tmp_path_factory.mktemp("megatron_dist")
+    models = {
+        "untied": str(build_tiny_model(tmp / "untied")),
+        "tied": str(build_tiny_model(tmp / "tied", tie_word_embeddings=True)),
+    }
+    scenarios = [f"{n}:{tp}:{pp}:{models[m]}" for n, (tp, pp, m) in SCENARIOS.items()]
+    port = _free_port()
+    procs = []
+    for rank in range(2):
+        env = dict(
+            os.environ,
+            RANK=str(rank),
+            LOCAL_RANK=str(rank),
+            WORLD_SIZE="2",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            OMP_NUM_THREADS="1",
+        )
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(WORKER), str(tmp), *scenarios],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+    try:
+        references = {name: _fsdp2_reference(path) for name, path in models.items()}
+        for rank, proc in enumerate(procs):
+            out, _ = proc.communicate(timeout=400)
+            assert proc.returncode == 0, f"rank {rank} failed:\n{out[-4000:]}"
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    results = {name: torch.load(tmp / f"{name}.pt", weights_only=True) for name in SCENARIOS}
+    return results, references
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_logits_equal_transformers(runs, scenario):
+    results, references = runs
+    got = results[scenario]
+    batch = make_batch()
+    expected = references[SCENARIOS[scenario][2]]["logits"]
+    rows = got["logits"].shape[0]  # DP=2: rank 0 holds the first half of the rows
+    mask = batch.batch["attention_mask"][:rows]
+    assert valid_max_diff(got["logits"], expected[:rows], mask) < 1e-5
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_one_step_equals_fsdp2(runs, scenario):
+    results, references = runs
+    got, ref = results[scenario], references[SCENARIOS[scenario][2]]
+    assert set(got["params"]) == set(ref["params"])
+    if scenario != "dp2":  # with DP, the loss metric is rank 0's half
+        assert float(got["loss"]) == pytest.approx(ref["loss"], abs=1e-6)
+    assert float(got["grad_norm"]) == pytest.approx(ref["grad_norm"], rel=1e-5)
+    diff = max(float((got["params"][n] - p).abs().max()) for n, p in ref["params"].items())
+    assert diff < 1e-5
+
+
+@pytest.mark.slow
+def test_dispatch_info_marks_one_collect_rank_per_data_parallel_group(runs):
+    results, _ = runs
+    # rows: (dp_rank, dp_size, is_collect) of global ranks 0 and 1
+    assert results["tp2"]["dispatch"].tolist() == [[0, 1, 1], [0, 1, 0]]  # TP rank 0 collects
+    assert results["pp2"]["dispatch"].tolist() == [[0, 1, 0], [0, 1, 1]]  # the last stage does
+    assert results["dp2"]["dispatch"].tolist() == [[0, 2, 1], [1, 2, 1]]

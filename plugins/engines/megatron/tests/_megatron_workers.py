@@ -1,0 +1,46 @@
+"""A worker holding a MegatronEngine, for the mesh-dispatch test (module level: Ray imports it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlcore.dispatch import Dispatch, register
+from rlcore.interfaces import EngineSpec
+from rlcore.protocol import DataProto
+from rlcore.workers import Worker
+
+
+class MegatronLogProbWorker(Worker):
+    """Builds a reference engine with the given layout and registers its mesh place."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.engine: Any = None
+        self.received: list[dict[str, Any]] = []
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self, model_path: str, tensor_parallel: int) -> dict[str, Any]:
+        from rlcore_megatron.engine import MegatronEngine
+
+        self.init_process_group("gloo")
+        spec = EngineSpec(role="ref", model_path=model_path, micro_batch_size=2)
+        self.engine = MegatronEngine(spec, MegatronEngine.Config(tensor_parallel=tensor_parallel))
+        info = self.engine.dispatch_info()
+        self.set_dispatch_info(**info)
+        return info
+
+    @register(dispatch_mode=Dispatch.MESH_COMPUTE_PROTO)
+    def compute_ref_log_prob(self, data: DataProto) -> DataProto:
+        self.received.append(
+            {
+                "rows": data.batch["input_ids"][:, 0].tolist(),  # identifies the shard
+                "bytes": sum(t.numel() * t.element_size() for t in data.batch.values()),
+            }
+        )
+        out = self.engine.compute_log_prob(data)
+        return DataProto.from_dict(tensors={"ref_log_prob": out.log_probs})
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def pop_received(self) -> list[dict[str, Any]]:
+        received, self.received = self.received, []
+        return received

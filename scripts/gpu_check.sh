@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# GPU check for the FSDP2 engine (NCCL, bf16), the HF rollout and, where SGLang is installed, the
-# SGLang rollout (plugins/rollout/sglang/gpu_check.py), without Ray or an install:
+# GPU check for the FSDP2 engine (NCCL, bf16), the HF rollout, the Megatron engine (where
+# megatron-core is installed) and, where SGLang is installed, the SGLang rollout
+# (plugins/rollout/sglang/gpu_check.py), without Ray or an install:
 #   bash scripts/gpu_check.sh [--steps N]
 # Exits 0 with a note where no CUDA device exists. Needs torch (CUDA), transformers, numpy and
 # attrs; where attrs is not installed, a folder ./.gpu_deps holding it (copied from a dev venv's
@@ -34,5 +35,12 @@ first_gpu="${CUDA_VISIBLE_DEVICES:-0}"
 first_gpu="${first_gpu%%,*}"
 echo "device pick: LOCAL_RANK=1, CUDA_VISIBLE_DEVICES=$first_gpu"
 CUDA_VISIBLE_DEVICES="$first_gpu" "$PY" scripts/gpu_check.py --device cuda --steps 1 --local-rank 1
+# Megatron engine step (megatron-core 0.16.1: `pip install megatron-core==0.16.1 --no-deps`,
+# or its wheel installed with --target into ./.gpu_deps); skipped with a note where absent.
+if "$PY" -c "import megatron.core" 2>/dev/null; then
+    "$PY" plugins/engines/megatron/scripts/gpu_check.py --device cuda "$@"
+else
+    echo "megatron-core not importable: skipping the Megatron engine step"
+fi
 # SGLang rollout: prints "skipped: ..." and exits 0 where SGLang is not installed.
 exec "$PY" plugins/rollout/sglang/gpu_check.py

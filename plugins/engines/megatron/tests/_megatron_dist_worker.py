@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _common import make_batch, token_mean_loss
 
 from rlcore.interfaces import EngineSpec, OptimConfig
-from rlcore_megatron.engine import MegatronEngine
+from rlcore_megatron.engine import MegatronEngine, MegatronError
 
 
 def run(name: str, tp: int, pp: int, model_path: str, out_dir: Path) -> None:
@@ -38,6 +38,12 @@ def run(name: str, tp: int, pp: int, model_path: str, out_dir: Path) -> None:
     metrics = engine.forward_backward(batch, token_mean_loss)
     grad_norm = engine.optimizer_step()
     params = {n: t.clone() for n, t in engine.named_parameters_for_sync()}
+    mismatch = ""
+    if name == "tp2":  # plain DP dispatch would hand the two TP ranks different rows
+        try:
+            engine.compute_log_prob(make_batch(seed=dist.get_rank()))
+        except MegatronError as err:
+            mismatch = str(err)
     infos: list[dict | None] = [None] * dist.get_world_size()
     dist.all_gather_object(infos, engine.dispatch_info())
     if dist.get_rank() == 0:
@@ -48,6 +54,7 @@ def run(name: str, tp: int, pp: int, model_path: str, out_dir: Path) -> None:
                 "loss": torch.tensor(metrics["loss"]),
                 "grad_norm": torch.tensor(grad_norm),
                 "params": params,
+                "mismatch_error": mismatch,
                 # (dp_rank, dp_size, is_collect) of every rank
                 "dispatch": torch.tensor([[int(v) for v in i.values()] for i in infos]),
             },

@@ -135,3 +135,10 @@ def test_dispatch_info_marks_one_collect_rank_per_data_parallel_group(runs):
     assert results["tp2"]["dispatch"].tolist() == [[0, 1, 1], [0, 1, 0]]  # TP rank 0 collects
     assert results["pp2"]["dispatch"].tolist() == [[0, 1, 0], [0, 1, 1]]  # the last stage does
     assert results["dp2"]["dispatch"].tolist() == [[0, 2, 1], [1, 2, 1]]
+
+
+@pytest.mark.slow
+def test_different_rows_on_tensor_parallel_ranks_fail_loudly(runs):
+    results, _ = runs
+    assert "received different rows" in results["tp2"]["mismatch_error"]
+    assert "MESH_COMPUTE_PROTO" in results["tp2"]["mismatch_error"]

@@ -238,6 +238,7 @@ class MegatronEngine(BaseEngine):
         """
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
+        self._check_same_rows(batch)
         mbs = self._micro_batches(batch)
         device = self.device
         model = self.model
@@ -266,6 +267,33 @@ class MegatronEngine(BaseEngine):
             )
         set_position_ids(model, None)
         return list(infos)
+
+    def _check_same_rows(self, batch: DataProto) -> None:
+        """Fail loudly when the ranks of one model replica got different rows.
+
+        Tensor- and pipeline-parallel ranks must see the same rows (mesh dispatch does that);
+        plain data-parallel dispatch would hand them different halves and the model would
+        silently compute garbage. One small all-reduce of a fingerprint over the
+        model-parallel group.
+        """
+        if self.layout.tp * self.layout.pp == 1:
+            return
+        from megatron.core import parallel_state as ps
+
+        ids = batch.batch["input_ids"].long().reshape(-1)
+        weights = torch.arange(ids.numel(), dtype=torch.int64) % 65521 + 1
+        digest = int(((ids % 65521) * weights).sum()) % (2**31 - 1)
+        fingerprint = torch.tensor([len(batch), digest], dtype=torch.int64, device=self.device)
+        both = torch.cat([fingerprint, -fingerprint])
+        dist.all_reduce(both, op=dist.ReduceOp.MAX, group=ps.get_model_parallel_group())
+        if not torch.equal(both[:2], -both[2:]):
+            msg = (
+                f"[{self.spec.role}] the tensor/pipeline-parallel ranks of one data-parallel "
+                "group received different rows: call this engine through "
+                "Dispatch.MESH_COMPUTE_PROTO and register engine.dispatch_info() with "
+                "Worker.set_dispatch_info"
+            )
+            raise MegatronError(msg)
 
     def _outputs(
         self,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import sys
 from pathlib import Path
@@ -193,6 +194,13 @@ def test_layout_is_validated_against_the_process_count(tiny_path):
         MegatronEngine.Config(sequence_parallel=True)
     with pytest.raises(ValueError, match="pipeline_parallel must be >= 1"):
         MegatronEngine.Config(pipeline_parallel=0)
+    if importlib.util.find_spec("apex") is None:
+        with pytest.raises(
+            ConfigError, match=r"\[actor.engine\] sequence_parallel = true needs apex"
+        ):
+            MegatronEngine(
+                spec(tiny_path), MegatronEngine.Config(tensor_parallel=2, sequence_parallel=True)
+            )
     with pytest.raises(ConfigError, match="micro_batch_size"):
         MegatronEngine(spec(tiny_path, micro_batch_size=None, max_tokens_per_micro_batch=64))
 

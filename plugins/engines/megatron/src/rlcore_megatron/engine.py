@@ -19,6 +19,7 @@ calls; on GPU it does not.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import logging
 import math
@@ -105,6 +106,14 @@ class MegatronEngine(BaseEngine):
                 "micro_batch_size (max_tokens_per_micro_batch is not supported yet)"
             )
             raise ConfigError(msg)
+        if cfg.sequence_parallel and importlib.util.find_spec("apex") is None:
+            # megatron-core's local layer spec falls back to torch norms without apex, and
+            # those refuse sequence parallelism.
+            msg = (
+                f"{where} sequence_parallel = true needs apex (megatron-core's fused norms); "
+                "install apex or set sequence_parallel = false"
+            )
+            raise ConfigError(msg)
         self._cpu = spec.device == "cpu"
         self.device, self.layout = init_parallel(
             spec.device, tp=cfg.tensor_parallel, pp=cfg.pipeline_parallel, where=where
@@ -120,6 +129,13 @@ class MegatronEngine(BaseEngine):
         except OSError as err:
             msg = f"[{spec.role}] cannot load a model config from model_path={spec.model_path!r}"
             raise ConfigError(f"{msg}: {err}") from err
+        layers = int(self.hf_config.num_hidden_layers)
+        if layers % cfg.pipeline_parallel:
+            msg = (
+                f"{where} pipeline_parallel = {cfg.pipeline_parallel} must divide the model's "
+                f"num_hidden_layers ({layers}): stages hold equal numbers of layers"
+            )
+            raise ConfigError(msg)
         trains = spec.optim is not None and spec.role != "ref"
         with self._compat():
             if self._cpu:
@@ -242,12 +258,16 @@ class MegatronEngine(BaseEngine):
         mbs = self._micro_batches(batch)
         device = self.device
         model = self.model
+        length = int(batch.batch["input_ids"].shape[1])
+        pad = -length % self.layout.tp if self.config.sequence_parallel else 0
 
         def forward_step(data_iterator: Iterator[DataProto], model_: Any) -> Any:
             mb = next(data_iterator)
             ids = mb.batch["input_ids"].to(device)
             valid = mb.batch["attention_mask"].to(device)
             pos = mb.batch["position_ids"].to(device)
+            if pad:  # sequence parallel splits the sequence: left-pad to a multiple of tp
+                ids, valid, pos = (torch.nn.functional.pad(t, (pad, 0)) for t in (ids, valid, pos))
             set_position_ids(model, pos)
             output = model_(
                 ids, pos, attention_mask(valid), runtime_gather_output=not self.spec.value_head
@@ -261,7 +281,7 @@ class MegatronEngine(BaseEngine):
                 data_iterator=iter(mbs),
                 model=[model],
                 num_microbatches=len(mbs),
-                seq_length=int(batch.batch["input_ids"].shape[1]),
+                seq_length=length + pad,
                 micro_batch_size=int(mbs[0].batch["input_ids"].shape[0]),
                 forward_only=forward_only,
             )
@@ -462,7 +482,8 @@ class MegatronEngine(BaseEngine):
         """Full-vocabulary float32 logits (B, P+R, V) of every position (tests, debugging)."""
 
         def pick(out: torch.Tensor, mb: DataProto) -> torch.Tensor:
-            return out[..., : self.dims.vocab].float().cpu()
+            length = mb.batch["input_ids"].shape[1]  # drop sequence-parallel padding columns
+            return out[:, -length:, : self.dims.vocab].float().cpu()
 
         return torch.cat(self._infer(batch, pick))
 

@@ -39,6 +39,7 @@ from rlcore.protocol import DataProto
 from rlcore_megatron.cpu_compat import cpu_compat, install_cpu_rng_tracker
 from rlcore_megatron.forward import (
     attention_mask,
+    freeze_padding_embedding,
     response_slice,
     set_position_ids,
     use_position_ids,
@@ -167,6 +168,7 @@ class MegatronEngine(BaseEngine):
             except MappingError as err:
                 raise ConfigError(f"[{spec.role}] {err}") from err
         use_position_ids(self.model)
+        freeze_padding_embedding(self.model, getattr(self.hf_config, "pad_token_id", None))
         self._offset = layer_offset(self.mcore_config)
         self.optimizer: torch.optim.Optimizer | None = None
         self.scheduler: torch.optim.lr_scheduler.LambdaLR | None = None
@@ -603,7 +605,8 @@ class MegatronEngine(BaseEngine):
         return state
 
     def _extra_file(self, path: str) -> Path:
-        return Path(path) / f"extra_state_rank{dist.get_rank()}.json"
+        # Counters and schedule are the same on every rank: rank 0 writes them.
+        return Path(path) / "megatron_engine_state.json"
 
     def save_checkpoint(self, path: str) -> None:
         """Model + optimizer shards (torch.distributed.checkpoint), counters as JSON."""
@@ -615,7 +618,8 @@ class MegatronEngine(BaseEngine):
             "layout": [self.layout.tp, self.layout.pp, self.layout.dp],
             "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
         }
-        self._extra_file(path).write_text(json.dumps(extra))
+        if dist.get_rank() == 0:
+            self._extra_file(path).write_text(json.dumps(extra))
         dist.barrier()
 
     def load_checkpoint(self, path: str) -> None:
@@ -624,11 +628,13 @@ class MegatronEngine(BaseEngine):
             msg = f"[{self.spec.role}] no engine checkpoint at {path!r} (missing {extra_file.name})"
             raise MegatronError(msg)
         extra = json.loads(extra_file.read_text())
-        layout = [self.layout.tp, self.layout.pp, self.layout.dp]
-        if extra["layout"] != layout:
+        # Data-parallel replicas share keys, so any dp loads; TP/PP shards do not reshard.
+        layout = [self.layout.tp, self.layout.pp]
+        if extra["layout"][:2] != layout:
             msg = (
-                f"[{self.spec.role}] checkpoint {path!r} was saved with (tp, pp, dp) = "
-                f"{tuple(extra['layout'])}; this run uses {tuple(layout)}"
+                f"[{self.spec.role}] checkpoint {path!r} was saved with tensor_parallel, "
+                f"pipeline_parallel = {tuple(extra['layout'][:2])}; this run uses "
+                f"{tuple(layout)} (resharding across TP/PP layouts is not supported yet)"
             )
             raise MegatronError(msg)
         state = self._state()

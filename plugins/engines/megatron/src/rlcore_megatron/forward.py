@@ -8,6 +8,8 @@ the gap, both exact:
 - :func:`use_position_ids`: the model's rotary embedding reads per-row position ids (set
   with :func:`set_position_ids` before each forward) and returns ``(S, B, 1, D)``
   frequencies, the shape megatron's multimodal RoPE already feeds to ``apply_rotary_pos_emb``.
+- :func:`freeze_padding_embedding`: transformers' ``nn.Embedding(padding_idx=pad_token_id)``
+  never trains the pad token's row; the same lookups contribute no gradient here.
 - :func:`attention_mask`: the boolean ``(B, 1, S, S)`` mask (True = masked) of causal plus
   padded keys, which megatron's attention takes as is.
 """
@@ -18,7 +20,13 @@ from typing import Any
 
 import torch
 
-__all__ = ["attention_mask", "response_slice", "set_position_ids", "use_position_ids"]
+__all__ = [
+    "attention_mask",
+    "freeze_padding_embedding",
+    "response_slice",
+    "set_position_ids",
+    "use_position_ids",
+]
 
 
 def _rope_by_position_ids(self: Any, max_seq_len: int, *args: Any, **kwargs: Any) -> torch.Tensor:
@@ -70,3 +78,20 @@ def attention_mask(valid: torch.Tensor) -> torch.Tensor:
 def response_slice(tensor: torch.Tensor, response_length: int) -> torch.Tensor:
     """Positions ``P-1 .. P+R-2`` of (b, P+R, ...): the predictions of the R response tokens."""
     return tensor[:, -(response_length + 1) : -1]
+
+
+def freeze_padding_embedding(model: torch.nn.Module, pad_token_id: int | None) -> None:
+    """Lookups of ``pad_token_id`` pass no gradient to the embedding (HF's ``padding_idx``).
+
+    Only the lookup's contribution is dropped (a tied output layer still trains that row, as
+    in transformers), by a forward hook that detaches the looked-up rows of pad tokens.
+    """
+    embedding = getattr(getattr(model, "embedding", None), "word_embeddings", None)
+    if embedding is None or pad_token_id is None:
+        return  # not the first pipeline stage, or no padding_idx in the HF model
+
+    def hook(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], out: torch.Tensor) -> Any:
+        pad = (inputs[0] == pad_token_id).unsqueeze(-1)  # (b, s, 1)
+        return torch.where(pad, out.detach(), out) if bool(pad.any()) else out
+
+    embedding.register_forward_hook(hook)

@@ -107,8 +107,8 @@ def main() -> int:
         check("logits vs transformers", f"max |diff| {diff:.2e}", diff < 1e-4)
         losses = []
         for _ in range(args.steps):
-            losses.append(engine.forward_backward(batch, loss_fn)["loss"])
-            norm = engine.optimizer_step()
+            losses.append(engine.forward_backward(batch, loss_fn, temperature=1.0)["loss"])
+            norm = engine.optimizer_step(lr=1e-3)
         check(
             "train steps",
             f"loss {losses[0]:.4f} -> {losses[-1]:.4f}, grad norm {norm:.3f}",
@@ -116,12 +116,12 @@ def main() -> int:
         )
         names = [n for n, _ in engine.named_parameters_for_sync()]
         check("weight sync (HF names)", f"{len(names)} tensors", "lm_head.weight" in names)
-        before = engine.compute_log_prob(batch).log_probs
+        before = engine.compute_log_prob(batch, temperature=1.0).log_probs
         engine.save_checkpoint(str(Path(tmp) / "ckpt"))
-        engine.forward_backward(batch, loss_fn)
-        engine.optimizer_step()
+        engine.forward_backward(batch, loss_fn, temperature=1.0)
+        engine.optimizer_step(lr=1e-3)
         engine.load_checkpoint(str(Path(tmp) / "ckpt"))
-        restored = engine.compute_log_prob(batch).log_probs
+        restored = engine.compute_log_prob(batch, temperature=1.0).log_probs
         check("checkpoint save/load", "log-probs restored", torch.equal(before, restored))
         engine.export_hf(str(Path(tmp) / "hf"))
         exported = hf_logits(str(Path(tmp) / "hf"), batch, args.device)

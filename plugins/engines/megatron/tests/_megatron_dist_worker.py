@@ -34,14 +34,14 @@ def run(name: str, tp: int, pp: int, model_path: str, out_dir: Path) -> None:
     layout = engine.layout
     batch = make_batch().chunk(layout.dp)[layout.dp_rank]  # mesh dispatch: one chunk per DP
     logits = engine.compute_logits(batch)
-    log_probs = engine.compute_log_prob(batch).log_probs
-    metrics = engine.forward_backward(batch, token_mean_loss)
-    grad_norm = engine.optimizer_step()
+    log_probs = engine.compute_log_prob(batch, temperature=1.0).log_probs
+    metrics = engine.forward_backward(batch, token_mean_loss, temperature=1.0)
+    grad_norm = engine.optimizer_step(lr=1e-3)
     params = {n: t.clone() for n, t in engine.named_parameters_for_sync()}
     mismatch = ""
     if name == "tp2":  # plain DP dispatch would hand the two TP ranks different rows
         try:
-            engine.compute_log_prob(make_batch(seed=dist.get_rank()))
+            engine.compute_log_prob(make_batch(seed=dist.get_rank()), temperature=1.0)
         except MegatronError as err:
             mismatch = str(err)
     infos: list[dict | None] = [None] * dist.get_world_size()

@@ -37,7 +37,7 @@ class MegatronLogProbWorker(Worker):
                 "bytes": sum(t.numel() * t.element_size() for t in data.batch.values()),
             }
         )
-        out = self.engine.compute_log_prob(data)
+        out = self.engine.compute_log_prob(data, temperature=1.0)
         return DataProto.from_dict(tensors={"ref_log_prob": out.log_probs})
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)

@@ -45,8 +45,8 @@ def _fsdp2_reference(model_path: str) -> dict:
             role="actor", model_path=model_path, optim=OptimConfig(lr=1e-3), micro_batch_size=2
         )
         engine = fsdp2.FSDP2Engine(spec)
-        loss = engine.forward_backward(batch, token_mean_loss)["loss"]
-        norm = engine.optimizer_step()
+        loss = engine.forward_backward(batch, token_mean_loss, temperature=1.0)["loss"]
+        norm = engine.optimizer_step(lr=1e-3)
         params = {n: t.clone() for n, t in engine.named_parameters_for_sync()}
     finally:
         dist.destroy_process_group()

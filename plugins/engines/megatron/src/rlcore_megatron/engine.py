@@ -33,6 +33,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
+from rlcore.engine_utils import set_lr, split_micro_batches
 from rlcore.errors import ConfigError, RlcoreError
 from rlcore.interfaces import BaseEngine, BatchTotals, EngineSpec, LossFn, ModelOutputs
 from rlcore.protocol import DataProto
@@ -47,7 +48,6 @@ from rlcore_megatron.forward import (
 from rlcore_megatron.mapping import MappingError, megatron_names, merge_to_hf
 from rlcore_megatron.model import build_model, global_name, layer_offset, transformer_config
 from rlcore_megatron.parallel import clip_grad_norm, init_parallel, reduce_gradients
-from rlcore_megatron.schedule import lr_multiplier
 
 log = logging.getLogger(__name__)
 
@@ -101,12 +101,6 @@ class MegatronEngine(BaseEngine):
         self.config: MegatronEngine.Config
         cfg = self.config
         where = f"[{spec.role}.engine]"
-        if spec.micro_batch_size is None:
-            msg = (
-                f"[{spec.role}] the megatron engine splits micro-batches by count: set "
-                "micro_batch_size (max_tokens_per_micro_batch is not supported yet)"
-            )
-            raise ConfigError(msg)
         if cfg.sequence_parallel and importlib.util.find_spec("apex") is None:
             # megatron-core's local layer spec falls back to torch norms without apex, and
             # those refuse sequence parallelism.
@@ -171,7 +165,6 @@ class MegatronEngine(BaseEngine):
         freeze_padding_embedding(self.model, getattr(self.hf_config, "pad_token_id", None))
         self._offset = layer_offset(self.mcore_config)
         self.optimizer: torch.optim.Optimizer | None = None
-        self.scheduler: torch.optim.lr_scheduler.LambdaLR | None = None
         if trains:
             self._build_optimizer()
 
@@ -196,17 +189,6 @@ class MegatronEngine(BaseEngine):
                 "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
             }
 
-        def multiplier(step: int) -> float:
-            return lr_multiplier(
-                step,
-                warmup_steps=optim.warmup_steps,
-                total_steps=self.spec.total_steps,
-                schedule=optim.schedule,
-                min_lr_ratio=optim.min_lr_ratio,
-            )
-
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, multiplier)
-
     def dispatch_info(self) -> dict[str, int | bool]:
         """Keyword arguments for ``Worker.set_dispatch_info`` (mesh dispatch)."""
         return {
@@ -224,11 +206,6 @@ class MegatronEngine(BaseEngine):
         self.model.eval()
 
     @property
-    def lr(self) -> float:
-        """The learning rate the next optimizer step uses (0 for a reference engine)."""
-        return float(self.scheduler.get_last_lr()[0]) if self.scheduler is not None else 0.0
-
-    @property
     def _tied_output(self) -> bool:
         return self.dims.tie_embeddings
 
@@ -238,9 +215,11 @@ class MegatronEngine(BaseEngine):
         if len(batch) == 0:
             msg = f"[{self.spec.role}] rank {dist.get_rank()} got an empty batch"
             raise MegatronError(msg)
-        size = int(batch.meta_info.get("micro_batch_size") or self.spec.micro_batch_size or 1)
-        n = len(batch)
-        return [batch.slice(i, min(n, i + size)) for i in range(0, n, size)]
+        return split_micro_batches(
+            batch,
+            micro_batch_size=self.spec.micro_batch_size,
+            max_tokens=self.spec.max_tokens_per_micro_batch,
+        )
 
     def _run(
         self,
@@ -364,7 +343,12 @@ class MegatronEngine(BaseEngine):
         from megatron.core import parallel_state as ps
 
         mask = batch.batch["response_mask"]
-        sums = torch.tensor([int(mask.sum().item()), len(batch), mask.shape[1]], dtype=torch.int64)
+        per_row = mask.sum(-1)
+        # Rows without tokens are the driver's padding: not counted as sequences.
+        sums = torch.tensor(
+            [int(per_row.sum().item()), int((per_row > 0).sum().item()), mask.shape[1]],
+            dtype=torch.int64,
+        )
         group = ps.get_data_parallel_group()
         if self.layout.dp > 1:
             head = sums[:2].to(self.device)
@@ -377,7 +361,12 @@ class MegatronEngine(BaseEngine):
         )
 
     def forward_backward(
-        self, batch: DataProto, loss_fn: LossFn, *, temperature: float | None = None
+        self,
+        batch: DataProto,
+        loss_fn: LossFn,
+        *,
+        temperature: float,
+        with_entropy: bool = False,
     ) -> dict[str, float]:
         """Accumulate gradients of ``loss_fn`` over this data-parallel group's mini-batch rows.
 
@@ -388,10 +377,7 @@ class MegatronEngine(BaseEngine):
             raise MegatronError(msg)
         self.model.train()
         totals = self._totals(batch)
-        temp = float(
-            batch.meta_info.get("temperature", 1.0) if temperature is None else temperature
-        )
-        with_entropy = bool(batch.meta_info.get("calculate_entropy", False))
+        temp = float(temperature)
 
         def head(out: torch.Tensor, mb: DataProto) -> Any:
             outputs = self._outputs(
@@ -413,8 +399,9 @@ class MegatronEngine(BaseEngine):
         result: dict[str, float] = self._broadcast_from_last_stage(metrics)
         return result
 
-    def optimizer_step(self) -> float:
-        if self.optimizer is None or self.scheduler is None:
+    def optimizer_step(self, *, lr: float) -> float:
+        """Sum DP gradients, clip to ``spec.grad_clip`` (global TP x PP norm), step at ``lr``."""
+        if self.optimizer is None:
             msg = f"[{self.spec.role}] engine has no optimizer (role 'ref' or optim unset)"
             raise MegatronError(msg)
         reduce_gradients(self.model, self.layout, tied_output=self._tied_output)
@@ -429,8 +416,8 @@ class MegatronEngine(BaseEngine):
                 self.global_step,
             )
         else:
+            set_lr(self.optimizer, lr)
             self.optimizer.step()
-            self.scheduler.step()
             self.global_step += 1
         self.optimizer.zero_grad(set_to_none=True)
         return grad_norm
@@ -449,14 +436,12 @@ class MegatronEngine(BaseEngine):
         return result
 
     def compute_log_prob(
-        self, batch: DataProto, *, temperature: float | None = None, with_entropy: bool = False
+        self, batch: DataProto, *, temperature: float, with_entropy: bool = False
     ) -> ModelOutputs:
         if self.spec.value_head:
             msg = f"[{self.spec.role}] a value-head engine has no log-probs; use compute_values"
             raise MegatronError(msg)
-        temp = float(
-            batch.meta_info.get("temperature", 1.0) if temperature is None else temperature
-        )
+        temp = float(temperature)
 
         def pick(out: torch.Tensor, mb: DataProto) -> tuple[torch.Tensor, torch.Tensor | None]:
             o = self._outputs(out, mb, temperature=temp, entropy=with_entropy, entropy_grad=False)
@@ -616,7 +601,6 @@ class MegatronEngine(BaseEngine):
             "global_step": self.global_step,
             "skipped_steps": self.skipped_steps,
             "layout": [self.layout.tp, self.layout.pp, self.layout.dp],
-            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
         }
         if dist.get_rank() == 0:
             self._extra_file(path).write_text(json.dumps(extra))
@@ -642,10 +626,3 @@ class MegatronEngine(BaseEngine):
         dcp.load(state, checkpoint_id=path)  # type: ignore[attr-defined]
         self.global_step = int(extra["global_step"])
         self.skipped_steps = int(extra["skipped_steps"])
-        if self.scheduler is not None and extra["scheduler"] is not None:
-            self.scheduler.load_state_dict(extra["scheduler"])
-            # LambdaLR restores its counters only; the optimizer's groups hold the LR used.
-            for group, lr in zip(
-                self.scheduler.optimizer.param_groups, self.scheduler.get_last_lr()
-            ):
-                group["lr"] = lr

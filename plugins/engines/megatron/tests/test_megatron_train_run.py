@@ -71,7 +71,11 @@ def _train(assets, name: str, engine: str, *, before=None) -> Path:
 
 
 def _metrics(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    """Every logged step, from ``metrics.jsonl`` and any timestamped ``metrics.*.jsonl``."""
+    lines = [
+        line for f in sorted(run_dir.glob("metrics*.jsonl")) for line in f.read_text().splitlines()
+    ]
+    return sorted((json.loads(line) for line in lines), key=lambda m: m["step"])
 
 
 def _weights(folder: Path) -> dict[str, torch.Tensor]:

@@ -111,6 +111,12 @@ class ActorConfig:
     grad_clip: float = attrs.field(default=1.0, validator=v.gt(0.0))
     gradient_checkpointing: bool = False
     shuffle: bool = False
+    # On-policy updates (1 epoch, 1 mini-batch, no KL in the reward) take old_log_probs from
+    # the training forward instead of a separate pass; false always runs the pass.
+    reuse_on_policy_log_probs: bool = True
+    # Leave rows with all-zero advantages out of the backward pass when the loss ignores them
+    # (no KL loss, no entropy bonus); the gradient is unchanged.
+    skip_zero_advantage_rows: bool = True
 
 
 @attrs.frozen(kw_only=True)

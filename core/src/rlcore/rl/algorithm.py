@@ -170,6 +170,25 @@ class PolicyGradientAlgorithm(BaseAlgorithm):
         """Whether the engine must return ``outputs.entropy`` with gradient for the loss."""
         return self.config.entropy_coeff != 0.0
 
+    @property
+    def needs_old_log_probs_on_driver(self) -> bool:
+        """Whether :meth:`compute_rewards` reads ``old_log_probs`` (KL in the reward).
+
+        When not, and the update is on-policy, the worker takes them from the training
+        forward instead of a separate pass (:mod:`rlcore.trainer.levers`).
+        """
+        return self.config.use_kl_in_reward
+
+    @property
+    def zero_advantage_rows_inert(self) -> bool:
+        """Whether a row whose advantages are all zero adds nothing to the loss's gradient.
+
+        True without a KL loss or entropy bonus: every remaining term (vanilla or GSPO
+        clipped PG, dual clip included) is a multiple of the advantage, so the worker may
+        leave such rows out of the backward pass (the mini-batch totals keep them).
+        """
+        return not self.config.use_kl_loss and not self.needs_entropy
+
     # --- driver side ------------------------------------------------------------------------
 
     def compute_rewards(self, batch: DataProto) -> tuple[DataProto, dict[str, float]]:

@@ -319,10 +319,11 @@ class Trainer:
             self._last_model_in = model_in  # the divergence guard rescores it before a save
 
             # --- old log-probs, reference log-probs, values ----------------------------------
-            with timed("old_log_prob", timing):
-                out = self.policy.compute_log_prob(model_in)
-            _add_timing(worker, _take_metrics(out))
-            batch.union(out)
+            if not specs.policy.reuse_old_log_probs:  # on-policy: the update's forward has them
+                with timed("old_log_prob", timing):
+                    out = self.policy.compute_log_prob(model_in)
+                _add_timing(worker, _take_metrics(out))
+                batch.union(out)
             if self.algorithm.needs_reference:
                 with timed("ref", timing):
                     out = self.policy.compute_ref_log_prob(model_in)
@@ -345,7 +346,9 @@ class Trainer:
                 batch = self.algorithm.compute_advantages(batch)
 
             # --- updates ---------------------------------------------------------------------
-            update_keys: tuple[str, ...] = (*POLICY_INPUT_KEYS, "old_log_probs", "advantages")
+            update_keys: tuple[str, ...] = (*POLICY_INPUT_KEYS, "advantages")
+            if "old_log_probs" in batch.batch:
+                update_keys = (*update_keys, "old_log_probs")
             if self.critic is not None and specs.critic is not None:
                 critic_keys = (*POLICY_INPUT_KEYS, "values", "returns")
                 critic_in = self._laid_out(batch, critic_keys, specs.critic.update)

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from rlcore.dispatch import Dispatch, register
 from rlcore.engine_utils import learning_rate
 from rlcore.interfaces import BaseAlgorithm, BaseEngine, BaseRollout, LossFn, SamplingParams
+from rlcore.trainer.levers import drop_zero_advantage_rows, old_log_probs_from_forward, with_totals
 from rlcore.workers import Worker
 
 if TYPE_CHECKING:
@@ -87,10 +88,21 @@ class _Trainer:
     advance the schedule); it is part of the role's checkpoint map.
     """
 
-    def __init__(self, role: str, engine: BaseEngine, update: UpdateSpec) -> None:
+    def __init__(
+        self,
+        role: str,
+        engine: BaseEngine,
+        update: UpdateSpec,
+        *,
+        skip_zero_advantage_rows: bool = False,
+        backend: str = "gloo",
+    ) -> None:
         self.role = role
         self.engine = engine
         self.update = update
+        # The loss ignores rows with zero advantage (rlcore.trainer.levers): leave them out.
+        self.skip_zero_advantage_rows = skip_zero_advantage_rows
+        self.backend = backend
         self.steps = 0
 
     def lr(self) -> float:
@@ -119,6 +131,15 @@ class _Trainer:
             )
             raise RuntimeError(msg)
         size = rows // update.mini_batches
+        if role == "actor" and "old_log_probs" not in data.batch:
+            # The driver skipped the old-log-prob pass: only exact for one step on the data.
+            if update.epochs != 1 or update.mini_batches != 1:
+                msg = (
+                    f"{role}: no old_log_probs, but the update takes {update.epochs} epoch(s) "
+                    f"x {update.mini_batches} mini-batch(es); they are needed off-policy"
+                )
+                raise RuntimeError(msg)
+            loss_fn = old_log_probs_from_forward(loss_fn)
         generator = torch.Generator().manual_seed(update.seed + step)
         for _ in range(update.epochs):
             order = torch.randperm(rows, generator=generator).numpy() if update.shuffle else None
@@ -127,12 +148,20 @@ class _Trainer:
                     mini_batch = data.slice(m * size, (m + 1) * size)
                 else:
                     mini_batch = data.select_idxs(order[m * size : (m + 1) * size])
+                step_loss = loss_fn
+                if self.skip_zero_advantage_rows and "advantages" in mini_batch.batch:
+                    full = len(mini_batch)
+                    mini_batch, totals = drop_zero_advantage_rows(
+                        mini_batch, _collective_device(self.backend)
+                    )
+                    step_loss = with_totals(loss_fn, totals)
+                    _add(metrics, {f"{role}/skipped_rows_frac": 1.0 - len(mini_batch) / full})
                 with _clock(timing, f"{role}_forward_backward"):
                     _add(
                         metrics,
                         self.engine.forward_backward(
                             mini_batch,
-                            loss_fn,
+                            step_loss,
                             temperature=temperature,
                             with_entropy=with_entropy,
                         ),
@@ -198,7 +227,13 @@ class ActorRolloutRefWorker(Worker):
         self.init_process_group(spec.backend)
         self.algorithm = spec.algorithm.build()
         self.actor = spec.actor.engine.build(spec.actor.spec)
-        self._trainer = _Trainer("actor", self.actor, spec.update)
+        self._trainer = _Trainer(
+            "actor",
+            self.actor,
+            spec.update,
+            skip_zero_advantage_rows=spec.skip_zero_advantage_rows,
+            backend=spec.backend,
+        )
         # A LoRA actor is its own reference (adapters off) unless [ref.engine] differs.
         self._ref_in_actor = (
             spec.ref is not None
@@ -469,6 +504,15 @@ def push_weights(actor: BaseEngine, rollout: BaseRollout) -> None:
         rollout.update_adapter(adapter_config, tensors)
     else:
         rollout.update_weights(actor.named_parameters_for_sync())
+
+
+def _collective_device(backend: str) -> torch.device | None:
+    """Where the worker's own collectives put their tensors: the GPU under NCCL."""
+    if backend != "nccl":
+        return None
+    import torch
+
+    return torch.device("cuda", torch.cuda.current_device())
 
 
 def _required(tensor: torch.Tensor | None, what: str) -> torch.Tensor:

@@ -94,6 +94,9 @@ class PolicySpec:
     temperature: float
     with_entropy: bool
     agent: AgentSpec | None = None  # None: single-turn generate
+    # Issue 16's levers (rlcore.trainer.levers), decided here from config and algorithm.
+    reuse_old_log_probs: bool = False  # the driver skips the old-log-prob pass
+    skip_zero_advantage_rows: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -227,6 +230,17 @@ def build_specs(config: RunConfig, algorithm: BaseAlgorithm, total_steps: int) -
         temperature=rollout.temperature or 1.0,
         with_entropy=algorithm.needs_entropy,
         agent=_agent_spec(config),
+        reuse_old_log_probs=(
+            actor.reuse_on_policy_log_probs
+            and actor_update.epochs == 1
+            and actor_update.mini_batches == 1
+            # Conservative for algorithms that do not say: keep the separate pass.
+            and not getattr(algorithm, "needs_old_log_probs_on_driver", True)
+        ),
+        skip_zero_advantage_rows=(
+            actor.skip_zero_advantage_rows
+            and bool(getattr(algorithm, "zero_advantage_rows_inert", False))
+        ),
     )
     critic_spec = None
     if algorithm.needs_critic:

@@ -99,6 +99,8 @@ class FSDP2Engine(BaseEngine):
         # Ranks per shard group; -1 shards over all ranks. Smaller: HSDP (replicate x shard).
         fsdp_size: int = attrs.field(default=-1)
         attn_implementation: str = "sdpa"
+        # Response tokens per float32 log-softmax chunk (rlcore.engine_utils); 0: one chunk.
+        log_prob_chunk_tokens: int = attrs.field(default=1024, validator=attrs.validators.ge(0))
         # LoRA through peft (rlcore-fsdp2[lora]); verl's names. lora_rank = 0: full training.
         # With LoRA and no separate [ref.engine], the reference is this engine, adapters off.
         lora_rank: int = attrs.field(default=0, validator=attrs.validators.ge(0))
@@ -270,13 +272,14 @@ class FSDP2Engine(BaseEngine):
         if temperature not in (0.0, 1.0):  # 0: greedy sampling scores the unscaled logits
             # Sampling used logits / T; log-probs of the same distribution need the same scaling.
             logits = logits / temperature
-        outputs = ModelOutputs(log_probs=log_probs_from_logits(logits, responses))
+        chunk = self.config.log_prob_chunk_tokens or None
+        outputs = ModelOutputs(log_probs=log_probs_from_logits(logits, responses, chunk))
         if with_entropy:
             if entropy_grad:
-                outputs.entropy = entropy_from_logits(logits)
+                outputs.entropy = entropy_from_logits(logits, chunk)
             else:
                 with torch.no_grad():
-                    outputs.entropy = entropy_from_logits(logits.detach())
+                    outputs.entropy = entropy_from_logits(logits.detach(), chunk)
         return outputs
 
     def _micro_batches(self, batch: DataProto) -> tuple[list[DataProto], int]:

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import torch
 
+from rlcore.engine_utils import LOG_PROB_CHUNK_TOKENS
+from rlcore.engine_utils import entropy_from_logits as shared_entropy
+from rlcore.engine_utils import log_probs_from_logits as shared_log_probs
+
 
 def response_logits(logits: torch.Tensor, response_length: int) -> torch.Tensor:
     """Logits that predict the response tokens: positions ``P-1 .. P+R-2``.
@@ -15,16 +19,19 @@ def response_logits(logits: torch.Tensor, response_length: int) -> torch.Tensor:
     return logits[:, -(response_length + 1) : -1, :]
 
 
-def log_probs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """log p(label) for (b, R, V) logits and (b, R) labels, computed in float32 -> (b, R)."""
-    logits = logits.float()
-    # logsumexp + gather instead of a full log_softmax: one (b, R, V) temporary fewer.
-    picked = torch.gather(logits, -1, labels.unsqueeze(-1)).squeeze(-1)  # (b, R)
-    return picked - torch.logsumexp(logits, dim=-1)
+def log_probs_from_logits(
+    logits: torch.Tensor, labels: torch.Tensor, chunk_tokens: int | None = LOG_PROB_CHUNK_TOKENS
+) -> torch.Tensor:
+    """log p(label) for (b, R, V) logits and (b, R) labels, computed in float32 -> (b, R).
+
+    Chunked over ``chunk_tokens`` tokens (:func:`rlcore.engine_utils.log_probs_from_logits`):
+    no float32 (b, R, V) copy of the logits exists at once. None: one chunk.
+    """
+    return shared_log_probs(logits, labels, chunk_tokens=chunk_tokens)
 
 
-def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
-    """Entropy of softmax(logits) over the vocabulary, float32: (b, R, V) -> (b, R)."""
-    logits = logits.float()
-    probs = torch.softmax(logits, dim=-1)
-    return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(dim=-1)
+def entropy_from_logits(
+    logits: torch.Tensor, chunk_tokens: int | None = LOG_PROB_CHUNK_TOKENS
+) -> torch.Tensor:
+    """Entropy of softmax(logits) over the vocabulary, float32: (b, R, V) -> (b, R), chunked."""
+    return shared_entropy(logits, chunk_tokens=chunk_tokens)

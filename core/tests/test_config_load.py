@@ -18,6 +18,7 @@ from rlcore.config import (
     load_config_text,
     validate,
 )
+from rlcore.config.loader import DEFAULT_MAX_TOKENS_PER_MICRO_BATCH
 from rlcore.interfaces import OptimConfig, SamplingParams
 from rlcore.plugins import PluginRegistry
 
@@ -75,8 +76,8 @@ def test_defaults_are_resolved(cfg):
     assert cfg.data.val_files == ("test.jsonl",)
     assert cfg.model.tokenizer_path == "/models/tiny"
     assert cfg.actor.ppo_mini_batch_size == 4
-    assert cfg.actor.micro_batch_size == 1
-    assert cfg.actor.max_tokens_per_micro_batch is None
+    assert cfg.actor.micro_batch_size is None  # dynamic micro-batches by default
+    assert cfg.actor.max_tokens_per_micro_batch == DEFAULT_MAX_TOKENS_PER_MICRO_BATCH
     assert cfg.actor.optim == OptimConfig(lr=1e-5)
     assert cfg.critic.model_path == "/models/tiny"
     assert cfg.critic.ppo_mini_batch_size == 4
@@ -126,7 +127,7 @@ def test_own_ref_and_critic_engine(registry):
     assert cfg.ref.engine.name == "fake"  # the actor's plugin, its own options
     assert cfg.ref.engine.options == FakeEngine.Config(reshard_after_forward=False)
     assert cfg.critic.micro_batch_size == 2
-    assert cfg.ref.micro_batch_size == 1
+    assert cfg.ref.max_tokens_per_micro_batch == DEFAULT_MAX_TOKENS_PER_MICRO_BATCH
 
 
 def test_token_budget_micro_batching_is_inherited(registry):

@@ -316,13 +316,20 @@ def _cross_checks(s: dict[str, Any]) -> list[Problem]:
 
 # --- defaults that depend on other keys -------------------------------------------------------
 
+# Tokens (prompt + response, padded) per micro-batch when neither micro-batch key is set: one
+# micro-batch for the quickstart's 256 rows x ~60 tokens; on a GPU, a 7B model's activations
+# with gradient checkpointing and its (tokens, vocab) logits fit in tens of GB.
+DEFAULT_MAX_TOKENS_PER_MICRO_BATCH = 16384
+
 
 def _resolved(s: dict[str, Any], reward_configs: dict[str, Any]) -> RunConfig:
     data: DataConfig = s["data"]
     model: ModelConfig = s["model"]
     actor: ActorConfig = s["actor"]
     if actor.micro_batch_size is None and actor.max_tokens_per_micro_batch is None:
-        actor = attrs.evolve(actor, micro_batch_size=1)
+        # Dynamic micro-batches by default: as many rows as fit the budget, instead of one
+        # row per forward/backward (issue 16); set micro_batch_size for fixed counts.
+        actor = attrs.evolve(actor, max_tokens_per_micro_batch=DEFAULT_MAX_TOKENS_PER_MICRO_BATCH)
     actor = attrs.evolve(
         actor, ppo_mini_batch_size=actor.ppo_mini_batch_size or data.train_batch_size
     )

@@ -117,6 +117,9 @@ class ActorConfig:
     # Leave rows with all-zero advantages out of the backward pass when the loss ignores them
     # (no KL loss, no entropy bonus); the gradient is unchanged.
     skip_zero_advantage_rows: bool = True
+    # With several data-parallel ranks, give each about the same tokens of every mini-batch
+    # (actor and critic updates); false: contiguous rows.
+    balance_tokens: bool = True
 
 
 @attrs.frozen(kw_only=True)

@@ -382,6 +382,7 @@ class Trainer:
             self._select(batch, keys),
             rows_per_mini_batch=update.rows_per_mini_batch,
             world_size=self.world_size,
+            balance_tokens=update.balance_tokens,
         )
 
     # --- validation -----------------------------------------------------------------------

@@ -51,6 +51,8 @@ class UpdateSpec:
     seed: int
     optim: OptimConfig
     schedule_steps: int
+    # Rows of a mini-batch go to ranks by token count, not contiguously (layout.py).
+    balance_tokens: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -140,6 +142,7 @@ def _update(
         seed=config.trainer.seed,
         optim=optim,
         schedule_steps=max(1, total_steps * mini_batches * epochs),
+        balance_tokens=config.actor.balance_tokens,
     )
 
 

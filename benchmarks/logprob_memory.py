@@ -8,7 +8,8 @@ inputs exist, from ``resource.getrusage``; torch's CPU allocator is invisible to
 
 - **log-probs only**: bf16 (rows, tokens, vocab) logits -> float32 log-probs (no grad), as the
   old-log-prob and reference passes do.
-- **model**: a random Qwen2 with that vocabulary (hidden 256, 2 layers), the FSDP2 engine's
+- **model**: a random Qwen2 with that vocabulary (hidden 256, 2 layers; ``--dtype`` of the
+  compute, float32 master weights), the FSDP2 engine's
   ``compute_log_prob`` and ``forward_backward``, with ``log_prob_chunk_tokens`` 0 (one chunk)
   and the default.
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -66,8 +68,13 @@ def child_model(rows: int, tokens: int, vocab: int, chunk: int) -> dict[str, flo
         num_key_value_heads=2,
     )
     Qwen2ForCausalLM(cfg).save_pretrained(tmp)
-    spec = EngineSpec(role="actor", model_path=str(tmp), optim=OptimConfig(lr=1e-5),
-                      micro_batch_size=rows)  # fmt: skip
+    spec = EngineSpec(
+        role="actor",
+        model_path=str(tmp),
+        optim=OptimConfig(lr=1e-5),
+        micro_batch_size=rows,
+        dtype=os.environ.get("LOGPROB_BENCH_DTYPE", "float32"),
+    )
     engine = FSDP2Engine(spec, FSDP2Engine.Config(log_prob_chunk_tokens=chunk))
     prompt = 16
     ids = torch.randint(0, vocab, (rows, prompt + tokens))
@@ -94,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--chunk", type=int, default=1024)
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     parser.add_argument("--child", choices=("logits", "model"), help=argparse.SUPPRESS)
     parser.add_argument("--child-chunk", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -109,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
             cmd = [sys.executable, __file__, "--child", what, "--child-chunk", str(chunk),
                    "--vocab", str(args.vocab), "--rows", str(args.rows),
                    "--tokens", str(args.tokens)]  # fmt: skip
-            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+            env = {**os.environ, "LOGPROB_BENCH_DTYPE": args.dtype}
+            out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
             result = json.loads(out.strip().splitlines()[-1])
             cells = ", ".join(f"{k} {v:.0f}" for k, v in result.items())
             print(f"{what:<7} {label:<16} {cells}")

@@ -17,6 +17,7 @@ from rlcore_fsdp2.engine import FSDP2Engine
 
 torch.set_num_threads(1)
 
+
 class PolicyLoss(PolicyGradientAlgorithm):
     """The core's policy loss (vanilla clipped PG, token-mean); advantages come with the data."""
 

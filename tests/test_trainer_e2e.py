@@ -75,7 +75,6 @@ def test_grpo_two_steps_writes_metrics_config_and_plots(ray_session, assets, tmp
     assert set(before) >= {"val/arithmetic/acc", "val/arithmetic/score"}
     for key in (
         "timing_s/gen",
-        "timing_s/old_log_prob",
         "timing_s/reward",
         "timing_s/adv",
         "timing_s/update_actor",
@@ -98,10 +97,12 @@ def test_grpo_two_steps_writes_metrics_config_and_plots(ray_session, assets, tmp
     # GRPO: no critic, no reference (no KL configured).
     assert "timing_s/values" not in last
     assert "timing_s/ref" not in last
+    # On-policy (1 epoch, 1 mini-batch): old log-probs come from the training forward.
+    assert "timing_s/old_log_prob" not in last
     # A random model earns no reward: zero GRPO advantages, a zero (but finite) gradient.
     assert last["actor/grad_norm"] >= 0
     # The step time covers its phases.
-    phases = sum(last[f"timing_s/{p}"] for p in ("gen", "old_log_prob", "update_actor"))
+    phases = sum(last[f"timing_s/{p}"] for p in ("gen", "update_actor"))
     assert phases <= last["timing_s/step"]
     assert (run / "config.toml").is_file()
     assert "grpo" in (run / "config.toml").read_text()

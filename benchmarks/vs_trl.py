@@ -213,7 +213,9 @@ class Clock(TrainerCallback):
 
 trainer.add_callback(Clock())
 trainer.train()
-json.dump({"step": times, "gen": gen}, open(out + "/trl.json", "w"))
+lengths = [h["completions/mean_length"] for h in trainer.state.log_history
+           if "completions/mean_length" in h]
+json.dump({"step": times, "gen": gen, "lengths": lengths}, open(out + "/trl.json", "w"))
 """
 
 
@@ -252,7 +254,12 @@ def trl_run(python: Path, root: Path, tag: str, model: Path, *, kl: bool, steps:
                    stdout=subprocess.DEVNULL)  # fmt: skip
     raw = json.loads((out / "trl.json").read_text())
     step, gen = raw["step"][1:], raw["gen"][1:]  # the warm-up step is left out
-    return {"step": statistics.median(step), "gen": statistics.median(gen) if gen else None}
+    lengths = raw.get("lengths") or [float("nan")]
+    return {
+        "step": statistics.median(step),
+        "gen": statistics.median(gen) if gen else None,
+        "length": statistics.median(lengths),  # mean completion length: same work as rlcore?
+    }
 
 
 # --- tables ---------------------------------------------------------------------------------
@@ -276,6 +283,11 @@ def phase_table(runs: dict[str, dict[str, float]]) -> None:
         compute = sum(m.get(f"timing_s/worker/{p}", 0.0) for p in COMPUTE)
         print(f"{n}: outside-compute share {100 * (step - compute) / step:.1f}% (goal <= 5%), "
               f"skipped rows {100 * m.get('actor/skipped_rows_frac', 0.0):.0f}%")  # fmt: skip
+
+
+def med_of(res: dict, label: str, key: str) -> float | None:
+    vals = [r[key] for r in res.get(label, []) if r.get(key) is not None]
+    return statistics.median(vals) if vals else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -343,6 +355,14 @@ def main(argv: list[str] | None = None) -> int:
             + "".join(f"{c:>10.2f}" if c else f"{'-':>10}" for c in cells[1:])
             + f"{ratio:>11}{tokens / after if after else 0:>9.0f}{gen_share:>8}{trl_share:>10}"
         )
+    for (name, kl), res in results.items():
+        if "trl" in res:
+            trl_len = statistics.median(r["length"] for r in res["trl"])
+            ours = med_of(res, "after", "response_length/mean")
+            print(
+                f"{name}, {'KL' if kl else 'no ref'}: mean response length TRL {trl_len:.1f}, "
+                f"rlcore {ours if ours is not None else float('nan'):.1f} (same work: both 64)"
+            )
     for (name, kl), res in results.items():
         print(f"\n--- rlcore per phase: {name}, {'KL' if kl else 'no ref'} (medians of repeats)")
         merged = {}

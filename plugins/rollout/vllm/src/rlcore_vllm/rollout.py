@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 from collections.abc import Iterable
 from typing import Any, Literal
 
@@ -56,7 +57,7 @@ class VLLMRollout(BaseRollout):
     """A :class:`~rlcore.interfaces.BaseRollout` on ``vllm.LLM``.
 
     Extra public surface: ``llm`` (the ``vllm.LLM``), ``eos_token_ids``, ``pad_token_id``,
-    ``max_model_len``, ``in_process``.
+    ``max_model_len``, ``in_process``, ``shutdown()``.
     """
 
     @attrs.frozen(kw_only=True)
@@ -303,6 +304,10 @@ class VLLMRollout(BaseRollout):
             self.llm.wake_up()
             self._asleep = False
 
+    def shutdown(self) -> None:
+        """Stop the engine now (its subprocesses too, in multiprocess mode) instead of at exit."""
+        self.llm.llm_engine.engine_core.shutdown()
+
 
 # --- helpers ------------------------------------------------------------------------------
 
@@ -338,12 +343,19 @@ def _environ(values: dict[str, str]) -> Any:
 def _start_error(err: Exception, rollout: VLLMRollout) -> RlcoreError:
     """One actionable line for the failures a user can fix from the config."""
     text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-    if "KV cache" in text or "kv cache" in text:
-        knob = "kv_cache_space_gb" if rollout.on_cpu else "gpu_memory_utilization"
+    if "kv cache" in text.lower():
+        cfg = rollout.config
+        knob = (
+            f"kv_cache_space_gb={cfg.kv_cache_space_gb or 1.0}"
+            if rollout.on_cpu
+            else f"gpu_memory_utilization={cfg.gpu_memory_utilization}"
+        )
+        fits = re.search(r"maximum model length is (\d+)", text)
+        detail = f" (vLLM estimates it fits {fits.group(1)})" if fits else f" ({text})"
         msg = (
-            f"[rollout] vLLM is out of KV cache for max_model_len={rollout.max_model_len}: "
-            f"{text} Raise [rollout] {knob} or lower [rollout] max_model_len / "
-            "data.max_response_length"
+            f"[rollout] vLLM is out of KV cache: {knob} holds fewer tokens than "
+            f"max_model_len={rollout.max_model_len}{detail}; raise [rollout] "
+            f"{knob.split('=')[0]} or lower [rollout] max_model_len / data.max_response_length"
         )
         return ConfigError(msg)
     msg = f"[rollout] the vLLM engine failed to start for {rollout.spec.model_path!r}: {text}"

@@ -1,20 +1,25 @@
-"""HF rollout plugin vs raw ``model.generate`` on the same batch: tokens/s and their ratio.
+"""Rollout throughput: raw ``model.generate``, the HF rollout and the vLLM rollout, tokens/s.
 
-    python benchmarks/rollout.py [--device cpu|cuda] [--model PATH] [--prompts 8] [--n 4]
-                                 [--max-new-tokens 64] [--reps 5] [--dtype float32]
+    python benchmarks/rollout.py [--device cpu|cuda] [--models quickstart,20m | --model PATH]
+                                 [--rows 8,256] [--max-new-tokens 64] [--reps 3]
 
-Both sides sample from the same model object with the same settings (temperature 1, top-p 1,
-``num_return_sequences = n``); the raw side is a bare ``model.generate`` call, the plugin side
-``HFRollout.generate`` including its post-processing (EOS mask, padding, position ids,
-DataProto). Without ``--model`` a random tiny Qwen2 is built (hidden 256, 4 layers), so EOS is
-rare and both sides generate the full ``max_new_tokens``. Runs interleave; medians reported.
-Goal: plugin >= 0.95x raw.
+Each model is benchmarked at each batch size (``--rows``: responses per call, prompts already
+expanded as the driver does). All three sample at temperature 1, top-p 1, from the same
+weights. The models: the quickstart's (``examples/quickstart/make_model.py``, ~1 M params) and
+a ~20 M-parameter Qwen2 (hidden 512, 8 layers, 8 heads of 64); random weights, so EOS is rare
+and every row generates about ``max_new_tokens``. Tokens are counted from ``response_mask``
+(generated tokens up to EOS). One torch thread for HF on CPU; vLLM runs in-process with the
+same thread count (``OMP_NUM_THREADS``). The vLLM rows need vLLM (``.venv-vllm``; see the
+README), the rest run anywhere. Medians of ``--reps`` after a warm-up call; engine start times
+are printed apart. On a shared machine, numbers move with the load: compare ratios.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -26,8 +31,9 @@ from rlcore.interfaces import RolloutSpec, SamplingParams
 from rlcore.protocol import DataProto
 from rlcore_hf.rollout import HFRollout
 
+ROOT = Path(__file__).resolve().parents[1]
 TEXTS = [
-    "What is 12 * 7?",
+    "What is 12 + 7?",
     "Name three primes.",
     "Hi",
     "Explain gradient descent in one sentence.",
@@ -38,105 +44,159 @@ TEXTS = [
 ]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--model", default=None, help="local HF folder (default: build a tiny Qwen2)")
-    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    ap.add_argument("--prompts", type=int, default=8)
-    ap.add_argument("--n", type=int, default=4)
-    ap.add_argument("--max-new-tokens", type=int, default=64)
-    ap.add_argument("--reps", type=int, default=5)
-    args = ap.parse_args()
-    if args.device == "cpu":
-        torch.set_num_threads(1)
+def build(name: str, out: Path) -> str:
+    if name == "quickstart":
+        sys.path.insert(0, str(ROOT / "examples" / "quickstart"))
+        from make_model import make_model
 
-    with tempfile.TemporaryDirectory() as tmp:
-        path = args.model
-        if path is None:
-            from rlcore.testing.tiny_model import build_tiny_model
+        return str(make_model(out / "quickstart"))
+    if name == "20m":
+        from rlcore.testing.tiny_model import build_tiny_model
 
-            path = str(
-                build_tiny_model(Path(tmp) / "tiny", hidden=256, layers=4, heads=8, kv_heads=4)
-            )
-        run(path, args)
+        return str(build_tiny_model(out / "20m", hidden=512, layers=8, heads=8, kv_heads=4))
+    msg = f"unknown model {name!r}: quickstart, 20m"
+    raise SystemExit(msg)
 
 
-def run(path: str, args: argparse.Namespace) -> None:
+def make_prompts(path: str, rows: int) -> DataProto:
     tok = AutoTokenizer.from_pretrained(path)
     tok.padding_side = "left"
-    texts = [TEXTS[i % len(TEXTS)] for i in range(args.prompts)]
-    enc = tok(texts, return_tensors="pt", padding=True)
+    chats = [
+        tok.apply_chat_template(
+            [{"role": "user", "content": TEXTS[i % len(TEXTS)]}],
+            tokenize=False,
+            add_generation_prompt=True,
+        )
+        for i in range(rows)
+    ]
+    enc = tok(chats, return_tensors="pt", padding=True)
     mask = enc["attention_mask"]
-    prompts = DataProto.from_dict(
+    return DataProto.from_dict(
         tensors={
             "input_ids": enc["input_ids"],
             "attention_mask": mask,
             "position_ids": (mask.cumsum(-1) - 1).clamp(min=0),
         }
     )
-    rollout = HFRollout(RolloutSpec(model_path=path, device=args.device, dtype=args.dtype))
-    model, device = rollout.model, rollout.device
-    sampling = SamplingParams(max_new_tokens=args.max_new_tokens)
-    prompt_len = enc["input_ids"].shape[1]
 
-    def sync() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
 
-    def raw() -> int:
-        with torch.no_grad():
-            out = model.generate(
-                input_ids=enc["input_ids"].to(device),
-                attention_mask=mask.to(device),
-                do_sample=True,
-                temperature=1.0,
-                top_p=1.0,
-                top_k=0,
-                max_new_tokens=args.max_new_tokens,
-                num_return_sequences=args.n,
-                eos_token_id=rollout.eos_token_ids,
-                pad_token_id=rollout.pad_token_id,
-            )
-        sync()
-        return out.shape[0] * (out.shape[1] - prompt_len)  # generated positions
+def timed(fn, reps: int) -> tuple[float, float]:
+    """(median seconds, median tokens/s) over ``reps`` calls after one warm-up call."""
+    fn()
+    times, rates = [], []
+    for _ in range(reps):
+        start = time.perf_counter()
+        tokens = fn()
+        elapsed = time.perf_counter() - start
+        times.append(elapsed)
+        rates.append(tokens / elapsed)
+    return statistics.median(times), statistics.median(rates)
 
-    rows = prompts.repeat(args.n, interleave=True)  # the driver's expansion
 
-    def plugin() -> int:
-        out = rollout.generate(rows, sampling)
-        sync()
-        # Same count as raw: positions generated before the batch stopped (not the padding).
-        generated = int(out.batch["response_mask"].sum(0).gt(0).sum())
-        return len(out) * generated
-
-    raw(), plugin()  # warm-up (kernels, allocator)
-    times: dict[str, list[float]] = {"raw model.generate": [], "HFRollout.generate": []}
-    tokens: dict[str, list[int]] = {k: [] for k in times}
-    for _ in range(args.reps):
-        for name, fn in (("raw model.generate", raw), ("HFRollout.generate", plugin)):
-            start = time.perf_counter()
-            count = fn()
-            times[name].append(time.perf_counter() - start)
-            tokens[name].append(count)
-
-    n_params = sum(p.numel() for p in model.parameters())
-    print(
-        f"\nrollout benchmark: {args.prompts} prompts x n={args.n}, "
-        f"{args.max_new_tokens} new tokens, {n_params / 1e6:.2f} M params, "
-        f"{args.dtype} on {device}, median of {args.reps}\n"
+def bench_model(name: str, path: str, args: argparse.Namespace) -> list[tuple]:
+    spec = RolloutSpec(
+        model_path=path,
+        device=args.device,
+        dtype=args.dtype,
+        max_prompt_length=64,
+        max_response_length=args.max_new_tokens,
     )
-    print(f"{'variant':<22}{'time (s)':>10}{'tokens':>9}{'tokens/s':>11}{'ratio':>8}")
-    base = None
-    for name in times:
-        t = statistics.median(times[name])
-        rate = statistics.median(tok_ / s for tok_, s in zip(tokens[name], times[name]))
-        base = base or rate
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=args.max_new_tokens)
+    hf = HFRollout(spec)
+    n_params = sum(p.numel() for p in hf.model.parameters()) / 1e6
+    sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
+    variants = {}
+
+    def raw_fn(prompts: DataProto):
+        def run() -> int:
+            with torch.no_grad():
+                out = hf.model.generate(
+                    input_ids=prompts.batch["input_ids"].to(hf.device),
+                    attention_mask=prompts.batch["attention_mask"].to(hf.device),
+                    do_sample=True,
+                    temperature=1.0,
+                    top_p=1.0,
+                    top_k=0,
+                    max_new_tokens=args.max_new_tokens,
+                    eos_token_id=hf.eos_token_ids,
+                    pad_token_id=hf.pad_token_id,
+                )
+            sync()
+            resp = out[:, prompts.batch["input_ids"].shape[1] :]
+            return int((resp != hf.pad_token_id).sum())
+
+        return run
+
+    def rollout_fn(rollout, prompts: DataProto):
+        def run() -> int:
+            out = rollout.generate(prompts, sampling)
+            sync()
+            return int(out.batch["response_mask"].sum())
+
+        return run
+
+    variants["raw model.generate"] = lambda p: raw_fn(p)
+    variants["HFRollout"] = lambda p: rollout_fn(hf, p)
+    start_s = None
+    if importlib.util.find_spec("vllm") is not None:
+        from rlcore_vllm.rollout import VLLMRollout
+
+        start = time.perf_counter()
+        vllm = VLLMRollout(spec, VLLMRollout.Config(kv_cache_space_gb=1.0))
+        start_s = time.perf_counter() - start
+        variants["VLLMRollout"] = lambda p: rollout_fn(vllm, p)
+    else:
+        print("vLLM is not installed here: only the HF rows (see the README, 'vLLM rollout')")
+
+    results = []
+    for rows in args.rows:
+        prompts = make_prompts(path, rows)
+        for variant, make in variants.items():
+            t, rate = timed(make(prompts), args.reps)
+            results.append((name, n_params, rows, variant, t, rate))
+    if start_s is not None:
+        print(f"{name}: vLLM engine start {start_s:.1f} s (once per run)")
+        vllm.shutdown()
+    return results
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--models", default="quickstart,20m")
+    ap.add_argument("--model", default=None, help="a local HF folder instead of --models")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    ap.add_argument("--rows", default="8,256", help="responses per generate call")
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--reps", type=int, default=3)
+    args = ap.parse_args()
+    args.rows = [int(r) for r in args.rows.split(",")]
+    if args.device == "cpu":
+        torch.set_num_threads(1)
+
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        models = [("model", args.model)] if args.model else []
+        models += [] if args.model else [(m, build(m, Path(tmp))) for m in args.models.split(",")]
+        for name, path in models:
+            results += bench_model(name, path, args)
+
+    print(
+        f"\nrollout benchmark: {args.max_new_tokens} new tokens, temperature 1, {args.dtype} "
+        f"on {args.device}, median of {args.reps}; ratio = tokens/s / HFRollout's\n"
+    )
+    print(
+        f"{'model':<12}{'params':>8}{'rows':>6}  {'variant':<20}{'time (s)':>9}"
+        f"{'tokens/s':>11}{'ratio':>8}"
+    )
+    hf_rate = {(r[0], r[2]): r[5] for r in results if r[3] == "HFRollout"}
+    for name, n_params, rows, variant, t, rate in results:
+        base = hf_rate[(name, rows)]
         print(
-            f"{name:<22}{t:>10.3f}{statistics.median(tokens[name]):>9.0f}"
-            f"{rate:>11.1f}{rate / base:>8.3f}"
+            f"{name:<12}{n_params:>7.1f}M{rows:>6}  {variant:<20}{t:>9.3f}{rate:>11.0f}"
+            f"{rate / base:>8.2f}"
         )
 
 

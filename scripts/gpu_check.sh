@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # GPU check for the FSDP2 engine (NCCL, bf16), the HF rollout, the Megatron engine (where
 # megatron-core is installed) and, where SGLang is installed, the SGLang rollout
-# (plugins/rollout/sglang/gpu_check.py), without Ray or an install:
+# (plugins/rollout/sglang/gpu_check.py), without Ray or an install; then the vLLM rollout
+# (scripts/gpu_check_vllm.py) where vLLM is importable:
 #   bash scripts/gpu_check.sh [--steps N]
-# Exits 0 with a note where no CUDA device exists. Needs torch (CUDA), transformers, numpy and
+# Exits 0 with a note where no CUDA device exists; skips the vLLM step, saying how to get vLLM
+# (a lent GPU machine has none preinstalled), where it is missing. Needs torch (CUDA),
+# transformers, numpy and
 # attrs; where attrs is not installed, a folder ./.gpu_deps holding it (copied from a dev venv's
 # site-packages) is put on PYTHONPATH.
 set -euo pipefail
@@ -43,4 +46,13 @@ else
     echo "megatron-core not importable: skipping the Megatron engine step"
 fi
 # SGLang rollout: prints "skipped: ..." and exits 0 where SGLang is not installed.
-exec "$PY" plugins/rollout/sglang/gpu_check.py
+"$PY" plugins/rollout/sglang/gpu_check.py
+
+# --- vLLM rollout: generate, log-probs, weight sync, sleep/wake ------------------------------
+if "$PY" -c "import importlib.util as u, sys; sys.exit(u.find_spec('vllm') is None)"; then
+    exec "$PY" scripts/gpu_check_vllm.py --device cuda
+fi
+echo "vLLM is not installed for $PY: skipping the vLLM step. To run it, install the CUDA build"
+echo "in its own environment (it pins a CUDA torch), e.g.:"
+echo "  python3 -m venv .venv-vllm-gpu && .venv-vllm-gpu/bin/pip install 'vllm>=0.33' attrs cattrs pluggy"
+echo "  PYTHON=.venv-vllm-gpu/bin/python bash scripts/gpu_check.sh"

@@ -155,16 +155,18 @@ class VLLMRollout(BaseRollout):
         return kwargs
 
     def _start_engine(self) -> Any:
-        try:
-            from vllm import LLM
-        except ImportError as err:
-            msg = f"rollout 'vllm' needs vLLM, which cannot be imported ({err}); {INSTALL_HINT}"
-            raise ConfigError(msg) from err
         env = {
             "VLLM_ENABLE_V1_MULTIPROCESSING": "0" if self.in_process else "1",
             "VLLM_CPU_OMP_THREADS_BIND": self.config.cpu_threads_bind,
+            # vLLM logs every engine step at INFO; read once, when vllm is first imported.
+            "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "WARNING"),
         }
         with _environ(env):
+            try:
+                from vllm import LLM
+            except ImportError as err:
+                msg = f"rollout 'vllm' needs vLLM, which cannot be imported ({err}); {INSTALL_HINT}"
+                raise ConfigError(msg) from err
             try:
                 return LLM(**self._engine_kwargs())
             except (ValueError, RuntimeError) as err:

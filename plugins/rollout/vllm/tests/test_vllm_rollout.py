@@ -27,7 +27,12 @@ def spec(model_path):
 def rollout(spec):
     from rlcore_vllm.rollout import VLLMRollout
 
-    rollout = VLLMRollout(spec, VLLMRollout.Config(kv_cache_space_gb=KV_GB))
+    # A small token budget and few sequences per step: prompts arrive while others decode,
+    # over many engine steps, as in a large training batch (the quickstart's 256 x 35 tokens).
+    config = VLLMRollout.Config(
+        kv_cache_space_gb=KV_GB, max_num_seqs=16, max_num_batched_tokens=128
+    )
+    rollout = VLLMRollout(spec, config)
     yield rollout
     rollout.shutdown()
 

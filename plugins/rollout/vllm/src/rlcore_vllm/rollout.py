@@ -75,9 +75,14 @@ class VLLMRollout(BaseRollout):
         # CUDA graphs on GPU.
         enforce_eager: bool | None = None
         max_num_seqs: int = attrs.field(default=256, validator=attrs.validators.ge(1))
+        # Unset on CPU: max(max_model_len, 4096), since chunked prefill is off there.
         max_num_batched_tokens: int | None = attrs.field(
             default=None, validator=attrs.validators.optional(attrs.validators.ge(1))
         )
+        # Unset: off on CPU, on on GPU. vLLM rewinds a seeded request's generator when it
+        # discards the token sampled after a partial (chunked) prefill; CPU generators cannot
+        # rewind ("CPU Generator does not use offset"), and every request here is seeded.
+        enable_chunked_prefill: bool | None = None
         # Unset: max_prompt_length + max_response_length of the run.
         max_model_len: int | None = attrs.field(
             default=None, validator=attrs.validators.optional(attrs.validators.ge(2))
@@ -143,8 +148,15 @@ class VLLMRollout(BaseRollout):
             "skip_tokenizer_init": True,
             "worker_extension_cls": _EXTENSION,
         }
-        if cfg.max_num_batched_tokens is not None:
-            kwargs["max_num_batched_tokens"] = cfg.max_num_batched_tokens
+        chunked = (
+            not self.on_cpu if cfg.enable_chunked_prefill is None else cfg.enable_chunked_prefill
+        )
+        kwargs["enable_chunked_prefill"] = chunked
+        budget = cfg.max_num_batched_tokens
+        if budget is None and not chunked:
+            budget = max(self.max_model_len, 4096)  # a prompt is prefilled whole
+        if budget is not None:
+            kwargs["max_num_batched_tokens"] = budget
         space = cfg.kv_cache_space_gb
         if space is None and self.on_cpu:
             space = 1.0

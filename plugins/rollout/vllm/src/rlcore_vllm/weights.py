@@ -19,6 +19,7 @@ Two transports, chosen by how the engine runs:
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import tempfile
@@ -27,7 +28,13 @@ from typing import Any
 
 import torch
 
-__all__ = ["WeightSyncExtension", "layer_buckets", "layer_key", "save_bucket"]
+__all__ = [
+    "WeightSyncExtension",
+    "layer_buckets",
+    "layer_key",
+    "quiet_expected_vllm_warnings",
+    "save_bucket",
+]
 
 _LAYER = re.compile(r"^(.*?\.layers\.\d+)\.")
 
@@ -94,3 +101,39 @@ class WeightSyncExtension:
             worker: Any = self
             worker.reload_weights(weights_iterator=stream())
         return len(names)
+
+
+class _DropMessages(logging.Filter):
+    def __init__(self, *fragments: str) -> None:
+        super().__init__()
+        self.fragments = fragments
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        return not any(f in text for f in self.fragments)
+
+
+def quiet_expected_vllm_warnings() -> None:
+    """Drop two warnings that are expected here and would repeat in every run's log.
+
+    - the chat-template warmup at start fails by design: prompts arrive as token ids and the
+      engine runs without a tokenizer (``skip_tokenizer_init``);
+    - every weight sync reports the rotary embedding's cache as "not loaded": it is derived
+      from the config, not a weight, and vLLM keeps it.
+
+    Called when this module is imported: in the rollout's process and, through
+    ``worker_extension_cls``, in every vLLM worker process.
+    """
+    filters = {
+        "vllm.renderers.base": _DropMessages("Chat template warmup failed"),
+        "vllm.model_executor.model_loader.reload.layerwise": _DropMessages(
+            "RotaryEmbedding: Failed to load weights"
+        ),
+    }
+    for name, new in filters.items():
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _DropMessages) for f in logger.filters):
+            logger.addFilter(new)
+
+
+quiet_expected_vllm_warnings()

@@ -1,0 +1,51 @@
+"""``rollout.name = "vllm"`` through the trainer: the tiny run, in a subprocess with its own Ray."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("need_vllm")]
+
+
+def test_tiny_run_trains_with_the_vllm_rollout(tmp_path):
+    from rlcore.testing.runs import (
+        arithmetic_rows,
+        tiny_run_model,
+        tiny_run_toml,
+        write_jsonl,
+        write_train_script,
+    )
+
+    model = tiny_run_model(tmp_path / "model")
+    train = write_jsonl(arithmetic_rows([(i, i + 1) for i in range(8)]), tmp_path / "train.jsonl")
+    run_dir = tmp_path / "run"
+    text = tiny_run_toml(
+        model=model, train_files=[train], val_files=[train], run_dir=run_dir, total_steps=3
+    ).replace('name = "hf"', 'name = "vllm"\nkv_cache_space_gb = 0.0625')
+    config = tmp_path / "vllm.toml"
+    config.write_text(text)
+    runner = write_train_script(tmp_path / "runner.py")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [sys.executable, str(runner), str(config)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        start_new_session=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rows = {r["step"]: r for r in map(json.loads, (run_dir / "metrics.jsonl").open())}
+    assert {1, 2, 3} <= set(rows)
+    for step in (1, 2, 3):
+        assert rows[step]["timing_s/worker/generate"] > 0
+        assert math.isfinite(rows[step]["actor/grad_norm"])
+        assert rows[step]["response_length/mean"] > 0
+    assert (run_dir / "final_hf" / "config.json").exists()

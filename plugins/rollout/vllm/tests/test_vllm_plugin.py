@@ -65,3 +65,8 @@ def test_cpu_head_size_16_is_refused_before_start(model_path, tmp_path):
     (bad / "config.json").write_text(json.dumps(config))
     with pytest.raises(ConfigError, match="does not support head size 16"):
         VLLMRollout(RolloutSpec(model_path=str(bad)))
+
+
+def test_missing_model_folder_is_one_line(tmp_path):
+    with pytest.raises(ConfigError, match=r"cannot load a model config from model_path="):
+        VLLMRollout(RolloutSpec(model_path=str(tmp_path / "nope")))

@@ -120,9 +120,10 @@ class VLLMRollout(BaseRollout):
         self.max_model_len = cfg.max_model_len or (
             spec.max_prompt_length + spec.max_response_length
         )
-        self.eos_token_ids, self.pad_token_id = _special_ids(spec)
+        model_config = _model_config(spec)
         if self.on_cpu:
-            _check_cpu_head_size(spec)
+            _check_cpu_head_size(spec, model_config)
+        self.eos_token_ids, self.pad_token_id = _special_ids(spec, model_config)
         self.in_process = not _wants_multiprocessing(cfg)
         self._calls = 0
         self._asleep = False
@@ -376,16 +377,17 @@ def _start_error(err: Exception, rollout: VLLMRollout) -> RlcoreError:
     return RolloutError(msg)
 
 
-def _check_cpu_head_size(spec: RolloutSpec) -> None:
+def _model_config(spec: RolloutSpec) -> Any:
     from transformers import AutoConfig
 
     try:
-        config = AutoConfig.from_pretrained(
-            spec.model_path, trust_remote_code=spec.trust_remote_code
-        )
+        return AutoConfig.from_pretrained(spec.model_path, trust_remote_code=spec.trust_remote_code)
     except (OSError, ValueError) as err:
         msg = f"[rollout] cannot load a model config from model_path={spec.model_path!r}: {err}"
         raise ConfigError(msg) from err
+
+
+def _check_cpu_head_size(spec: RolloutSpec, config: Any) -> None:
     text = getattr(config, "text_config", config)
     heads = getattr(text, "num_attention_heads", None)
     hidden = getattr(text, "hidden_size", None)
@@ -404,12 +406,12 @@ def _check_cpu_head_size(spec: RolloutSpec) -> None:
         raise ConfigError(msg)
 
 
-def _special_ids(spec: RolloutSpec) -> tuple[list[int], int]:
+def _special_ids(spec: RolloutSpec, config: Any) -> tuple[list[int], int]:
     """EOS ids (generation config + model config + tokenizer) and the pad id.
 
     The same sources, in the same order, as the HF rollout: both stop on the same tokens.
     """
-    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+    from transformers import AutoTokenizer, GenerationConfig
 
     eos: list[int] = []
     pad = None
@@ -417,7 +419,6 @@ def _special_ids(spec: RolloutSpec) -> tuple[list[int], int]:
         gen = GenerationConfig.from_pretrained(spec.model_path)
     except OSError:
         gen = None
-    config = AutoConfig.from_pretrained(spec.model_path, trust_remote_code=spec.trust_remote_code)
     sources = [gen.eos_token_id if gen else None, getattr(config, "eos_token_id", None)]
     for value in sources:
         eos.extend([value] if isinstance(value, int) else list(value or []))

@@ -1,4 +1,4 @@
-"""``rollout.name = "vllm"`` through the trainer: the tiny run, in a subprocess with its own Ray."""
+"""``rollout.name = "vllm"`` through ``rlcore train``: the tiny run, in a subprocess."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import math
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -19,7 +20,6 @@ def test_tiny_run_trains_with_the_vllm_rollout(tmp_path):
         tiny_run_model,
         tiny_run_toml,
         write_jsonl,
-        write_train_script,
     )
 
     model = tiny_run_model(tmp_path / "model")
@@ -30,10 +30,11 @@ def test_tiny_run_trains_with_the_vllm_rollout(tmp_path):
     ).replace('name = "hf"', 'name = "vllm"\nkv_cache_space_gb = 0.0625')
     config = tmp_path / "vllm.toml"
     config.write_text(text)
-    runner = write_train_script(tmp_path / "runner.py")
+    # The CLI, as a user runs it (its own private Ray).
+    cli = Path(sys.executable).with_name("rlcore")
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
-        [sys.executable, str(runner), str(config)],
+        [str(cli), "train", str(config)],
         capture_output=True,
         text=True,
         env=env,

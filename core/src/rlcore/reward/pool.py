@@ -24,9 +24,11 @@ import multiprocessing
 import multiprocessing.connection
 import pickle
 import signal
+import sys
 import time
+import types
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
@@ -120,6 +122,8 @@ class ScoringPool:
         method = start_method or ("forkserver" if "forkserver" in methods else "spawn")
         self._ctx = multiprocessing.get_context(method)
         self._blob = pickle.dumps(dict(rewards))  # fails here, in the driver, if unpicklable
+        # Rewards defined in the driver's script need that script imported in the worker.
+        self._needs_main = b"__main__" in self._blob
         self._workers: list[_Worker] = []
         self.broken: str | None = None
         self.restarts = 0
@@ -136,7 +140,8 @@ class ScoringPool:
             name="rlcore-reward-worker",
             daemon=True,
         )
-        proc.start()
+        with contextlib.nullcontext() if self._needs_main else _main_module_hidden():
+            proc.start()
         child.close()
         return _Worker(proc, parent, current)
 
@@ -288,3 +293,23 @@ class ScoringPool:
             queue.appendleft(rest)
         self._replace(w)
         return 1
+
+
+@contextlib.contextmanager
+def _main_module_hidden() -> Iterator[None]:
+    """Start processes without re-running the driver's ``__main__`` script in them.
+
+    ``forkserver`` and ``spawn`` import the parent's main script in each child (and in the
+    fork server), so a driver script without an ``if __name__ == "__main__":`` guard would
+    start a second training run there and fail. The workers need nothing from it (their
+    target and the rewards live in importable modules; ``_needs_main`` keeps the import for
+    rewards defined in the script), so the main module is swapped for an empty one while the
+    process starts.
+    """
+    main = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        if main is not None:
+            sys.modules["__main__"] = main

@@ -151,7 +151,8 @@ CONFIG_CASES = [
     (["data.train_files=[]"], "data.train_files: must not be empty"),
     (
         ["actor.engine.name=fdsp2"],
-        "actor.engine.name: unknown engine 'fdsp2'. Installed: fsdp2, megatron, torch. Did you mean 'fsdp2'?",
+        "actor.engine.name: unknown engine 'fdsp2'. Installed: fsdp2, megatron, torch. "
+        "Did you mean 'fsdp2'?",
     ),
     (
         ["actor.engine.name=megatron"],

@@ -64,7 +64,7 @@ import attrs
 import torch
 
 from rlcore.errors import ConfigError, RlcoreError
-from rlcore.interfaces import BaseRollout, RolloutSpec, SamplingParams
+from rlcore.interfaces import BaseRollout, GenerationResult, RolloutSpec, SamplingParams
 from rlcore.protocol import DataProto
 from rlcore_sglang.translate import (
     SGLANG_VERSION,
@@ -265,13 +265,6 @@ class SGLangRollout(BaseRollout):
         position_ids = prompts.batch.get("position_ids")
         if position_ids is None:
             position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-        # Until contract v1 lands in the core, SamplingParams may still carry n: expand the
-        # rows here exactly as the v1 driver will (interleaved), so the output is the same.
-        n = int(getattr(sampling, "n", 1))
-        if n > 1:
-            input_ids, attention_mask, position_ids = (
-                t.repeat_interleave(n, dim=0) for t in (input_ids, attention_mask, position_ids)
-            )
         call = self._calls
         self._calls += 1
         rows = prompt_token_lists(input_ids.cpu(), attention_mask.cpu())
@@ -306,15 +299,15 @@ class SGLangRollout(BaseRollout):
         )
         return DataProto.from_dict(tensors=tensors)
 
-    async def generate_one(self, prompt_ids: list[int], sampling: SamplingParams) -> Any:
+    async def generate_one(
+        self, prompt_ids: list[int], sampling: SamplingParams
+    ) -> GenerationResult:
         """One request (agent loops): ``GenerationResult(token_ids, log_probs, finish_reason)``.
 
         Must be awaited on the engine's event loop, ``rollout.engine.loop`` (for instance
         ``rollout.engine.loop.run_until_complete(agent_loop())``): SGLang's tokenizer manager
         serves the first loop that sent it a request, and a request from another loop would
-        never be answered. Concurrent calls are batched by SGLang. Returns
-        ``rlcore.interfaces.GenerationResult`` where the core has it (contract v1), else this
-        plugin's :class:`~rlcore_sglang.translate.Completion` (the same fields).
+        never be answered. Concurrent calls are batched by SGLang.
         """
         if asyncio.get_running_loop() is not getattr(self.engine, "loop", None):
             msg = (
@@ -449,11 +442,7 @@ def _check_server_arg_names(extra: dict[str, Any], version: str) -> None:
         raise ConfigError(msg)
 
 
-def _generation_result(done: Completion) -> Any:
-    try:
-        from rlcore.interfaces import GenerationResult  # type: ignore[attr-defined]
-    except ImportError:  # contract v1 not in this core yet: the same fields
-        return done
+def _generation_result(done: Completion) -> GenerationResult:
     return GenerationResult(
         token_ids=done.token_ids, log_probs=done.log_probs, finish_reason=done.finish_reason
     )

@@ -76,6 +76,26 @@ def registry():
 
 
 @pytest.fixture(scope="module")
+def registry_without_backends():
+    """As a user sees it who installed neither rlcore-megatron nor rlcore-vllm (dev has both):
+    the other first-party plugins, registered from their plugin modules."""
+    import importlib
+
+    reg = PluginRegistry(entry_points=False)
+    for module in (
+        "rlcore_fsdp2.plugin",
+        "rlcore_hf.plugin",
+        "rlcore_gsm8k.plugin",
+        "rlcore_math.plugin",
+        "rlcore_grpo.plugin",
+        "rlcore_ppo.plugin",
+        "rlcore_rloo.plugin",
+    ):
+        reg.register(importlib.import_module(module))
+    return reg
+
+
+@pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     from rlcore.testing.tiny_model import build_tiny_model
 
@@ -155,15 +175,6 @@ CONFIG_CASES = [
         "Did you mean 'fsdp2'?",
     ),
     (
-        ["actor.engine.name=megatron"],
-        "actor.engine.name: engine 'megatron' is not installed. "
-        "Install it with: pip install rlcore-megatron",
-    ),
-    (
-        ["rollout.name=vllm"],
-        "rollout.name: rollout 'vllm' is not installed. Install it with: pip install rlcore-vllm",
-    ),
-    (
         ["algorithm.name=grp"],
         "algorithm.name: unknown algorithm 'grp'. "
         "Installed: grpo, ppo, reinforce_plus_plus, rloo. Did you mean 'grpo'?",
@@ -205,6 +216,31 @@ def test_config_error(run, capsys, registry, overrides, message):
     assert_one_line(code, err, f"{run}: {message}")
 
 
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["actor.engine.name=megatron"],
+            "actor.engine.name: engine 'megatron' is not installed. "
+            "Install it with: pip install rlcore-megatron",
+        ),
+        (
+            ["rollout.name=vllm"],
+            "rollout.name: rollout 'vllm' is not installed. "
+            "Install it with: pip install rlcore-vllm",
+        ),
+    ],
+    ids=lambda v: v[0] if isinstance(v, list) else None,
+)
+def test_first_party_plugin_not_installed(
+    run, capsys, registry_without_backends, overrides, message
+):
+    code, err = _cli(
+        ["config", "validate", str(run), *overrides], capsys, registry_without_backends
+    )
+    assert_one_line(code, err, f"{run}: {message}")
+
+
 def test_missing_config_file(tmp_path, capsys, registry):
     code, err = _cli(["config", "validate", str(tmp_path / "nope.toml")], capsys, registry)
     assert_one_line(code, err, f"config file '{tmp_path / 'nope.toml'}' not found")
@@ -226,9 +262,9 @@ def test_missing_required_section(tmp_path, capsys, registry):
     assert_one_line(code, err, f"{bad}: model.path: missing required key")
 
 
-def test_debug_shows_the_traceback(run, capsys, registry):
+def test_debug_shows_the_traceback(run, capsys, registry_without_backends):
     argv = ["--debug", "config", "validate", str(run), "rollout.name=vllm"]
-    assert main(argv, registry=registry) == 2
+    assert main(argv, registry=registry_without_backends) == 2
     err = capsys.readouterr().err
     assert "Traceback" in err
     assert err.endswith("Install it with: pip install rlcore-vllm\n")

@@ -24,17 +24,12 @@ times go under ``timing_s/worker/*`` so ``benchmarks/step.py`` can tell compute 
 from __future__ import annotations
 
 import logging
-import math
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlcore.dispatch import Dispatch, register
-from rlcore.engine_utils import learning_rate
-from rlcore.interfaces import BaseAlgorithm, BaseEngine, BaseRollout, LossFn, SamplingParams
-from rlcore.trainer.levers import drop_zero_advantage_rows, old_log_probs_from_forward, with_totals
+from rlcore.interfaces import BaseAlgorithm, BaseEngine, BaseRollout, SamplingParams
+from rlcore.trainer.update import RoleTrainer, clock, summed
 from rlcore.workers import Worker
 
 if TYPE_CHECKING:
@@ -42,7 +37,7 @@ if TYPE_CHECKING:
 
     from rlcore.agent.loop import AgentLoop
     from rlcore.protocol import DataProto
-    from rlcore.trainer.specs import AgentSpec, CriticSpec, PolicySpec, UpdateSpec
+    from rlcore.trainer.specs import AgentSpec, CriticSpec, PolicySpec
 
 log = logging.getLogger(__name__)
 
@@ -60,126 +55,6 @@ POLICY_INPUT_KEYS = ("input_ids", "attention_mask", "position_ids", "responses",
 # Same names as rlcore.checkpoint.ACTOR_DIR / CRITIC_DIR (the checkpoint layout contract).
 ACTOR_SUBDIR = "actor"
 CRITIC_SUBDIR = "critic"
-
-
-@contextmanager
-def _clock(timing: dict[str, list[float]], name: str) -> Iterator[None]:
-    start = time.perf_counter()
-    try:
-        yield
-    finally:
-        timing.setdefault(f"timing_s/worker/{name}", []).append(time.perf_counter() - start)
-
-
-def _add(metrics: dict[str, list[float]], new: dict[str, float]) -> None:
-    for key, value in new.items():
-        metrics.setdefault(key, []).append(float(value))
-
-
-def _summed(timing: dict[str, list[float]]) -> dict[str, float]:
-    """One total per phase for this call (a phase may run once per mini-batch)."""
-    return {key: sum(values) for key, values in timing.items()}
-
-
-class _Trainer:
-    """One role's optimizer-step loop over the rows a worker got; owns the LR position.
-
-    ``steps`` counts optimizer steps actually taken (a non-finite one is skipped and does not
-    advance the schedule); it is part of the role's checkpoint map.
-    """
-
-    def __init__(
-        self,
-        role: str,
-        engine: BaseEngine,
-        update: UpdateSpec,
-        *,
-        skip_zero_advantage_rows: bool = False,
-        backend: str = "gloo",
-    ) -> None:
-        self.role = role
-        self.engine = engine
-        self.update = update
-        # The loss ignores rows with zero advantage (rlcore.trainer.levers): leave them out.
-        self.skip_zero_advantage_rows = skip_zero_advantage_rows
-        self.backend = backend
-        self.steps = 0
-
-    def lr(self) -> float:
-        return learning_rate(self.update.optim, self.steps, self.update.schedule_steps)
-
-    def run(
-        self,
-        loss_fn: LossFn,
-        data: DataProto,
-        *,
-        step: int,
-        temperature: float,
-        with_entropy: bool,
-        metrics: dict[str, list[float]],
-        timing: dict[str, list[float]],
-    ) -> None:
-        """``epochs`` passes over ``mini_batches`` equal parts of ``data``: one step each."""
-        import torch
-
-        update, role = self.update, self.role
-        rows = len(data)
-        if rows % update.mini_batches:
-            msg = (
-                f"{role}: {rows} rows do not split into {update.mini_batches} mini-batches; "
-                "the driver lays rows out with rlcore.trainer.layout.mini_batch_layout"
-            )
-            raise RuntimeError(msg)
-        size = rows // update.mini_batches
-        if role == "actor" and "old_log_probs" not in data.batch:
-            # The driver skipped the old-log-prob pass: only exact for one step on the data.
-            if update.epochs != 1 or update.mini_batches != 1:
-                msg = (
-                    f"{role}: no old_log_probs, but the update takes {update.epochs} epoch(s) "
-                    f"x {update.mini_batches} mini-batch(es); they are needed off-policy"
-                )
-                raise RuntimeError(msg)
-            loss_fn = old_log_probs_from_forward(loss_fn)
-        generator = torch.Generator().manual_seed(update.seed + step)
-        for _ in range(update.epochs):
-            order = torch.randperm(rows, generator=generator).numpy() if update.shuffle else None
-            for m in range(update.mini_batches):
-                if order is None:
-                    mini_batch = data.slice(m * size, (m + 1) * size)
-                else:
-                    mini_batch = data.select_idxs(order[m * size : (m + 1) * size])
-                step_loss = loss_fn
-                if self.skip_zero_advantage_rows and "advantages" in mini_batch.batch:
-                    full = len(mini_batch)
-                    mini_batch, totals = drop_zero_advantage_rows(
-                        mini_batch, _collective_device(self.backend)
-                    )
-                    step_loss = with_totals(loss_fn, totals)
-                    _add(metrics, {f"{role}/skipped_rows_frac": 1.0 - len(mini_batch) / full})
-                with _clock(timing, f"{role}_forward_backward"):
-                    _add(
-                        metrics,
-                        self.engine.forward_backward(
-                            mini_batch,
-                            step_loss,
-                            temperature=temperature,
-                            with_entropy=with_entropy,
-                        ),
-                    )
-                lr = self.lr()
-                with _clock(timing, f"{role}_optimizer"):
-                    grad_norm = self.engine.optimizer_step(lr=lr)
-                finite = math.isfinite(grad_norm)
-                self.steps += int(finite)
-                _add(
-                    metrics,
-                    {
-                        f"{role}/grad_norm": grad_norm,
-                        # 1.0 when the engine skipped the update (non-finite loss or gradient)
-                        f"{role}/nonfinite": 0.0 if finite else 1.0,
-                        f"{role}/lr": lr,
-                    },
-                )
 
 
 def _build_agent_loop(spec: AgentSpec) -> AgentLoop:
@@ -208,7 +83,7 @@ class ActorRolloutRefWorker(Worker):
         self.rollout: BaseRollout | None = None
         self.ref: BaseEngine | None = None
         self.algorithm: BaseAlgorithm | None = None
-        self._trainer: _Trainer | None = None
+        self._trainer: RoleTrainer | None = None
         self._ref_in_actor = False
         self.agent_loop: AgentLoop | None = None
 
@@ -227,7 +102,7 @@ class ActorRolloutRefWorker(Worker):
         self.init_process_group(spec.backend)
         self.algorithm = spec.algorithm.build()
         self.actor = spec.actor.engine.build(spec.actor.spec)
-        self._trainer = _Trainer(
+        self._trainer = RoleTrainer(
             "actor",
             self.actor,
             spec.update,
@@ -261,7 +136,7 @@ class ActorRolloutRefWorker(Worker):
         push_weights(actor, rollout)
         actor.offload()  # the rollout generates next
 
-    def _parts(self) -> tuple[BaseEngine, BaseRollout, BaseAlgorithm, _Trainer]:
+    def _parts(self) -> tuple[BaseEngine, BaseRollout, BaseAlgorithm, RoleTrainer]:
         if (
             self.actor is None
             or self.rollout is None
@@ -339,7 +214,7 @@ class ActorRolloutRefWorker(Worker):
         """One response per prompt row (the driver repeated each prompt ``n`` times)."""
         actor, rollout, _, _ = self._parts()
         timing: dict[str, list[float]] = {}
-        with _clock(timing, "generate"):
+        with clock(timing, "generate"):
             rollout.wake_up()
             if self.agent_loop is not None:  # multi-turn with tools ([agent])
                 out = self.agent_loop.generate(rollout, prompts, sampling)
@@ -347,7 +222,7 @@ class ActorRolloutRefWorker(Worker):
                 out = rollout.generate(prompts, sampling)
             rollout.sleep()  # free inference memory for training (no-op on CPU)
             actor.onload()
-        out.meta_info["metrics"] = {**out.meta_info.get("metrics", {}), **_summed(timing)}
+        out.meta_info["metrics"] = {**out.meta_info.get("metrics", {}), **summed(timing)}
         return out
 
     # --- forward passes -------------------------------------------------------------------
@@ -359,11 +234,11 @@ class ActorRolloutRefWorker(Worker):
 
         actor, _, _, _ = self._parts()
         timing: dict[str, list[float]] = {}
-        with _clock(timing, "actor_forward"):
+        with clock(timing, "actor_forward"):
             outputs = actor.compute_log_prob(data, temperature=self.spec.temperature)
         return DataProto.from_dict(
             tensors={"old_log_probs": _required(outputs.log_probs, "log_probs")},
-            meta_info={"metrics": _summed(timing)},
+            meta_info={"metrics": summed(timing)},
         )
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
@@ -374,17 +249,17 @@ class ActorRolloutRefWorker(Worker):
         timing: dict[str, list[float]] = {}
         if self._ref_in_actor:
             actor, _, _, _ = self._parts()
-            with _clock(timing, "ref_forward"):
+            with clock(timing, "ref_forward"):
                 outputs = actor.compute_ref_log_prob(data, temperature=self.spec.temperature)
         elif self.ref is None:
             msg = "compute_ref_log_prob: this worker was built without a reference engine"
             raise RuntimeError(msg)
         else:
-            with _clock(timing, "ref_forward"):
+            with clock(timing, "ref_forward"):
                 outputs = self.ref.compute_log_prob(data, temperature=self.spec.temperature)
         return DataProto.from_dict(
             tensors={"ref_log_prob": _required(outputs.log_probs, "log_probs")},
-            meta_info={"metrics": _summed(timing)},
+            meta_info={"metrics": summed(timing)},
         )
 
     # --- update ---------------------------------------------------------------------------
@@ -410,9 +285,9 @@ class ActorRolloutRefWorker(Worker):
             metrics=metrics,
             timing=timing,
         )
-        with _clock(timing, "weight_sync"):
+        with clock(timing, "weight_sync"):
             self._sync_weights()
-        return DataProto(meta_info={"metrics": {**metrics, **_summed(timing)}})
+        return DataProto(meta_info={"metrics": {**metrics, **summed(timing)}})
 
 
 class CriticWorker(Worker):
@@ -423,7 +298,7 @@ class CriticWorker(Worker):
         self.spec = spec
         self.critic: BaseEngine | None = None
         self.algorithm: BaseAlgorithm | None = None
-        self._trainer: _Trainer | None = None
+        self._trainer: RoleTrainer | None = None
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
@@ -431,10 +306,10 @@ class CriticWorker(Worker):
         self.init_process_group(spec.backend)
         self.algorithm = spec.algorithm.build()
         self.critic = spec.critic.engine.build(spec.critic.spec)
-        self._trainer = _Trainer("critic", self.critic, spec.update)
+        self._trainer = RoleTrainer("critic", self.critic, spec.update)
         log.info("rank %d: critic ready", self.rank)
 
-    def _parts(self) -> tuple[BaseEngine, BaseAlgorithm, _Trainer]:
+    def _parts(self) -> tuple[BaseEngine, BaseAlgorithm, RoleTrainer]:
         if self.critic is None or self.algorithm is None or self._trainer is None:
             msg = "CriticWorker: call init_model() first"
             raise RuntimeError(msg)
@@ -466,10 +341,10 @@ class CriticWorker(Worker):
 
         critic, _, _ = self._parts()
         timing: dict[str, list[float]] = {}
-        with _clock(timing, "critic_forward"):
+        with clock(timing, "critic_forward"):
             values = critic.compute_values(data)
         return DataProto.from_dict(
-            tensors={"values": values}, meta_info={"metrics": _summed(timing)}
+            tensors={"values": values}, meta_info={"metrics": summed(timing)}
         )
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
@@ -489,7 +364,7 @@ class CriticWorker(Worker):
             metrics=metrics,
             timing=timing,
         )
-        return DataProto(meta_info={"metrics": {**metrics, **_summed(timing)}})
+        return DataProto(meta_info={"metrics": {**metrics, **summed(timing)}})
 
 
 def push_weights(actor: BaseEngine, rollout: BaseRollout) -> None:
@@ -504,15 +379,6 @@ def push_weights(actor: BaseEngine, rollout: BaseRollout) -> None:
         rollout.update_adapter(adapter_config, tensors)
     else:
         rollout.update_weights(actor.named_parameters_for_sync())
-
-
-def _collective_device(backend: str) -> torch.device | None:
-    """Where the worker's own collectives put their tensors: the GPU under NCCL."""
-    if backend != "nccl":
-        return None
-    import torch
-
-    return torch.device("cuda", torch.cuda.current_device())
 
 
 def _required(tensor: torch.Tensor | None, what: str) -> torch.Tensor:

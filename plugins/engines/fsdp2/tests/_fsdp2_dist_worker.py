@@ -145,6 +145,9 @@ def main() -> None:
     results = run(model_path)
     if dist.get_rank() == 0:
         torch.save(results, out_file)
+    # Both ranks leave together: a rank tearing gloo down while its peer is still writing
+    # results was seen to abort the peer ("terminate called without an active exception").
+    dist.barrier()
     dist.destroy_process_group()
 
 

@@ -61,6 +61,9 @@ def main() -> None:
     result = run(model_path, checkpoint)
     if dist.get_rank() == 0:
         torch.save(result, out_file)
+    # Both ranks leave together: a rank tearing gloo down while its peer is still writing
+    # results was seen to abort the peer ("terminate called without an active exception").
+    dist.barrier()
     dist.destroy_process_group()
 
 

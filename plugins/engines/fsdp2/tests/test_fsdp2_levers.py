@@ -11,8 +11,8 @@ from rlcore.interfaces import EngineSpec, OptimConfig
 from rlcore.protocol import DataProto
 from rlcore.rl.algorithm import PolicyGradientAlgorithm
 from rlcore.trainer.levers import drop_zero_advantage_rows, with_totals
-from rlcore.trainer.roles import _Trainer
 from rlcore.trainer.specs import UpdateSpec
+from rlcore.trainer.update import RoleTrainer
 from rlcore_fsdp2.engine import FSDP2Engine
 
 torch.set_num_threads(1)
@@ -104,7 +104,7 @@ def grads(e: FSDP2Engine) -> dict[str, torch.Tensor]:
 def run_step(e: FSDP2Engine, data: DataProto, *, skip: bool = False, **update_kw) -> dict:
     metrics: dict[str, list[float]] = {}
     algo = PolicyLoss()
-    trainer = _Trainer("actor", e, update_spec(**update_kw), skip_zero_advantage_rows=skip)
+    trainer = RoleTrainer("actor", e, update_spec(**update_kw), skip_zero_advantage_rows=skip)
     trainer.run(
         algo.policy_loss,
         data,

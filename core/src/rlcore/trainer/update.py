@@ -1,0 +1,156 @@
+"""One role's update loop: epochs x mini-batches of forward/backward and an optimizer step.
+
+Used by both role workers (:mod:`rlcore.trainer.roles`); it owns the role's LR-schedule
+position (``steps``, part of the role's checkpoint map) and applies the update levers of
+:mod:`rlcore.trainer.levers`. Per-phase times go under ``timing_s/worker/*``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from rlcore.engine_utils import learning_rate
+from rlcore.interfaces import BaseEngine, LossFn
+from rlcore.trainer.levers import drop_zero_advantage_rows, old_log_probs_from_forward, with_totals
+
+if TYPE_CHECKING:
+    import torch
+
+    from rlcore.protocol import DataProto
+    from rlcore.trainer.specs import UpdateSpec
+
+__all__ = ["RoleTrainer", "add_metrics", "clock", "summed"]
+
+
+@contextmanager
+def clock(timing: dict[str, list[float]], name: str) -> Iterator[None]:
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        timing.setdefault(f"timing_s/worker/{name}", []).append(time.perf_counter() - start)
+
+
+def add_metrics(metrics: dict[str, list[float]], new: dict[str, float]) -> None:
+    for key, value in new.items():
+        metrics.setdefault(key, []).append(float(value))
+
+
+def summed(timing: dict[str, list[float]]) -> dict[str, float]:
+    """One total per phase for this call (a phase may run once per mini-batch)."""
+    return {key: sum(values) for key, values in timing.items()}
+
+
+class RoleTrainer:
+    """One role's optimizer-step loop over the rows a worker got; owns the LR position.
+
+    ``steps`` counts optimizer steps actually taken (a non-finite one is skipped and does not
+    advance the schedule); it is part of the role's checkpoint map.
+    """
+
+    def __init__(
+        self,
+        role: str,
+        engine: BaseEngine,
+        update: UpdateSpec,
+        *,
+        skip_zero_advantage_rows: bool = False,
+        backend: str = "gloo",
+    ) -> None:
+        self.role = role
+        self.engine = engine
+        self.update = update
+        # The loss ignores rows with zero advantage (rlcore.trainer.levers): leave them out.
+        self.skip_zero_advantage_rows = skip_zero_advantage_rows
+        self.backend = backend
+        self.steps = 0
+
+    def lr(self) -> float:
+        return learning_rate(self.update.optim, self.steps, self.update.schedule_steps)
+
+    def run(
+        self,
+        loss_fn: LossFn,
+        data: DataProto,
+        *,
+        step: int,
+        temperature: float,
+        with_entropy: bool,
+        metrics: dict[str, list[float]],
+        timing: dict[str, list[float]],
+    ) -> None:
+        """``epochs`` passes over ``mini_batches`` equal parts of ``data``: one step each."""
+        import torch
+
+        update, role = self.update, self.role
+        rows = len(data)
+        if rows % update.mini_batches:
+            msg = (
+                f"{role}: {rows} rows do not split into {update.mini_batches} mini-batches; "
+                "the driver lays rows out with rlcore.trainer.layout.mini_batch_layout"
+            )
+            raise RuntimeError(msg)
+        size = rows // update.mini_batches
+        if role == "actor" and "old_log_probs" not in data.batch:
+            # The driver skipped the old-log-prob pass: only exact for one step on the data.
+            if update.epochs != 1 or update.mini_batches != 1:
+                msg = (
+                    f"{role}: no old_log_probs, but the update takes {update.epochs} epoch(s) "
+                    f"x {update.mini_batches} mini-batch(es); they are needed off-policy"
+                )
+                raise RuntimeError(msg)
+            loss_fn = old_log_probs_from_forward(loss_fn)
+        generator = torch.Generator().manual_seed(update.seed + step)
+        for _ in range(update.epochs):
+            order = torch.randperm(rows, generator=generator).numpy() if update.shuffle else None
+            for m in range(update.mini_batches):
+                if order is None:
+                    mini_batch = data.slice(m * size, (m + 1) * size)
+                else:
+                    mini_batch = data.select_idxs(order[m * size : (m + 1) * size])
+                step_loss = loss_fn
+                if self.skip_zero_advantage_rows and "advantages" in mini_batch.batch:
+                    full = len(mini_batch)
+                    mini_batch, totals = drop_zero_advantage_rows(
+                        mini_batch, _collective_device(self.backend)
+                    )
+                    step_loss = with_totals(loss_fn, totals)
+                    skipped = 1.0 - len(mini_batch) / full
+                    add_metrics(metrics, {f"{role}/skipped_rows_frac": skipped})
+                with clock(timing, f"{role}_forward_backward"):
+                    add_metrics(
+                        metrics,
+                        self.engine.forward_backward(
+                            mini_batch,
+                            step_loss,
+                            temperature=temperature,
+                            with_entropy=with_entropy,
+                        ),
+                    )
+                lr = self.lr()
+                with clock(timing, f"{role}_optimizer"):
+                    grad_norm = self.engine.optimizer_step(lr=lr)
+                finite = math.isfinite(grad_norm)
+                self.steps += int(finite)
+                add_metrics(
+                    metrics,
+                    {
+                        f"{role}/grad_norm": grad_norm,
+                        # 1.0 when the engine skipped the update (non-finite loss or gradient)
+                        f"{role}/nonfinite": 0.0 if finite else 1.0,
+                        f"{role}/lr": lr,
+                    },
+                )
+
+
+def _collective_device(backend: str) -> torch.device | None:
+    """Where the worker's own collectives put their tensors: the GPU under NCCL."""
+    if backend != "nccl":
+        return None
+    import torch
+
+    return torch.device("cuda", torch.cuda.current_device())

@@ -169,6 +169,27 @@ def test_apply_overrides_creates_tables():
     assert raw == {"a": {"x": "a b", "y": {"z": 2}}, "b": [1, 2]}
 
 
+def test_an_inline_table_override_merges_into_the_table(registry):
+    """``actor.optim={warmup_steps=1}`` keeps the file's ``lr`` (issue 15: it used to replace
+    the whole table, silently resetting ``lr`` to its default)."""
+    cfg = load_config_text(
+        QUICKSTART,
+        overrides=["actor.optim={warmup_steps=1, betas=[0.9, 0.95]}", "actor={ppo_epochs=2}"],
+        registry=registry,
+    )
+    assert cfg.actor.optim.lr == 1e-5  # from the file
+    assert (cfg.actor.optim.warmup_steps, cfg.actor.optim.betas) == (1, (0.9, 0.95))
+    assert (cfg.actor.ppo_mini_batch_size, cfg.actor.ppo_epochs) == (4, 2)
+    assert cfg.actor.engine.name == "fake"  # [actor.engine] kept by the [actor] merge
+
+
+def test_apply_overrides_merges_nested_tables_and_replaces_other_values():
+    raw: dict = {"a": {"x": 1, "t": {"p": 1, "q": 2}, "arr": [1, 2]}}
+    assert apply_overrides(raw, ["a={t={q=3}, arr=[3]}", "a.x={k=1}"]) == []
+    # Tables merge key by key at every level; arrays and scalars are replaced.
+    assert raw == {"a": {"x": {"k": 1}, "t": {"p": 1, "q": 3}, "arr": [3]}}
+
+
 def test_show_round_trips(cfg, registry):
     text = dump_toml(config_to_dict(cfg))
     data = tomllib.loads(text)

@@ -9,6 +9,7 @@ runs on its own, so two bad values in one table are both reported.
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal, get_args, get_origin
 
@@ -83,6 +84,10 @@ def _int(value: Any, _: type) -> int:
 def _float(value: Any, _: type) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise _expect(value, "a number")
+    # TOML has inf and nan; no key means "unbounded" by inf (limits use 0 or an unset key),
+    # and nan passes no comparison, so either would only fail later, far from the config.
+    if not math.isfinite(value):
+        raise _expect(value, "a finite number")
     return float(value)
 
 

@@ -84,18 +84,40 @@ class ConfigValidationError(ConfigError):
 
 
 def read_toml(path: str | FilePath) -> dict[str, Any]:
-    """Parse a TOML file; a missing file or a syntax error is one line naming the file."""
+    """Parse a TOML file; a missing, unreadable, binary or malformed file is one line."""
     try:
         with open(path, "rb") as f:
-            return tomllib.load(f)
+            data = f.read()
     except FileNotFoundError as err:
         msg = f"config file '{path}' not found"
         raise ConfigError(msg) from err
     except OSError as err:
         msg = f"cannot read config file '{path}': {err.strerror or err}"
         raise ConfigError(msg) from err
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:  # a binary file, or Latin-1 / cp1252 text
+        msg = (
+            f"config file '{path}' is not UTF-8 text ({err.reason} at byte {err.start}); "
+            "save it as UTF-8"
+        )
+        raise ConfigError(msg) from err
+    return _parse_toml(text, str(path))
+
+
+def _parse_toml(text: str, source: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
-        raise ConfigError(_toml_error(str(path), err)) from err
+        raise ConfigError(_toml_error(source, err)) from err
+    except RecursionError as err:  # tomllib recurses once per nested array or inline table
+        raise ConfigError(_TOO_DEEP.format(source=source)) from err
+
+
+_TOO_DEEP = (
+    "invalid TOML in {source}: arrays or inline tables nested too deeply to read (hundreds "
+    "of levels); a config needs a few"
+)
 
 
 def _toml_error(source: str, err: tomllib.TOMLDecodeError) -> str:
@@ -126,11 +148,27 @@ def _parse_override(text: str) -> tuple[tuple[str, ...], Any]:
         parsed_value = tomllib.loads(f"v = {value}")["v"]
     except tomllib.TOMLDecodeError:
         parsed_value = value  # a bare word: `rollout.name=vllm`
+    except RecursionError as err:
+        raise ConfigError(_TOO_DEEP.format(source=f"override {key!r}")) from err
     return tuple(parts), parsed_value
 
 
+def _merge(table: dict[str, Any], value: dict[str, Any]) -> None:
+    """Merge ``value`` into ``table`` key by key, tables into tables (in place)."""
+    for key, item in value.items():
+        if isinstance(item, dict) and isinstance(table.get(key), dict):
+            _merge(table[key], item)
+        else:
+            table[key] = item
+
+
 def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> list[str]:
-    """Set ``a.b.c=value`` overrides in ``raw`` (in place); return one line per bad one."""
+    """Set ``a.b.c=value`` overrides in ``raw`` (in place); return one line per bad one.
+
+    An inline table given for an existing table merges into it: ``actor.optim={warmup_steps=1}``
+    sets ``warmup_steps`` and keeps the file's ``lr`` (replacing the table would silently reset
+    every key it did not repeat to its default).
+    """
     errors = []
     for text in overrides:
         try:
@@ -147,7 +185,11 @@ def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> list[str]:
                 break
             table = nxt
         else:
-            table[parts[-1]] = value
+            last = parts[-1]
+            if isinstance(value, dict) and isinstance(table.get(last), dict):
+                _merge(table[last], value)
+            else:
+                table[last] = value
     return errors
 
 
@@ -438,10 +480,7 @@ def load_config_text(
     overrides: Sequence[str] = (),
     registry: PluginRegistry | None = None,
 ) -> RunConfig:
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        raise ConfigError(_toml_error(source, err)) from err
+    raw = _parse_toml(text, source)
     return build_config(raw, source=source, overrides=overrides, registry=registry)
 
 

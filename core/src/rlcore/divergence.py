@@ -2,9 +2,11 @@
 
 Two checks, both on the driver:
 
-- every step, a gradient norm above ``RLCORE_MAX_GRAD_NORM`` (unset: no ceiling) stops the run
-  (:func:`check_grad_norm`); non-finite gradients are already skipped by the engines and
-  counted by the trainer (``trainer.max_consecutive_nonfinite``);
+- every step, a gradient norm above ``trainer.grad_norm_ceiling`` (unset: no ceiling) stops
+  the run (:func:`check_grad_norm`); the environment variable ``RLCORE_MAX_GRAD_NORM``, when
+  set, overrides the config key (e.g. for one rerun without editing the file). Non-finite
+  gradients are already skipped by the engines and counted by the trainer
+  (``trainer.max_consecutive_nonfinite``);
 - before every checkpoint, the actor scores the step's batch once more with the weights about
   to be saved (:func:`check_policy_finite`): non-finite log-probabilities mean the weights
   diverged (e.g. ``actor.optim.lr = 1e30`` gives finite but enormous weights whose next
@@ -26,6 +28,7 @@ from rlcore.errors import ConfigError, RlcoreError
 
 __all__ = [
     "GRAD_NORM_ENV",
+    "GRAD_NORM_KEY",
     "DivergenceError",
     "check_grad_norm",
     "check_policy_finite",
@@ -33,6 +36,7 @@ __all__ = [
 ]
 
 GRAD_NORM_ENV = "RLCORE_MAX_GRAD_NORM"
+GRAD_NORM_KEY = "trainer.grad_norm_ceiling"
 _ROLES = ("actor", "critic")
 _ADVICE = (
     "stopping without saving it; lower actor.optim.lr (or critic.optim.lr) or set "
@@ -44,12 +48,22 @@ class DivergenceError(RlcoreError):
     """An update made the model diverge; nothing of that step was saved."""
 
 
-def grad_norm_ceiling(environ: Mapping[str, str] | None = None) -> float | None:
-    """``RLCORE_MAX_GRAD_NORM`` as a positive float, None when unset or empty."""
+def grad_norm_ceiling(
+    environ: Mapping[str, str] | None = None, configured: float | None = None
+) -> float | None:
+    """The ceiling in force: ``RLCORE_MAX_GRAD_NORM`` when set, else ``configured``."""
+    found = _ceiling(environ, configured)
+    return None if found is None else found[0]
+
+
+def _ceiling(
+    environ: Mapping[str, str] | None, configured: float | None
+) -> tuple[float, str] | None:
+    """(ceiling, where it was set), None when neither the environment nor the config sets it."""
     env = os.environ if environ is None else environ
     raw = env.get(GRAD_NORM_ENV, "").strip()
     if not raw:
-        return None
+        return None if configured is None else (configured, GRAD_NORM_KEY)
     try:
         value = float(raw)
     except ValueError:
@@ -60,21 +74,29 @@ def grad_norm_ceiling(environ: Mapping[str, str] | None = None) -> float | None:
             "unset it for none"
         )
         raise ConfigError(msg)
-    return value
+    return value, GRAD_NORM_ENV
 
 
 def check_grad_norm(
-    metrics: Mapping[str, float], step: int, environ: Mapping[str, str] | None = None
+    metrics: Mapping[str, float],
+    step: int,
+    environ: Mapping[str, str] | None = None,
+    *,
+    configured: float | None = None,
 ) -> None:
-    """Raise :class:`DivergenceError` if a role's ``grad_norm`` exceeds the ceiling."""
-    ceiling = grad_norm_ceiling(environ)
-    if ceiling is None:
+    """Raise :class:`DivergenceError` if a role's ``grad_norm`` exceeds the ceiling.
+
+    ``configured`` is ``trainer.grad_norm_ceiling``; ``RLCORE_MAX_GRAD_NORM`` overrides it.
+    """
+    found = _ceiling(environ, configured)
+    if found is None:
         return
+    ceiling, source = found
     for role in _ROLES:
         norm = metrics.get(f"{role}/grad_norm")
         if norm is not None and math.isfinite(norm) and norm > ceiling:
             msg = (
-                f"step {step}: {role}/grad_norm = {norm:.4g} exceeds {GRAD_NORM_ENV} = "
+                f"step {step}: {role}/grad_norm = {norm:.4g} exceeds {source} = "
                 f"{ceiling:g}; {_ADVICE}"
             )
             raise DivergenceError(msg)

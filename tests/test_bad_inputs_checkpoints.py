@@ -1,0 +1,171 @@
+"""Bad-input catalogue, phase 2c: checkpoints handed to a resume or an export — crafted, damaged,
+from other settings or another model — refused before anything loads them.
+
+Each case: one exact line on stderr, exit code 2, no traceback (see ``_bad_inputs.py``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from pathlib import Path
+
+from rlcore.config import load_config
+from rlcore.preflight import preflight
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+bi = importlib.import_module("_bad_inputs")
+registry, tiny, run = bi.registry, bi.tiny, bi.run
+
+# --- checkpoints (issue 15): crafted or damaged, refused before anything loads them -----------
+
+
+class _Payload:
+    """Unpickles as: write ``marker``, then return the real metadata it replaced."""
+
+    def __init__(self, marker: Path, then: bytes) -> None:
+        self.marker, self.then = marker, then
+
+    def __reduce__(self):
+        code = (
+            f"(open({str(self.marker)!r}, 'w').write('pwned'), "
+            f"__import__('pickle').loads({self.then!r}))[1]"
+        )
+        return (eval, (code,))
+
+
+def _craft(step_dir: Path, marker: Path) -> Path:
+    import pickle
+
+    from rlcore.safe_checkpoint import write_manifest
+
+    meta = step_dir / "actor" / ".metadata"
+    meta.write_bytes(pickle.dumps(_Payload(marker, meta.read_bytes())))
+    write_manifest(step_dir)
+    return meta
+
+
+def _refusal(meta: Path) -> str:
+    return (
+        f"refusing to load {meta}: it refers to builtins.eval, which is not part of a "
+        "checkpoint's metadata (the file may have been crafted to run code); use a checkpoint "
+        "you wrote"
+    )
+
+
+def test_export_refuses_crafted_metadata(tmp_path, capsys, registry, tiny):
+    step = bi.checkpoint(tmp_path / "run", 1, tiny)
+    marker = tmp_path / "pwned"
+    meta = _craft(step, marker)
+    argv = ["export", str(step), "--format", "hf", str(tmp_path / "out")]
+    code, err = bi.cli(argv, capsys, registry)
+    bi.assert_one_line(code, err, _refusal(meta))
+    code, err = bi.cli(["export", str(tmp_path / "run"), str(tmp_path / "out")], capsys, registry)
+    bi.assert_one_line(code, err, _refusal(meta))
+    assert not marker.exists()
+    assert not (tmp_path / "out").exists()
+
+
+def test_resume_refuses_crafted_metadata(run, tmp_path, capsys, registry, tiny):
+    step = bi.checkpoint(tmp_path / "old", 1, tiny)
+    marker = tmp_path / "pwned"
+    meta = _craft(step, marker)
+    code, err = bi.train_preflight(run, [f'trainer.resume="{step}"'], capsys, registry)
+    bi.assert_one_line(code, err, f"trainer.resume: {_refusal(meta)}")
+    # trainer.resume = "auto" on the run directory holding it: refused as well, before Ray.
+    code, err = bi.train_preflight(run, [f'trainer.run_dir="{tmp_path / "old"}"'], capsys, registry)
+    bi.assert_one_line(code, err, _refusal(meta))
+    assert not marker.exists()
+
+
+def test_resume_from_a_checkpoint_missing_a_shard(run, tmp_path, capsys, registry, tiny):
+    step = bi.checkpoint(tmp_path / "old", 1, tiny)
+    shard = step / "actor" / "__0_0.distcp"
+    shard.unlink()
+    code, err = bi.train_preflight(run, [f'trainer.resume="{step}"'], capsys, registry)
+    bi.assert_one_line(
+        code,
+        err,
+        f"trainer.resume: checkpoint {step} is damaged: {shard} is missing (listed in "
+        "MANIFEST.json); use an earlier one",
+    )
+    code, err = bi.train_preflight(run, [f'trainer.run_dir="{tmp_path / "old"}"'], capsys, registry)
+    bi.assert_one_line(
+        code,
+        err,
+        f"no intact checkpoint under {tmp_path / 'old' / 'checkpoints'} (global_step_1: {shard} "
+        "is missing (listed in MANIFEST.json)); remove the damaged ones or set trainer.resume = "
+        '"off" to start over',
+    )
+
+
+# --- resume with changed settings (issue 15): refused, naming the keys ------------------------
+
+
+def test_resume_with_another_learning_rate(run, capsys, registry, tmp_path):
+    step = bi.checkpoint_of(run, registry, tmp_path / "old")
+    lr = load_config(run, registry=registry).actor.optim.lr
+    bi.case(
+        run,
+        capsys,
+        registry,
+        [f'trainer.resume="{step}"', "actor.optim.lr=0.5"],
+        f"trainer.resume: checkpoint {step} was trained with other settings: actor.optim.lr "
+        f"(checkpoint {lr}, now 0.5); restore them, or start a new trainer.run_dir from its "
+        "weights (rlcore export, then model.path)",
+    )
+
+
+def test_resume_with_another_model(run, capsys, registry, tmp_path, tiny):
+    step = bi.checkpoint_of(run, registry, tmp_path / "old")
+    other = bi.model_copy(tiny, tmp_path / "other")
+    cfg = json.loads((other / "config.json").read_text())
+    cfg["rms_norm_eps"] = 1e-3
+    (other / "config.json").write_text(json.dumps(cfg))
+    bi.case(
+        run,
+        capsys,
+        registry,
+        [f'trainer.resume="{step}"', f'model.path="{other}"'],
+        f"trainer.resume: checkpoint {step} was trained with other settings: model.path "
+        f"(checkpoint {tiny}, now {other}); restore them, or start a new trainer.run_dir from "
+        "its weights (rlcore export, then model.path)",
+    )
+    # The same model moved elsewhere resumes (preflight passes; nothing is trained here).
+    moved = bi.model_copy(tiny, tmp_path / "moved")
+    overrides = [f'trainer.resume="{step}"', f'model.path="{moved}"']
+    preflight(load_config(run, overrides, registry), registry=registry)
+
+
+# --- rlcore export: checked before the model loads (issue 15) ---------------------------------
+
+
+def test_export_with_a_model_path_of_another_shape(capsys, registry, tmp_path, tiny):
+    from rlcore.testing.tiny_model import build_tiny_model
+
+    step = bi.fsdp2_like_checkpoint(tmp_path / "run", tiny)
+    other = build_tiny_model(tmp_path / "other", hidden=96, heads=3, kv_heads=1)
+    capsys.readouterr()  # the build's progress bars
+    argv = ["export", str(step), str(tmp_path / "out"), "--model-path", str(other)]
+    code, err = bi.cli(argv, capsys, registry)
+    bi.assert_one_line(
+        code,
+        err,
+        f"model {other} does not fit checkpoint {step / 'actor'}: lm_head.weight has shape "
+        f"[{json.loads((other / 'config.json').read_text())['vocab_size']}, 96] in "
+        f"{bi.weights_file(other)} but "
+        f"[{json.loads((tiny / 'config.json').read_text())['vocab_size']}, 64] in the "
+        "checkpoint; pass the run's base model with --model-path",
+    )
+
+
+def test_export_into_an_unwritable_place(capsys, registry, tmp_path, tiny):
+    step = bi.fsdp2_like_checkpoint(tmp_path / "run", tiny)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    out = blocker / "hf"
+    code, err = bi.cli(["export", str(step), str(out)], capsys, registry)
+    bi.assert_one_line(code, err, f"cannot write {out} (Not a directory); choose a writable OUT")

@@ -1,0 +1,158 @@
+"""Bad-input catalogue, phase 1: the config file and its overrides (``rlcore config validate``).
+
+Each case: one exact line on stderr, exit code 2, no traceback (see ``_bad_inputs.py``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlcore.cli import main
+from rlcore.config import load_config
+from rlcore.preflight import preflight
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+bi = importlib.import_module("_bad_inputs")
+registry, registry_without_backends, tiny, run = (
+    bi.registry,
+    bi.registry_without_backends,
+    bi.tiny,
+    bi.run,
+)
+
+
+def test_the_base_run_is_valid(run, capsys, registry):
+    assert bi.cli(["config", "validate", str(run)], capsys, registry) == (0, "")
+    checked = preflight(load_config(run, registry=registry), registry=registry)
+    assert (len(checked.train_set), len(checked.val_set)) == (8, 2)
+    assert checked.tokenizer.chat_template
+
+
+# --- configuration -----------------------------------------------------------------------------
+
+# (overrides, message after "<config>: ")
+CONFIG_CASES = [
+    (["trainr.seed=1"], "trainr: unknown section (did you mean 'trainer'?)"),
+    (
+        ["actor.optim.learning_rate=1e-5"],
+        "actor.optim.learning_rate: unknown key (did you mean 'lr'?)",
+    ),
+    (["rollout.temprature=0.5"], "rollout.temprature: unknown key (did you mean 'temperature'?)"),
+    (['data.train_batch_size="8"'], 'data.train_batch_size: expected an integer, got "8"'),
+    (["actor.optim.lr=-1"], "actor.optim.lr: must be > 0.0, got -1.0"),
+    (["rollout.top_p=1.5"], "rollout.top_p: must be <= 1.0, got 1.5"),
+    (
+        ['model.dtype="fp8"'],
+        'model.dtype: must be one of "float32", "bfloat16", "float16"; got "fp8"',
+    ),
+    (['resources.device="tpu"'], 'resources.device: must be one of "cpu", "cuda"; got "tpu"'),
+    (
+        ['trainer.loggers=["wandb"]'],
+        "trainer.loggers: unknown logger 'wandb'; choose from console, jsonl, tensorboard",
+    ),
+    (["data.train_files=[]"], "data.train_files: must not be empty"),
+    (
+        ["actor.engine.name=fdsp2"],
+        "actor.engine.name: unknown engine 'fdsp2'. Installed: fsdp2, megatron, torch. "
+        "Did you mean 'fsdp2'?",
+    ),
+    (
+        ["algorithm.name=grp"],
+        "algorithm.name: unknown algorithm 'grp'. "
+        "Installed: grpo, ppo, reinforce_plus_plus, rloo. Did you mean 'grpo'?",
+    ),
+    (
+        ['reward.default="gsm9k"'],
+        "reward.default: unknown reward 'gsm9k'. Installed: gsm8k, gsm8k_tool, math. "
+        "Did you mean 'gsm8k'?",
+    ),
+    (
+        ["actor.engine.reshard_after_foward=false"],
+        "actor.engine.reshard_after_foward: unknown key (did you mean 'reshard_after_forward'?)",
+    ),
+    (["algorithm.epsilon=0"], "algorithm.epsilon: must be > 0.0, got 0.0"),
+    (
+        ["actor.max_tokens_per_micro_batch=4096"],
+        "actor.max_tokens_per_micro_batch: set micro_batch_size or "
+        "max_tokens_per_micro_batch, not both",
+    ),
+    (
+        ["trainer.total_steps=10", "trainer.total_epochs=2"],
+        "trainer.total_steps: set total_steps or total_epochs, not both",
+    ),
+    (
+        ["reward.weights.math=1.0"],
+        "reward.weights.math: reward 'math' is not selected by reward.default or reward.sources",
+    ),
+    (["actor.optim"], "override 'actor.optim': expected KEY=VALUE, e.g. actor.optim.lr=1e-5"),
+    (["actor..lr=1"], "override 'actor..lr=1': 'actor..lr' is not a valid key path"),
+    (["model.path.x=1"], "override 'model.path.x=1': model.path is not a table"),
+]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"), CONFIG_CASES, ids=[c[0][0] for c in CONFIG_CASES]
+)
+def test_config_error(run, capsys, registry, overrides, message):
+    code, err = bi.cli(["config", "validate", str(run), *overrides], capsys, registry)
+    bi.assert_one_line(code, err, f"{run}: {message}")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["actor.engine.name=megatron"],
+            "actor.engine.name: engine 'megatron' is not installed. "
+            "Install it with: pip install rlcore-megatron",
+        ),
+        (
+            ["rollout.name=vllm"],
+            "rollout.name: rollout 'vllm' is not installed. "
+            "Install it with: pip install rlcore-vllm",
+        ),
+    ],
+    ids=lambda v: v[0] if isinstance(v, list) else None,
+)
+def test_first_party_plugin_not_installed(
+    run, capsys, registry_without_backends, overrides, message
+):
+    code, err = bi.cli(
+        ["config", "validate", str(run), *overrides], capsys, registry_without_backends
+    )
+    bi.assert_one_line(code, err, f"{run}: {message}")
+
+
+def test_missing_config_file(tmp_path, capsys, registry):
+    code, err = bi.cli(["config", "validate", str(tmp_path / "nope.toml")], capsys, registry)
+    bi.assert_one_line(code, err, f"config file '{tmp_path / 'nope.toml'}' not found")
+
+
+def test_toml_syntax_error(tmp_path, capsys, registry):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[data]\ntrain_files = "a.jsonl\n')
+    code, err = bi.cli(["config", "validate", str(bad)], capsys, registry)
+    bi.assert_one_line(
+        code, err, f"invalid TOML in {bad} at line 2, column 23: Illegal character '\\n'"
+    )
+
+
+def test_missing_required_section(tmp_path, capsys, registry):
+    bad = tmp_path / "nomodel.toml"
+    bad.write_text('[data]\ntrain_files = "a.jsonl"\n[reward]\ndefault = "gsm8k"\n')
+    code, err = bi.cli(["config", "validate", str(bad)], capsys, registry)
+    bi.assert_one_line(code, err, f"{bad}: model.path: missing required key")
+
+
+def test_debug_shows_the_traceback(run, capsys, registry_without_backends):
+    argv = ["--debug", "config", "validate", str(run), "rollout.name=vllm"]
+    assert main(argv, registry=registry_without_backends) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" in err
+    assert err.endswith("Install it with: pip install rlcore-vllm\n")

@@ -1,0 +1,42 @@
+"""Bad-input catalogue, phase 3: what goes wrong once training runs (in the driver, stubbed
+Ray) — still one line, exit 2, nothing earlier lost.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+bi = importlib.import_module("_bad_inputs")
+registry, tiny, run = bi.registry, bi.tiny, bi.run
+
+
+def test_a_system_exit_during_training_is_one_line(run, capsys, registry, monkeypatch, tmp_path):
+    """Something in the driver (an in-driver reward, a plugin) calls ``sys.exit``: one line
+    naming where, exit 2, instead of a silent exit 3. Ray and training are stubbed out: the
+    preflight and the CLI's handling are real."""
+    import rlcore.ray_utils
+    import rlcore.trainer
+
+    def exits(config, prepared):
+        sys.exit(3)
+
+    monkeypatch.setattr(rlcore.trainer, "run_training", exits)
+    monkeypatch.setattr(rlcore.ray_utils, "start_ray", lambda resources: False)
+    run_dir = tmp_path / "r"
+    code, err = bi.cli(["train", str(run), f'trainer.run_dir="{run_dir}"'], capsys, registry)
+    line = exits.__code__.co_firstlineno + 1
+    bi.assert_one_line(
+        code,
+        err,
+        f"training stopped: SystemExit(3) raised in exits ({__file__}:{line}); no checkpoint "
+        "saved yet; a new run starts from step 0",
+    )
+    assert (run_dir / ".rlcore.lock").read_text() != ""  # the lock was taken, then freed
+    from rlcore.runlock import acquire_run_lock
+
+    acquire_run_lock(run_dir).release()

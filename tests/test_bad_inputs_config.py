@@ -93,11 +93,32 @@ CONFIG_CASES = [
     (["actor.optim"], "override 'actor.optim': expected KEY=VALUE, e.g. actor.optim.lr=1e-5"),
     (["actor..lr=1"], "override 'actor..lr=1': 'actor..lr' is not a valid key path"),
     (["model.path.x=1"], "override 'model.path.x=1': model.path is not a table"),
+    # issue 15: TOML's inf and nan are refused where a number is expected
+    (
+        ["resources.cpus_per_process=inf"],
+        "resources.cpus_per_process: expected a finite number, got inf",
+    ),
+    (
+        ["resources.cpus_per_process=nan"],
+        "resources.cpus_per_process: expected a finite number, got nan",
+    ),
+    (["actor.optim.lr=-inf"], "actor.optim.lr: expected a finite number, got -inf"),
+    # issue 15: the divergence guard's gradient-norm ceiling is a validated key
+    (["trainer.grad_norm_ceiling=0"], "trainer.grad_norm_ceiling: must be > 0.0, got 0.0"),
+    (
+        ["trainer.grad_norm_ceiling=inf"],
+        "trainer.grad_norm_ceiling: expected a finite number, got inf",
+    ),
+    (
+        [f"trainer.x={'[' * 1000}{']' * 1000}"],
+        "invalid TOML in override 'trainer.x': arrays or inline tables nested too deeply to "
+        "read (hundreds of levels); a config needs a few",
+    ),
 ]
 
 
 @pytest.mark.parametrize(
-    ("overrides", "message"), CONFIG_CASES, ids=[c[0][0] for c in CONFIG_CASES]
+    ("overrides", "message"), CONFIG_CASES, ids=[c[0][0][:40] for c in CONFIG_CASES]
 )
 def test_config_error(run, capsys, registry, overrides, message):
     code, err = bi.cli(["config", "validate", str(run), *overrides], capsys, registry)
@@ -156,3 +177,54 @@ def test_debug_shows_the_traceback(run, capsys, registry_without_backends):
     err = capsys.readouterr().err
     assert "Traceback" in err
     assert err.endswith("Install it with: pip install rlcore-vllm\n")
+
+
+# --- the config file itself (issue 15): binary, Latin-1, nested past tomllib's recursion ------
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (b"\x00\x01\xff\xfe\x89PNG\r\n", "invalid start byte at byte 2"),
+        ('[model]\npath = "caf\u00e9"\n'.encode("latin-1"), "invalid continuation byte at byte 19"),
+    ],
+    ids=["binary", "latin-1"],
+)
+def test_config_file_not_utf8(tmp_path, capsys, registry, content, reason):
+    bad = tmp_path / "bad.toml"
+    bad.write_bytes(content)
+    for command in (["config", "validate"], ["train"]):
+        code, err = bi.cli([*command, str(bad)], capsys, registry)
+        bi.assert_one_line(
+            code, err, f"config file '{bad}' is not UTF-8 text ({reason}); save it as UTF-8"
+        )
+
+
+def test_config_nested_100000_arrays_deep(tmp_path, capsys, registry):
+    deep = tmp_path / "deep.toml"
+    deep.write_text("x = " + "[" * 100_000 + "]" * 100_000 + "\n")
+    for command in (["config", "validate"], ["train"]):
+        code, err = bi.cli([*command, str(deep)], capsys, registry)
+        bi.assert_one_line(
+            code,
+            err,
+            f"invalid TOML in {deep}: arrays or inline tables nested too deeply to read "
+            "(hundreds of levels); a config needs a few",
+        )
+
+
+# --- overrides (issue 15): an inline table merges into the table it names --------------------
+
+
+def test_an_inline_table_override_keeps_the_other_keys(run, capsys, registry):
+    """``actor.optim={warmup_steps=1}`` used to replace the table: ``lr`` silently dropped to
+    its default. Now it merges, as ``rlcore config show`` (the resolved config) proves."""
+    import tomllib
+
+    run.write_text(run.read_text() + "\n[actor.optim]\nlr = 3e-6\n")
+    assert (
+        main(["config", "show", str(run), "actor.optim={warmup_steps=1}"], registry=registry) == 0
+    )
+    shown = tomllib.loads(capsys.readouterr().out)
+    assert (shown["actor"]["optim"]["lr"], shown["actor"]["optim"]["warmup_steps"]) == (3e-6, 1)
+    assert shown["actor"]["ppo_mini_batch_size"] == 2  # [actor] itself untouched

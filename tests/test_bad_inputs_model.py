@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -234,3 +235,21 @@ def test_run_dir_not_writable(run, capsys, registry, tmp_path):
         f"trainer.run_dir: cannot write to {blocker} (Not a directory); make it writable or set "
         "another trainer.run_dir",
     )
+
+
+def test_checkpoints_folder_not_writable(run, capsys, registry, tmp_path):
+    """A run directory whose ``checkpoints/`` cannot take a new entry: refused before Ray, not
+    at the first save minutes later."""
+    run_dir = tmp_path / "run"
+    checkpoints = run_dir / "checkpoints"
+    checkpoints.mkdir(parents=True)
+    reason = "Permission denied" if os.geteuid() != 0 else "Operation not permitted"
+    with bi.unwritable(checkpoints):
+        bi.case(
+            run,
+            capsys,
+            registry,
+            [f'trainer.run_dir="{run_dir}"'],
+            f"trainer.run_dir: cannot write to {checkpoints} ({reason}); make it writable or "
+            "set another trainer.run_dir",
+        )

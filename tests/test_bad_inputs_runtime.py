@@ -5,8 +5,11 @@ Ray) — still one line, exit 2, nothing earlier lost.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from pathlib import Path
+
+import pytest
 
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
@@ -40,3 +43,27 @@ def test_a_system_exit_during_training_is_one_line(run, capsys, registry, monkey
     from rlcore.runlock import acquire_run_lock
 
     acquire_run_lock(run_dir).release()
+
+
+def test_a_checkpoints_folder_made_read_only_during_the_run(tmp_path, tiny):
+    """The trainer's save path (``CheckpointManager.save``) when ``checkpoints/`` stopped taking
+    writes after the start: one line naming the folder, and the earlier checkpoint and
+    ``latest`` untouched."""
+    from rlcore.checkpoint import CheckpointError, CheckpointManager
+    from rlcore.safe_checkpoint import verify_checkpoint
+
+    first = bi.checkpoint(tmp_path / "run", 1, tiny)
+    root = first.parent
+    reason = "Permission denied" if os.geteuid() != 0 else "Operation not permitted"
+    wrote = []
+    with bi.unwritable(root), pytest.raises(CheckpointError) as info:
+        CheckpointManager(root).save(2, wrote.append)
+    assert str(info.value) == (
+        f"cannot save checkpoint step 2 in {root}: {root / '.tmp-global_step_2'}: {reason}; "
+        "make the folder writable (or free space) and rerun to resume; the last saved "
+        "checkpoint, global_step_1, is intact"
+    )
+    assert wrote == []  # refused before any worker was asked to write
+    assert (root / "latest").read_text().strip() == "global_step_1"
+    assert verify_checkpoint(first) is None
+    assert sorted(p.name for p in root.iterdir()) == ["global_step_1", "latest"]

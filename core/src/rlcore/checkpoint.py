@@ -170,11 +170,14 @@ class CheckpointManager:
         if step < 0:
             msg = f"checkpoint step must be >= 0, got {step}"
             raise CheckpointError(msg)
-        self.root.mkdir(parents=True, exist_ok=True)
-        self._remove_leftovers()
         final = self.step_dir(step)
         tmp = self.root / f"{_TMP_PREFIX}{final.name}"
-        tmp.mkdir()
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            self._remove_leftovers()
+            tmp.mkdir()
+        except OSError as err:  # a folder made read-only (or full) after the run started
+            raise self._save_error(step, err) from err
         try:
             write_fn(tmp)
             from rlcore.safe_checkpoint import write_manifest  # resume checks every file
@@ -183,19 +186,40 @@ class CheckpointManager:
             marker = {"step": step, "time": time.time()}
             (tmp / COMPLETE_MARKER).write_text(json.dumps(marker) + "\n", encoding="utf-8")
             _fsync_tree(tmp)
-        except BaseException:
+            if final.exists():
+                # Saving a step again (a resume from an older checkpoint got this far): move the
+                # old one away first, since a rename cannot replace a non-empty directory.
+                self._discard(final)
+            os.replace(tmp, final)
+        except BaseException as err:
+            # Earlier checkpoints and ``latest`` are untouched: only this attempt goes.
             shutil.rmtree(tmp, ignore_errors=True)
+            if isinstance(err, OSError):
+                raise self._save_error(step, err) from err
             raise
-        if final.exists():
-            # Saving a step again (a resume from an older checkpoint got this far): move the
-            # old one away first, since a rename cannot replace a non-empty directory.
-            self._discard(final)
-        os.replace(tmp, final)
-        _fsync_dir(self.root)
-        _write_atomic(self.root / LATEST_FILE, final.name + "\n")
+        try:
+            _fsync_dir(self.root)
+            _write_atomic(self.root / LATEST_FILE, final.name + "\n")
+        except OSError as err:  # the step is complete on disk; resume finds it without latest
+            raise self._save_error(step, err) from err
         log.info("checkpoint saved: %s", final)
         self._prune(keep=final)
         return final
+
+    def _save_error(self, step: int, err: OSError) -> CheckpointError:
+        where = err.filename or self.root
+        previous = self.checkpoints()
+        kept = (
+            f"the last saved checkpoint, {previous[-1].name}, is intact"
+            if previous
+            else "no checkpoint was saved before"
+        )
+        msg = (
+            f"cannot save checkpoint step {step} in {self.root}: {where}: "
+            f"{err.strerror or err}; make the folder writable (or free space) and rerun to "
+            f"resume; {kept}"
+        )
+        return CheckpointError(msg)
 
     def _remove_leftovers(self) -> None:
         """Temporary and trash directories of an earlier process that was killed."""

@@ -2,8 +2,9 @@
 ``sys.exit``, an update that diverges. Each a real run in its own session (see
 ``test_faults_cli.py`` for the kill and Ctrl-C cases).
 
-- SIGTERM to the driver (what Kubernetes and ``kill`` send; Slurm too, first) behaves like
-  Ctrl-C: the step in flight is finished and saved, one ``interrupted:`` line, exit 143;
+- SIGTERM to the driver (``kill PID``), or to the whole process group (``kill -TERM -PGID``,
+  what Slurm and Kubernetes send), behaves like Ctrl-C: the step in flight is finished and
+  saved, one ``interrupted:`` line, exit 143;
 - a second ``rlcore train`` on a run directory in use fails at once with one line;
 - a reward that calls ``sys.exit(3)`` costs that sample (scored 0 as an error, one warning);
   the run goes on and its checkpoints are kept;
@@ -156,6 +157,58 @@ def test_sigterm_saves_the_step_and_exits_143_and_a_second_run_is_refused(assets
     ]
     assert int(saved.group(1)) == max(row["step"] for row in logged)  # the step in flight, saved
     assert "Traceback" not in out
+    _assert_nothing_left(proc.pid)
+
+
+def _blocks_sigterm(pid: int) -> bool:
+    """SIGTERM blocked or ignored in ``pid`` (multiprocessing's resource tracker ignores it)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True  # gone meanwhile
+    masks = dict(ln.split(":\t", 1) for ln in status.splitlines() if ln.startswith("Sig"))
+    bit = 1 << (signal.SIGTERM - 1)
+    return bool((int(masks["SigBlk"], 16) | int(masks["SigIgn"], 16)) & bit)
+
+
+def test_sigterm_to_the_process_group_is_handled_like_ctrl_c(assets, tmp_path):
+    """``kill -TERM -PGID``, what Slurm (scancel, the time limit) and Kubernetes send: Ray's
+    processes and the reward pool, in the same group, have SIGTERM blocked, so only the driver
+    acts on it: the step in flight is saved, one line, exit 143, no Ray crash dump."""
+    cfg = _config(assets, tmp_path)
+    log = tmp_path / "train.log"
+    proc = _train(cfg, log)
+    try:
+        _wait_for(tmp_path / "run" / "checkpoints" / "latest", proc, log)
+        others = [p for p in _session_alive(proc.pid) if p != proc.pid]
+        assert others, "no Ray processes found in the run's session"
+        unshielded = [p for p in others if not _blocks_sigterm(p)]
+        assert not unshielded, [Path(f"/proc/{p}/cmdline").read_bytes() for p in unshielded]
+        os.killpg(proc.pid, signal.SIGTERM)  # the group: driver, GCS, raylet, workers, pool
+        sent = time.monotonic()
+        code = _finish(proc, timeout=120)
+        took = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    out = log.read_text()
+    print(f"SIGTERM to the group: exit {code} after {took:.1f} s (contended machine)")
+    assert code == 143, out[-3000:]
+    lines = _lines(out, "interrupted")
+    assert len(lines) == 1, out[-3000:]
+    saved = re.match(r"interrupted: last checkpoint is step (\d+) ", lines[0])
+    assert saved, lines
+    logged = [
+        json.loads(ln) for ln in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert int(saved.group(1)) == max(row["step"] for row in logged)  # the step in flight, saved
+    for crash in ("Traceback", "SIGTERM", "RayActorError", "ActorDiedError", "error: "):
+        assert crash not in out, out[-3000:]
+    from rlcore.safe_checkpoint import verify_checkpoint
+
+    latest = (tmp_path / "run" / "checkpoints" / "latest").read_text().strip()
+    assert verify_checkpoint(tmp_path / "run" / "checkpoints" / latest) is None
     _assert_nothing_left(proc.pid)
 
 

@@ -104,16 +104,24 @@ def _cmd_train(args: argparse.Namespace) -> int:
     prepared = preflight(config, registry=args.registry)
     from rlcore.ray_utils import start_ray, stop_ray
     from rlcore.runlock import acquire_run_lock
-    from rlcore.termination import exit_code, exit_origin, sigterm_as_interrupt
+    from rlcore.termination import (
+        children_shielded_from_sigterm,
+        exit_code,
+        exit_origin,
+        sigterm_as_interrupt,
+    )
     from rlcore.trainer import run_training
 
     assert config.trainer.run_dir is not None  # resolved by load_config
     lock = acquire_run_lock(config.trainer.run_dir)  # a second train on it fails in one line
     started = False
     try:
-        started = start_ray(config.resources)
-        with sigterm_as_interrupt():  # SIGTERM (Slurm, Kubernetes) is handled like Ctrl-C
-            result = run_training(config, prepared)
+        # SIGTERM (Slurm, Kubernetes) is handled like Ctrl-C; sent to the whole process group,
+        # it reaches only this process: Ray and the reward pool start with it blocked.
+        with sigterm_as_interrupt(), children_shielded_from_sigterm():
+            started = start_ray(config.resources)
+            with sigterm_as_interrupt():  # again: ray.init installed its own handler
+                result = run_training(config, prepared)
     except KeyboardInterrupt:
         # The trainer saves the last completed step on its way out; say where to pick up.
         print(_interrupted_line(config), file=sys.stderr)

@@ -5,6 +5,13 @@ signal into "finish the step, save it, stop"; outside the loop :func:`sigterm_as
 makes SIGTERM raise :class:`Terminated` (a ``KeyboardInterrupt``), so the same clean-up runs
 (Ray and its workers stopped) instead of Ray's driver handler calling ``sys.exit(15)``. The
 exit code is ``128 + signal``: 130 for Ctrl-C, 143 for SIGTERM (:func:`exit_code`).
+
+Slurm (``scancel``, the time limit) and Kubernetes send SIGTERM to the whole process group,
+Ray's GCS, raylet and workers included, which would die mid-step and leave nothing to save.
+:func:`children_shielded_from_sigterm` gives every process the driver starts a blocked SIGTERM
+(the mask survives ``fork`` and ``exec``), as Ray itself blocks SIGINT in its processes so a
+terminal's Ctrl-C reaches only the driver. The driver then stops them (``ray.shutdown`` and the
+reward pool's kill fall back to SIGKILL).
 """
 
 from __future__ import annotations
@@ -15,7 +22,14 @@ import threading
 from collections.abc import Iterator
 from types import FrameType
 
-__all__ = ["STOP_SIGNALS", "Terminated", "exit_code", "note_signal", "sigterm_as_interrupt"]
+__all__ = [
+    "STOP_SIGNALS",
+    "Terminated",
+    "children_shielded_from_sigterm",
+    "exit_code",
+    "note_signal",
+    "sigterm_as_interrupt",
+]
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _received: list[int] = []
@@ -51,6 +65,34 @@ def sigterm_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def children_shielded_from_sigterm() -> Iterator[None]:
+    """While inside, processes started from this thread (and threads it starts) have SIGTERM
+    blocked for good; this process still receives it, through a thread started first.
+
+    A process-directed signal goes to any thread that does not block it; Python then runs the
+    handler in the main thread, as always. The receiving thread only waits.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    receiver = threading.Thread(
+        target=threading.Event().wait, name="rlcore-sigterm-receiver", daemon=True
+    )
+    receiver.start()  # before the block: it keeps the mask this thread has now
+    # multiprocessing starts its resource tracker on first use (the reward pool's forkserver)
+    # and then *unblocks* SIGINT and SIGTERM in the calling thread; started now, it never runs
+    # that code again, so the block below holds for the forkserver and the pool's workers.
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def exit_origin(exc: BaseException) -> str:

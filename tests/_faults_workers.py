@@ -34,3 +34,19 @@ class FaultWorker(Worker):
             os.kill(os.getpid(), 9)
         time.sleep(600)
         return self.rank
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def all_reduce_with_stopped(self, stopped_rank: int) -> float:
+        """``stopped_rank`` stops itself (SIGSTOP, heartbeat thread included) before an
+        all-reduce the others then wait in until the collective timeout."""
+        import signal
+
+        import torch
+        import torch.distributed as dist
+
+        self.init_process_group("gloo")
+        if self.rank == stopped_rank:
+            os.kill(os.getpid(), signal.SIGSTOP)
+        t = torch.ones(1)
+        dist.all_reduce(t)
+        return float(t.item())

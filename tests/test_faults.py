@@ -3,7 +3,9 @@
 - a rank left alone in a collective raises after the collective timeout
   (``RLCORE_COLLECTIVE_TIMEOUT_S``), and the driver gets one ``WorkerError`` naming it;
 - a rank that dies while the others block (in a collective, a long generate) is reported at
-  once, not after the others finish.
+  once, not after the others finish;
+- a rank that is stopped (SIGSTOP) while its peer waits in a collective is the one named when
+  the peer's collective times out.
 
 The same through ``rlcore train`` in a subprocess (kill, Ctrl-C, orphans, resume) is in
 ``test_faults_cli.py``.
@@ -75,3 +77,27 @@ def test_a_dead_rank_is_reported_while_the_others_still_block(group):
     )
     assert "exit SYSTEM_ERROR" in first, first  # Ray's cause, on the first line
     assert took < 30, took
+
+
+@pytest.mark.slow
+def test_a_stopped_rank_is_named_not_the_peer_whose_collective_timed_out(group):
+    """Issue 15: with 2 ranks and a collective timeout shorter than the heartbeat timeout, the
+    error named the healthy rank 0 (its all-reduce timed out), not the SIGSTOPped rank 1."""
+    from rlcore.liveness import CONFIRM_S
+
+    pids = group.pid(0)
+    start = time.monotonic()
+    with pytest.raises(WorkerError) as info:
+        group.all_reduce_with_stopped(1)
+    took = time.monotonic() - start
+    text = str(info.value)
+    assert "\n" not in text, text
+    assert re.fullmatch(
+        rf"role faulty rank 1 \(node [\d.]+, pid {pids[1]}\) stopped responding in "
+        rf"all_reduce_with_stopped: no heartbeat for {CONFIRM_S:g} s while rank 0 gave up "
+        r"waiting for it \(a collective timed out, RLCORE_COLLECTIVE_TIMEOUT_S\); the process "
+        r"is stopped or wedged",
+        text,
+    ), text
+    print(f"stopped rank named after {took:.1f} s (collective timeout {TIMEOUT_S} s)")
+    assert took < TIMEOUT_S + CONFIRM_S + 20, took

@@ -16,6 +16,11 @@ the driver's clock, so clocks of other nodes do not matter) ends the run with on
     heartbeat for 30 s (RLCORE_HEARTBEAT_TIMEOUT_S=30); the process is stopped or wedged
 
 So a stopped worker is reported within ``timeout + POLL_S`` seconds of its last beat.
+
+A collective can give up first: with ``RLCORE_COLLECTIVE_TIMEOUT_S`` shorter than the heartbeat
+timeout, the *healthy* rank waiting for the stopped one fails ("timed out" in gloo). Before
+reporting that, the group asks :func:`stopped_rank` whether a rank still running has a
+heartbeat that does not move for :data:`CONFIRM_S` seconds, and names that one instead.
 """
 
 from __future__ import annotations
@@ -34,18 +39,21 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "BEAT_S",
+    "CONFIRM_S",
     "DEFAULT_TIMEOUT_S",
     "POLL_S",
     "TIMEOUT_ENV",
     "check_ranks",
     "heartbeat_timeout_s",
     "start_heartbeat",
+    "stopped_rank",
 ]
 
 TIMEOUT_ENV = "RLCORE_HEARTBEAT_TIMEOUT_S"
 DEFAULT_TIMEOUT_S = 30.0
 BEAT_S = 1.0
 POLL_S = 5.0  # rlcore.workers.waiting.DEFAULT_POLL_S (not imported: it imports this module)
+CONFIRM_S = 2.5 * BEAT_S  # a counter still for this long, while its peers beat, is stopped
 _NAMESPACE = "rlcore_heartbeat"
 _started = threading.Event()
 
@@ -139,3 +147,44 @@ def check_ranks(
                 f"{timeout:g}); the process is stopped or wedged"
             )
             raise WorkerError(msg)
+
+
+def stopped_rank(
+    role: str,
+    process_info: Sequence[Mapping[str, Any]] | None,
+    ranks: Sequence[int],
+    method: str,
+    failed_rank: int,
+    wait_s: float = CONFIRM_S,
+) -> WorkerError | None:
+    """The error naming the first of ``ranks`` whose heartbeat stands still for ``wait_s``
+    seconds, None when every one of them beats (or nothing can be read).
+
+    Called after ``failed_rank`` failed while ``ranks`` were still running: a collective that
+    timed out in a healthy rank is the symptom, a stopped peer the cause.
+    """
+    if not process_info or not ranks:
+        return None
+    kv = _kv()
+    keys = {r: _key(str(process_info[r]["node_ip"]), int(process_info[r]["pid"])) for r in ranks}
+
+    def read() -> dict[int, bytes | None]:
+        return {r: kv._internal_kv_get(k, namespace=_NAMESPACE) for r, k in keys.items()}
+
+    try:
+        before = read()
+        time.sleep(wait_s)
+        after = read()
+    except Exception:  # GCS unreachable: Ray reports that itself
+        return None
+    for rank in ranks:
+        if before[rank] is not None and before[rank] == after[rank]:
+            info = process_info[rank]
+            msg = (
+                f"role {role} rank {rank} (node {info['node_ip']}, pid {info['pid']}) stopped "
+                f"responding in {method}: no heartbeat for {wait_s:g} s while rank {failed_rank} "
+                "gave up waiting for it (a collective timed out, RLCORE_COLLECTIVE_TIMEOUT_S); "
+                "the process is stopped or wedged"
+            )
+            return WorkerError(msg)
+    return None

@@ -502,6 +502,12 @@ class RayWorkerGroup:
                     err = self._worker_error(
                         root[1] if root else failed, root[0] if root else ranks[i], method
                     )
+                    if root is None:  # or a stopped one: its timed-out peer is the symptom
+                        info = self.__dict__.get("process_info")
+                        still = [ranks[index[r]] for r in pending]
+                        err = (
+                            liveness.stopped_rank(self._role, info, still, method, ranks[i]) or err
+                        )
                     raise err from failed
         except RayError as err:  # raised by ray.wait itself: no rank to name
             raise self._worker_error(err, None, method) from err

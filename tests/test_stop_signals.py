@@ -6,6 +6,8 @@
   what Slurm and Kubernetes send), behaves like Ctrl-C: the step in flight is finished and
   saved, one ``interrupted:`` line, exit 143;
 - a second ``rlcore train`` on a run directory in use fails at once with one line;
+- a ``checkpoints/`` folder that stops taking writes mid-run: one line naming it, exit 2,
+  the checkpoints saved before intact;
 - a reward that calls ``sys.exit(3)`` costs that sample (scored 0 as an error, one warning);
   the run goes on and its checkpoints are kept;
 - ``actor.optim.lr = 1e30``: the divergence guard stops before saving the diverged weights.
@@ -209,6 +211,53 @@ def test_sigterm_to_the_process_group_is_handled_like_ctrl_c(assets, tmp_path):
 
     latest = (tmp_path / "run" / "checkpoints" / "latest").read_text().strip()
     assert verify_checkpoint(tmp_path / "run" / "checkpoints" / latest) is None
+    _assert_nothing_left(proc.pid)
+
+
+def test_a_checkpoints_folder_that_stops_taking_writes_is_one_line(assets, tmp_path):
+    """``checkpoints/`` made unwritable while the run trains (a full or remounted disk, a
+    chmod): the next save fails with one line naming the folder, exit 2; every checkpoint
+    saved before is intact and ``latest`` still names the newest."""
+    sys.path.insert(0, str(HERE))
+    from _bad_inputs import unwritable
+
+    cfg = _config(assets, tmp_path)
+    log = tmp_path / "train.log"
+    proc = _train(cfg, log)
+    checkpoints = tmp_path / "run" / "checkpoints"
+    try:
+        _wait_for(checkpoints / "latest", proc, log)
+        with unwritable(checkpoints):
+            blocked = time.monotonic()
+            code = _finish(proc, timeout=120)
+            took = time.monotonic() - blocked
+            before = sorted(p.name for p in checkpoints.glob("global_step_*"))
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    out = log.read_text()
+    print(f"unwritable checkpoints/: exit {code} after {took:.1f} s (contended machine)")
+    assert code == 2, out[-3000:]
+    errors = _lines(out, "error: ")
+    assert len(errors) == 1, out[-3000:]
+    reason = "Permission denied" if os.geteuid() != 0 else "Operation not permitted"
+    latest = (checkpoints / "latest").read_text().strip()
+    assert re.fullmatch(
+        rf"error: cannot save checkpoint step (\d+) in {re.escape(str(checkpoints))}: "
+        rf"{re.escape(str(checkpoints))}/\.tmp-global_step_\d+: {reason}; make the folder "
+        rf"writable \(or free space\) and rerun to resume; the last saved checkpoint, "
+        rf"{latest}, is intact",
+        errors[0],
+    ), errors
+    assert "Traceback" not in out
+    from rlcore.safe_checkpoint import verify_checkpoint
+
+    steps = sorted(int(name.rsplit("_", 1)[1]) for name in before)
+    assert latest == f"global_step_{steps[-1]}", (before, latest)  # the newest, still named
+    for name in before:
+        assert verify_checkpoint(checkpoints / name) is None, name
+    assert not list(checkpoints.glob(".tmp-*"))
     _assert_nothing_left(proc.pid)
 
 

@@ -265,7 +265,7 @@ def test_a_reward_calling_sys_exit_is_counted_and_the_checkpoint_kept(assets, tm
     """Rewards are scored in the reward pool: ``sys.exit`` there kills one pool worker, which is
     replaced; the sample scores 0 as an error, named in one warning, and the run goes on (here
     it is then stopped with SIGTERM). In-driver scoring gets one ``error:`` line instead (see
-    ``test_a_system_exit_during_training_is_one_line`` in test_bad_inputs.py)."""
+    ``test_a_system_exit_during_training_is_one_line`` in test_bad_inputs_runtime.py)."""
     cfg = _config(assets, tmp_path)
     log = tmp_path / "train.log"
     marker = tmp_path / "exit-now"

@@ -4,9 +4,9 @@ A checkpoint holds the weights *and* the optimizer state of one model; its ``con
 the run's resolved config. On resume the engine restores the optimizer's saved hyper-parameters
 too, so a changed ``actor.optim.lr`` would be silently ignored, and another model would fail
 deep inside a worker. Decision (documented in the README's resume section and tested in
-``tests/test_bad_inputs.py``): **refuse**, with one line naming every key that differs and its
-two values, before Ray starts. To continue with other settings, start a new run directory from
-the exported weights (``rlcore export CKPT OUT`` then ``model.path = OUT``).
+``tests/test_bad_inputs_checkpoints.py``): **refuse**, with one line naming every key that
+differs and its two values, before Ray starts. To continue with other settings, start a new
+run directory from the exported weights (``rlcore export CKPT OUT`` then ``model.path = OUT``).
 
 Compared: ``model.path`` (equal when both folders hold the same ``config.json`` and weight
 files of the same names and sizes, so a moved model still resumes), ``model.dtype`` and every

@@ -93,6 +93,15 @@ def children_shielded_from_sigterm() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        # multiprocessing's exit hook stops daemon children with SIGTERM and then joins them
+        # without a bound: one left running (the reward pool closes its own) would hang the
+        # exit, since it blocks SIGTERM. Nothing started in here is needed once it is left.
+        import multiprocessing
+
+        for child in multiprocessing.active_children():
+            if child.daemon:
+                child.kill()
+                child.join(timeout=5)
 
 
 def exit_origin(exc: BaseException) -> str:

@@ -67,3 +67,30 @@ def test_a_checkpoints_folder_made_read_only_during_the_run(tmp_path, tiny):
     assert (root / "latest").read_text().strip() == "global_step_1"
     assert verify_checkpoint(first) is None
     assert sorted(p.name for p in root.iterdir()) == ["global_step_1", "latest"]
+
+
+def test_ray_failing_to_start_is_one_line(run, capsys, registry, monkeypatch, tmp_path):
+    """Ray's own start-up error (seen on an overloaded machine: its raylet registers after the
+    30 s Ray waits) is one line, exit 2, the run lock freed. The preflight and CLI are real."""
+    import rlcore.ray_utils
+
+    def overloaded(resources):
+        raise Exception(  # what ray._private.node raises, verbatim
+            "The current node timed out during startup. This could happen because some of the "
+            "raylet failed to startup or the GCS has become overloaded."
+        )
+
+    monkeypatch.setattr(rlcore.ray_utils, "start_ray", overloaded)
+    run_dir = tmp_path / "r"
+    code, err = bi.cli(["train", str(run), f'trainer.run_dir="{run_dir}"'], capsys, registry)
+    bi.assert_one_line(
+        code,
+        err,
+        "Ray did not start: Exception: The current node timed out during startup. This could "
+        "happen because some of the raylet failed to startup or the GCS has become overloaded; "
+        "nothing was trained. Free CPU or memory and rerun; Ray's logs are under "
+        "/tmp/ray/session_latest/logs",
+    )
+    from rlcore.runlock import acquire_run_lock
+
+    acquire_run_lock(run_dir).release()  # freed

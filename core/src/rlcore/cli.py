@@ -15,7 +15,7 @@ import logging
 import sys
 import traceback
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from rlcore import __version__
 from rlcore.errors import RlcoreError
@@ -119,7 +119,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         # SIGTERM (Slurm, Kubernetes) is handled like Ctrl-C; sent to the whole process group,
         # it reaches only this process: Ray and the reward pool start with it blocked.
         with sigterm_as_interrupt(), children_shielded_from_sigterm():
-            started = start_ray(config.resources)
+            started = _start_ray(start_ray, config)
             with sigterm_as_interrupt():  # again: ray.init installed its own handler
                 result = run_training(config, prepared)
     except KeyboardInterrupt:
@@ -137,6 +137,22 @@ def _cmd_train(args: argparse.Namespace) -> int:
             stop_ray()
         lock.release()
     return result if isinstance(result, int) else 0
+
+
+def _start_ray(start: Callable[[Any], bool], config: RunConfig) -> bool:
+    """``start(config.resources)``; Ray's own start-up failure (e.g. "The current node timed out
+    during startup" on an overloaded machine) becomes one line instead of its traceback."""
+    try:
+        return start(config.resources)
+    except (RlcoreError, KeyboardInterrupt):
+        raise
+    except Exception as err:
+        first = str(err).strip().splitlines()[0].rstrip(".") if str(err).strip() else ""
+        msg = (
+            f"Ray did not start: {type(err).__name__}: {first}; nothing was trained. Free CPU or "
+            "memory and rerun; Ray's logs are under /tmp/ray/session_latest/logs"
+        )
+        raise RlcoreError(msg) from err
 
 
 def _interrupted_line(config: RunConfig) -> str:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
+
 from rlcore.dispatch import Dispatch, register
 from rlcore.interfaces import EngineSpec
 from rlcore.protocol import DataProto
@@ -25,7 +27,7 @@ class MegatronLogProbWorker(Worker):
         self.init_process_group("gloo")
         spec = EngineSpec(role="ref", model_path=model_path, micro_batch_size=2)
         self.engine = MegatronEngine(spec, MegatronEngine.Config(tensor_parallel=tensor_parallel))
-        info = self.engine.dispatch_info()
+        info = attrs.asdict(self.engine.dispatch_info())
         self.set_dispatch_info(**info)
         return info
 

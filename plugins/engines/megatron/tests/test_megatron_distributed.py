@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _common import hf_logits, make_batch, token_mean_loss, valid_max_diff
+from _common import hf_logits, make_batch, token_mean_loss, valid_max_diff, zero_advantage_batch
 
 torch.set_num_threads(1)
 
@@ -48,6 +48,10 @@ def _fsdp2_reference(model_path: str) -> dict:
         loss = engine.forward_backward(batch, token_mean_loss, temperature=1.0)["loss"]
         norm = engine.optimizer_step(lr=1e-3)
         params = {n: t.clone() for n, t in engine.named_parameters_for_sync()}
+        # the same loss on the batch with zero-advantage rows, all rows kept, fresh weights
+        fresh = fsdp2.FSDP2Engine(spec)
+        fresh.forward_backward(zero_advantage_batch(), token_mean_loss, temperature=1.0)
+        skip_norm = fresh.optimizer_step(lr=1e-3)
     finally:
         dist.destroy_process_group()
     return {
@@ -55,6 +59,7 @@ def _fsdp2_reference(model_path: str) -> dict:
         "loss": loss,
         "grad_norm": norm,
         "params": params,
+        "skip_grad_norm": skip_norm,
     }
 
 
@@ -126,6 +131,15 @@ def test_one_step_equals_fsdp2(runs, scenario):
     assert float(got["grad_norm"]) == pytest.approx(ref["grad_norm"], rel=1e-5)
     diff = max(float((got["params"][n] - p).abs().max()) for n, p in ref["params"].items())
     assert diff < 1e-5
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", ["tp2", "dp2"])
+def test_zero_advantage_rows_left_out_give_the_full_gradient(runs, scenario):
+    """The role trainer's skip lever: totals count each row once per data-parallel group."""
+    results, references = runs
+    got, ref = results[scenario], references[SCENARIOS[scenario][2]]
+    assert float(got["skip_grad_norm"]) == pytest.approx(ref["skip_grad_norm"], rel=1e-5)
 
 
 @pytest.mark.slow

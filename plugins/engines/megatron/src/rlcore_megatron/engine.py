@@ -150,6 +150,14 @@ class MegatronEngine(BaseEngine):
                 self.config, tensor_parallel=1, pipeline_parallel=1, sequence_parallel=False
             )
         cfg = self.config
+        if trains and spec.dtype != "float32":
+            # Not silent: megatron's mixed-precision optimizer is not wired in yet.
+            log.warning(
+                "%s: the megatron engine trains in float32 (model.dtype = %s is used by the "
+                "reference and the export only)",
+                where,
+                spec.dtype,
+            )
         if cfg.sequence_parallel and importlib.util.find_spec("apex") is None:
             # megatron-core's local layer spec falls back to torch norms without apex, and
             # those refuse sequence parallelism.

@@ -42,6 +42,7 @@ def run(name: str, tp: int, pp: int, model_path: str, out_dir: Path) -> None:
     metrics = engine.forward_backward(batch, token_mean_loss, temperature=1.0)
     grad_norm = engine.optimizer_step(lr=1e-3)
     params = {n: t.clone() for n, t in engine.named_parameters_for_sync()}
+    engine.save_checkpoint(str(out_dir / f"{name}_checkpoint"))  # read back on one process
     mismatch = ""
     if name == "tp2":  # plain DP dispatch would hand the two TP ranks different rows
         try:

@@ -105,6 +105,9 @@ def runs(tmp_path_factory):
                 proc.kill()
                 proc.wait()
     results = {name: torch.load(tmp / f"{name}.pt", weights_only=True) for name in SCENARIOS}
+    for name in SCENARIOS:
+        results[name]["checkpoint"] = tmp / f"{name}_checkpoint"
+        results[name]["model_path"] = models[SCENARIOS[name][2]]
     return results, references
 
 
@@ -156,3 +159,34 @@ def test_different_rows_on_tensor_parallel_ranks_fail_loudly(runs):
     results, _ = runs
     assert "received different rows" in results["tp2"]["mismatch_error"]
     assert "MESH_COMPUTE_PROTO" in results["tp2"]["mismatch_error"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_one_process_reads_the_weights_of_any_layout(runs, scenario):
+    """What ``rlcore export`` does: an inference-only engine on one process, unsharded,
+    merges the TP/PP checkpoint shards; its weights are exactly the trained ones."""
+    from megatron.core import parallel_state
+
+    from rlcore.interfaces import EngineSpec
+    from rlcore_megatron.engine import MegatronEngine
+
+    results, _ = runs
+    got = results[scenario]
+    tp, pp, _ = SCENARIOS[scenario]
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        spec = EngineSpec(
+            role="actor", model_path=got["model_path"], optim=None, micro_batch_size=2
+        )
+        engine = MegatronEngine(
+            spec, MegatronEngine.Config(tensor_parallel=tp, pipeline_parallel=pp)
+        )
+        assert (engine.layout.tp, engine.layout.pp) == (1, 1)
+        engine.load_checkpoint(str(got["checkpoint"]))
+        loaded = dict(engine.named_parameters_for_sync())
+    finally:
+        parallel_state.destroy_model_parallel()
+        dist.destroy_process_group()
+    assert set(loaded) == set(got["params"])
+    assert all(torch.equal(loaded[n], got["params"][n]) for n in loaded)

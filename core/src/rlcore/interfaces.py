@@ -51,6 +51,7 @@ import attrs
 if TYPE_CHECKING:
     import torch
 
+    from rlcore.dispatch import DispatchInfo
     from rlcore.protocol import DataProto
 
 __all__ = [
@@ -319,6 +320,16 @@ class BaseEngine(abc.ABC):
 
     def onload(self) -> None:
         """Undo :meth:`offload`; the worker calls it after generation."""
+
+    def dispatch_info(self) -> DispatchInfo | None:
+        """This rank's place in the engine's data-parallel mesh, or None: purely data-parallel.
+
+        An engine whose ranks are not all data-parallel (tensor or pipeline parallelism)
+        returns its ``dp_rank``/``dp_size`` and whether this rank is the one whose outputs
+        stand for its data-parallel group; the role worker registers it and is called through
+        the mesh dispatch (every rank of a group gets the same rows, one rank's output is kept).
+        """
+        return None
 
     # --- LoRA (optional: an engine without adapters keeps these defaults) ----------------
 

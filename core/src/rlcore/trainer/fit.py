@@ -46,12 +46,13 @@ from rlcore.metrics import (
     timing_metrics,
 )
 from rlcore.trainer.layout import mini_batch_layout
-from rlcore.trainer.roles import POLICY_INPUT_KEYS
+from rlcore.trainer.roles import ACTOR_MESH, CRITIC_MESH, POLICY_INPUT_KEYS
 
 if TYPE_CHECKING:
     from rlcore.checkpoint import CheckpointManager
     from rlcore.config import RunConfig
     from rlcore.data import PromptDataLoader
+    from rlcore.dispatch import DispatchInfo
     from rlcore.interfaces import BaseAlgorithm
     from rlcore.protocol import DataProto
     from rlcore.reward import RewardManager
@@ -353,13 +354,17 @@ class Trainer:
                 update_keys = (*update_keys, "old_log_probs")
             if self.critic is not None and specs.critic is not None:
                 critic_keys = (*POLICY_INPUT_KEYS, "values", "returns")
-                critic_in = self._laid_out(batch, critic_keys, specs.critic.update)
+                critic_in = self._laid_out(
+                    batch, critic_keys, specs.critic.update, self.critic.dispatch_info(CRITIC_MESH)
+                )
                 with timed("update_critic", timing):
                     out = self.critic.update_critic(critic_in, step)
                 _add_timing(worker, _take_metrics(out))
             if self.algorithm.needs_reference:
                 update_keys = (*update_keys, "ref_log_prob")
-            actor_in = self._laid_out(batch, update_keys, specs.policy.update)
+            actor_in = self._laid_out(
+                batch, update_keys, specs.policy.update, self.policy.dispatch_info(ACTOR_MESH)
+            )
             with timed("update_actor", timing):
                 out = self.policy.update_actor(actor_in, step)
             _add_timing(worker, _take_metrics(out))
@@ -378,12 +383,20 @@ class Trainer:
         """Only the tensors a worker call needs: per-row strings and dicts stay here."""
         return batch.select(batch_keys=list(keys), non_tensor_batch_keys=[])
 
-    def _laid_out(self, batch: DataProto, keys: Sequence[str], update: UpdateSpec) -> DataProto:
-        """The update's rows: whole mini-batches per rank, zero-weight padding (layout.py)."""
+    def _laid_out(
+        self,
+        batch: DataProto,
+        keys: Sequence[str],
+        update: UpdateSpec,
+        mesh: Sequence[DispatchInfo],
+    ) -> DataProto:
+        """The update's rows: whole mini-batches per data-parallel rank of the role's ``mesh``
+        (its engine's ``dispatch_info``; tensor-parallel ranks share rows), zero-weight padding
+        (layout.py)."""
         return mini_batch_layout(
             self._select(batch, keys),
             rows_per_mini_batch=update.rows_per_mini_batch,
-            world_size=self.world_size,
+            world_size=mesh[0].dp_size,
             balance_tokens=update.balance_tokens,
         )
 

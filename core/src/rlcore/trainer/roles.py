@@ -16,6 +16,14 @@ Around training the policy worker drives the rollout's memory: ``wake_up()`` bef
 sync and generation, ``sleep()`` after generation; the actor engine is ``offload()``-ed while
 the rollout generates and ``onload()``-ed after.
 
+Every engine declares its data-parallel place in a mesh of its own (``actor``, ``ref``,
+``critic``; :meth:`BaseEngine.dispatch_info`, default: purely data-parallel), and the methods
+that feed it rows use that mesh's dispatch (:func:`rlcore.dispatch.mesh_dispatch_mode`): with
+tensor or pipeline parallelism the ranks of one data-parallel group get the same rows and one
+rank's output is kept; purely data-parallel engines get one shard per rank, as with
+``DP_COMPUTE_PROTO``. Generation stays ``DP_COMPUTE_PROTO``: every rank's rollout holds the
+whole model. The driver reads each mesh's ``dp_size`` to lay out the update rows.
+
 Each method returns its data and, in ``meta_info["metrics"]``, lists of metric values;
 ``DataProto.concat`` merges them over ranks and the driver reduces them. Worker-side phase
 times go under ``timing_s/worker/*`` so ``benchmarks/step.py`` can tell compute from overhead.
@@ -27,7 +35,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlcore.dispatch import Dispatch, register
+from rlcore.dispatch import Dispatch, DispatchInfo, mesh_dispatch_mode, register
 from rlcore.interfaces import BaseAlgorithm, BaseEngine, BaseRollout, SamplingParams
 from rlcore.trainer.update import RoleTrainer, clock, summed
 from rlcore.workers import Worker
@@ -42,9 +50,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "ACTOR_MESH",
+    "CRITIC_MESH",
     "POLICY_INPUT_KEYS",
+    "REF_MESH",
     "ActorRolloutRefWorker",
     "CriticWorker",
+    "declare_mesh",
     "push_weights",
 ]
 
@@ -55,6 +67,29 @@ POLICY_INPUT_KEYS = ("input_ids", "attention_mask", "position_ids", "responses",
 # Same names as rlcore.checkpoint.ACTOR_DIR / CRITIC_DIR (the checkpoint layout contract).
 ACTOR_SUBDIR = "actor"
 CRITIC_SUBDIR = "critic"
+
+# One mesh per engine: a tensor-parallel actor may sit next to a data-parallel reference.
+ACTOR_MESH = "actor"
+REF_MESH = "ref"
+CRITIC_MESH = "critic"
+_ACTOR = mesh_dispatch_mode(ACTOR_MESH)
+_REF = mesh_dispatch_mode(REF_MESH)
+_CRITIC = mesh_dispatch_mode(CRITIC_MESH)
+
+
+def declare_mesh(worker: Worker, engine: BaseEngine, mesh: str) -> DispatchInfo:
+    """Register ``engine``'s data-parallel place as ``mesh`` on ``worker``; return it.
+
+    An engine without a mesh of its own (``dispatch_info()`` is None) is purely data-parallel:
+    every rank is its own data-parallel group.
+    """
+    info = engine.dispatch_info() or DispatchInfo(
+        dp_rank=worker.rank, dp_size=worker.world_size, is_collect=True
+    )
+    worker.set_dispatch_info(
+        dp_rank=info.dp_rank, dp_size=info.dp_size, is_collect=info.is_collect, mesh=mesh
+    )
+    return info
 
 
 def _build_agent_loop(spec: AgentSpec) -> AgentLoop:
@@ -102,12 +137,14 @@ class ActorRolloutRefWorker(Worker):
         self.init_process_group(spec.backend)
         self.algorithm = spec.algorithm.build()
         self.actor = spec.actor.engine.build(spec.actor.spec)
+        actor_mesh = declare_mesh(self, self.actor, ACTOR_MESH)
         self._trainer = RoleTrainer(
             "actor",
             self.actor,
             spec.update,
             skip_zero_advantage_rows=spec.skip_zero_advantage_rows,
             backend=spec.backend,
+            replicas=self.world_size // actor_mesh.dp_size,
         )
         # A LoRA actor is its own reference (adapters off) unless [ref.engine] differs.
         self._ref_in_actor = (
@@ -118,6 +155,10 @@ class ActorRolloutRefWorker(Worker):
         )
         if spec.ref is not None and not self._ref_in_actor:
             self.ref = spec.ref.engine.build(spec.ref.spec)
+        if self.ref is not None:
+            declare_mesh(self, self.ref, REF_MESH)
+        elif self._ref_in_actor:
+            self.set_dispatch_info(**attrs.asdict(actor_mesh), mesh=REF_MESH)
         # Ranks draw different samples; reruns reproduce.
         rollout_spec = attrs.evolve(
             spec.rollout_spec, seed=spec.rollout_spec.seed + 1000 * self.rank
@@ -227,7 +268,7 @@ class ActorRolloutRefWorker(Worker):
 
     # --- forward passes -------------------------------------------------------------------
 
-    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @register(dispatch_mode=_ACTOR)
     def compute_log_prob(self, data: DataProto) -> DataProto:
         """``old_log_probs`` (B, R) of the responses under the current actor."""
         from rlcore.protocol import DataProto
@@ -241,7 +282,7 @@ class ActorRolloutRefWorker(Worker):
             meta_info={"metrics": summed(timing)},
         )
 
-    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @register(dispatch_mode=_REF)
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
         """``ref_log_prob`` (B, R) under the frozen reference policy."""
         from rlcore.protocol import DataProto
@@ -264,7 +305,7 @@ class ActorRolloutRefWorker(Worker):
 
     # --- update ---------------------------------------------------------------------------
 
-    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @register(dispatch_mode=_ACTOR)
     def update_actor(self, data: DataProto, step: int) -> DataProto:
         """``epochs`` passes over this rank's mini-batches, then weight sync; metrics only.
 
@@ -306,7 +347,10 @@ class CriticWorker(Worker):
         self.init_process_group(spec.backend)
         self.algorithm = spec.algorithm.build()
         self.critic = spec.critic.engine.build(spec.critic.spec)
-        self._trainer = RoleTrainer("critic", self.critic, spec.update)
+        mesh = declare_mesh(self, self.critic, CRITIC_MESH)
+        self._trainer = RoleTrainer(
+            "critic", self.critic, spec.update, replicas=self.world_size // mesh.dp_size
+        )
         log.info("rank %d: critic ready", self.rank)
 
     def _parts(self) -> tuple[BaseEngine, BaseAlgorithm, RoleTrainer]:
@@ -334,7 +378,7 @@ class CriticWorker(Worker):
         critic.load_checkpoint(str(src))
         trainer.steps = int(load_worker_state(src, self.rank)["critic_optimizer_steps"])
 
-    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @register(dispatch_mode=_CRITIC)
     def compute_values(self, data: DataProto) -> DataProto:
         """``values`` (B, R): the critic's estimate before each response token."""
         from rlcore.protocol import DataProto
@@ -347,7 +391,7 @@ class CriticWorker(Worker):
             tensors={"values": values}, meta_info={"metrics": summed(timing)}
         )
 
-    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @register(dispatch_mode=_CRITIC)
     def update_critic(self, data: DataProto, step: int) -> DataProto:
         """``epochs`` passes of the algorithm's value loss over mini-batches; metrics only."""
         from rlcore.protocol import DataProto

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from rlcore.engine_utils import learning_rate
-from rlcore.interfaces import BaseEngine, LossFn
+from rlcore.interfaces import BaseEngine, BatchTotals, LossFn
 from rlcore.trainer.levers import drop_zero_advantage_rows, old_log_probs_from_forward, with_totals
 
 if TYPE_CHECKING:
@@ -49,7 +49,9 @@ class RoleTrainer:
     """One role's optimizer-step loop over the rows a worker got; owns the LR position.
 
     ``steps`` counts optimizer steps actually taken (a non-finite one is skipped and does not
-    advance the schedule); it is part of the role's checkpoint map.
+    advance the schedule); it is part of the role's checkpoint map. ``replicas``: how many
+    ranks hold each row (the tensor x pipeline-parallel size of the engine's mesh; 1 when it
+    is purely data-parallel).
     """
 
     def __init__(
@@ -60,6 +62,7 @@ class RoleTrainer:
         *,
         skip_zero_advantage_rows: bool = False,
         backend: str = "gloo",
+        replicas: int = 1,
     ) -> None:
         self.role = role
         self.engine = engine
@@ -67,6 +70,7 @@ class RoleTrainer:
         # The loss ignores rows with zero advantage (rlcore.trainer.levers): leave them out.
         self.skip_zero_advantage_rows = skip_zero_advantage_rows
         self.backend = backend
+        self.replicas = replicas
         self.steps = 0
 
     def lr(self) -> float:
@@ -118,6 +122,7 @@ class RoleTrainer:
                     mini_batch, totals = drop_zero_advantage_rows(
                         mini_batch, _collective_device(self.backend)
                     )
+                    totals = _per_replica(totals, self.replicas)
                     step_loss = with_totals(loss_fn, totals)
                     skipped = 1.0 - len(mini_batch) / full
                     add_metrics(metrics, {f"{role}/skipped_rows_frac": skipped})
@@ -145,6 +150,21 @@ class RoleTrainer:
                         f"{role}/lr": lr,
                     },
                 )
+
+
+def _per_replica(totals: BatchTotals, replicas: int) -> BatchTotals:
+    """Totals summed over all ranks -> over data-parallel groups (each row on ``replicas`` ranks).
+
+    Every rank of a tensor/pipeline-parallel group holds the same rows, so a world-wide sum
+    counts each row exactly ``replicas`` times.
+    """
+    if replicas == 1:
+        return totals
+    return BatchTotals(
+        tokens=totals.tokens // replicas,
+        sequences=totals.sequences // replicas,
+        max_response_length=totals.max_response_length,
+    )
 
 
 def _collective_device(backend: str) -> torch.device | None:

@@ -32,6 +32,13 @@ def make_batch(rows: int = 4, prompt: int = 6, response: int = 5, seed: int = 0)
     )
 
 
+def zero_advantage_batch() -> DataProto:
+    """:func:`make_batch` with advantage 0 on rows 0 and 2 (one per data-parallel half)."""
+    batch = make_batch()
+    batch.batch["advantages"][[0, 2]] = 0.0
+    return batch
+
+
 def token_mean_loss(outputs, mb, totals):
     """Policy-gradient-shaped token-mean loss, normalised by the mini-batch's token count."""
     mask = mb.batch["response_mask"].float()

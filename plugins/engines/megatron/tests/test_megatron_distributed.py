@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _common import hf_logits, make_batch, token_mean_loss, valid_max_diff
+from _common import hf_logits, make_batch, token_mean_loss, valid_max_diff, zero_advantage_batch
 
 torch.set_num_threads(1)
 
@@ -48,6 +48,10 @@ def _fsdp2_reference(model_path: str) -> dict:
         loss = engine.forward_backward(batch, token_mean_loss, temperature=1.0)["loss"]
         norm = engine.optimizer_step(lr=1e-3)
         params = {n: t.clone() for n, t in engine.named_parameters_for_sync()}
+        # the same loss on the batch with zero-advantage rows, all rows kept, fresh weights
+        fresh = fsdp2.FSDP2Engine(spec)
+        fresh.forward_backward(zero_advantage_batch(), token_mean_loss, temperature=1.0)
+        skip_norm = fresh.optimizer_step(lr=1e-3)
     finally:
         dist.destroy_process_group()
     return {
@@ -55,6 +59,7 @@ def _fsdp2_reference(model_path: str) -> dict:
         "loss": loss,
         "grad_norm": norm,
         "params": params,
+        "skip_grad_norm": skip_norm,
     }
 
 
@@ -100,6 +105,9 @@ def runs(tmp_path_factory):
                 proc.kill()
                 proc.wait()
     results = {name: torch.load(tmp / f"{name}.pt", weights_only=True) for name in SCENARIOS}
+    for name in SCENARIOS:
+        results[name]["checkpoint"] = tmp / f"{name}_checkpoint"
+        results[name]["model_path"] = models[SCENARIOS[name][2]]
     return results, references
 
 
@@ -129,6 +137,15 @@ def test_one_step_equals_fsdp2(runs, scenario):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("scenario", ["tp2", "dp2"])
+def test_zero_advantage_rows_left_out_give_the_full_gradient(runs, scenario):
+    """The role trainer's skip lever: totals count each row once per data-parallel group."""
+    results, references = runs
+    got, ref = results[scenario], references[SCENARIOS[scenario][2]]
+    assert float(got["skip_grad_norm"]) == pytest.approx(ref["skip_grad_norm"], rel=1e-5)
+
+
+@pytest.mark.slow
 def test_dispatch_info_marks_one_collect_rank_per_data_parallel_group(runs):
     results, _ = runs
     # rows: (dp_rank, dp_size, is_collect) of global ranks 0 and 1
@@ -142,3 +159,34 @@ def test_different_rows_on_tensor_parallel_ranks_fail_loudly(runs):
     results, _ = runs
     assert "received different rows" in results["tp2"]["mismatch_error"]
     assert "MESH_COMPUTE_PROTO" in results["tp2"]["mismatch_error"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_one_process_reads_the_weights_of_any_layout(runs, scenario):
+    """What ``rlcore export`` does: an inference-only engine on one process, unsharded,
+    merges the TP/PP checkpoint shards; its weights are exactly the trained ones."""
+    from megatron.core import parallel_state
+
+    from rlcore.interfaces import EngineSpec
+    from rlcore_megatron.engine import MegatronEngine
+
+    results, _ = runs
+    got = results[scenario]
+    tp, pp, _ = SCENARIOS[scenario]
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        spec = EngineSpec(
+            role="actor", model_path=got["model_path"], optim=None, micro_batch_size=2
+        )
+        engine = MegatronEngine(
+            spec, MegatronEngine.Config(tensor_parallel=tp, pipeline_parallel=pp)
+        )
+        assert (engine.layout.tp, engine.layout.pp) == (1, 1)
+        engine.load_checkpoint(str(got["checkpoint"]))
+        loaded = dict(engine.named_parameters_for_sync())
+    finally:
+        parallel_state.destroy_model_parallel()
+        dist.destroy_process_group()
+    assert set(loaded) == set(got["params"])
+    assert all(torch.equal(loaded[n], got["params"][n]) for n in loaded)

@@ -2,7 +2,8 @@
 
 With tensor parallelism both ranks form one data-parallel group: each must receive the same,
 whole shard (not half of it, as plain data-parallel dispatch would send), and only the
-collect rank's output may come back.
+collect rank's output may come back. First with a bare worker calling the engine, then
+through rlcore's real ``CriticWorker`` (its registered methods, the driver's update layout).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ sys.path.insert(0, str(HERE))
 
 from _common import hf_logits, make_batch  # noqa: E402
 
+from rlcore.protocol import DataProto  # noqa: E402
 from rlcore.resources import ResourcePool  # noqa: E402
 from rlcore.workers import ClassWithInitArgs, RayWorkerGroup  # noqa: E402
 
@@ -72,3 +74,90 @@ def test_each_data_parallel_shard_is_sent_once_and_collected_once(group, tiny_pa
     logits = hf_logits(tiny_path, batch)[:, -(r + 1) : -1]
     expected = torch.log_softmax(logits, -1).gather(-1, batch.batch["responses"][..., None])
     assert float((log_probs - expected[..., 0]).abs().max()) < 1e-5
+
+
+@pytest.fixture
+def critic_group(ray_session, tiny_path, group):
+    import _megatron_workers
+
+    from rlcore.components import Component
+    from rlcore.interfaces import EngineSpec, OptimConfig
+    from rlcore.trainer.specs import CriticSpec, EngineRole, UpdateSpec
+    from rlcore_megatron.engine import MegatronEngine
+
+    group.shutdown()  # the bare workers' slots (and their parallel state) go first
+    optim = OptimConfig(lr=1e-3)
+    spec = CriticSpec(
+        backend="gloo",
+        critic=EngineRole(
+            engine=Component(
+                kind="engine",
+                name="megatron",
+                options=MegatronEngine.Config(tensor_parallel=2),
+                where="[critic.engine]",
+            ),
+            spec=EngineSpec(
+                role="critic",
+                model_path=tiny_path,
+                optim=optim,
+                total_steps=10,
+                micro_batch_size=2,
+                value_head=True,
+            ),
+        ),
+        algorithm=Component(kind="algorithm", name="ppo", where="[algorithm]"),
+        update=UpdateSpec(
+            rows_per_mini_batch=2,
+            mini_batches=2,
+            epochs=1,
+            shuffle=False,
+            seed=0,
+            optim=optim,
+            schedule_steps=10,
+        ),
+    )
+    pool = ResourcePool([2], cpus_per_process=0.5, name="test_megatron_mesh_critic")
+    wg = RayWorkerGroup(
+        pool,
+        ClassWithInitArgs(_megatron_workers.RecordingCriticWorker, spec),
+        role="critic",
+        runtime_env={"env_vars": {"PYTHONPATH": str(HERE)}},
+    )
+    yield wg
+    wg.shutdown()
+    pool.remove()
+
+
+@pytest.mark.slow
+def test_the_critic_role_sends_each_data_parallel_shard_once(critic_group):
+    from rlcore.trainer.layout import mini_batch_layout
+    from rlcore.trainer.roles import CRITIC_MESH, POLICY_INPUT_KEYS
+
+    critic_group.init_model()
+    infos = critic_group.dispatch_info(CRITIC_MESH)
+    assert [(i.dp_rank, i.dp_size, i.is_collect) for i in infos] == [(0, 1, True), (0, 1, False)]
+
+    batch = make_batch(rows=4)
+    model_in = batch.select(batch_keys=list(POLICY_INPUT_KEYS))
+    model_bytes = sum(t.numel() * t.element_size() for t in model_in.batch.values())
+    values = critic_group.compute_values(model_in).batch["values"]
+    assert values.shape == batch.batch["responses"].shape  # 4 rows back, not 8
+    assert torch.isfinite(values).all()
+
+    update_in = model_in.union(  # union adds to model_in in place
+        DataProto.from_dict(tensors={"values": values, "returns": values + 0.5})
+    )
+    # the driver's layout for one data-parallel rank: 2 mini-batches of 2 rows
+    laid = mini_batch_layout(update_in, rows_per_mini_batch=2, world_size=infos[0].dp_size)
+    out = critic_group.update_critic(laid, 0)
+    metrics = out.meta_info["metrics"]
+    assert len(metrics["critic/grad_norm"]) == 2  # two optimizer steps, from the collect rank
+    assert metrics["critic/nonfinite"] == [0.0, 0.0]
+
+    received = critic_group.pop_received()
+    rows = batch.batch["input_ids"][:, 0].tolist()
+    update_bytes = sum(t.numel() * t.element_size() for t in laid.batch.values())
+    for calls in received:  # both TP ranks: each call once, with every row
+        assert [c["method"] for c in calls] == ["compute_values", "update_critic"]
+        assert [c["rows"] for c in calls] == [rows, laid.batch["input_ids"][:, 0].tolist()]
+        assert [c["bytes"] for c in calls] == [model_bytes, update_bytes]

@@ -1,9 +1,12 @@
-"""``rlcore train`` with megatron actor, critic and reference engines (2 processes, DP=2).
+"""``rlcore train`` with megatron actor, critic and reference engines on 2 processes.
 
-PPO with a KL loss for 2 steps on the tiny run, a checkpoint every step. Against the same
-run on FSDP2: the step-1 metrics agree (same rollouts, same gradients). Resumed from its
-step-1 checkpoint, the run ends with a bit-identical final actor; ``rlcore export`` of the
-megatron checkpoint (on one process) loads in transformers with the final actor's logits.
+Two layouts: DP=2 (``tensor_parallel = 1``) and TP=2 (``tensor_parallel = 2``: one
+data-parallel group, so the role workers go through the mesh dispatch and the driver lays the
+update rows out for one data-parallel rank). PPO with a KL loss for 2 steps on the tiny run, a
+checkpoint every step. Against the same run on FSDP2 (DP=2): the step-1 metrics agree (same
+rollouts, same gradients). Resumed from its step-1 checkpoint, the run ends with a
+bit-identical final actor; ``rlcore export`` of the megatron checkpoint (on one process, the
+TP=2 shards merged) loads in transformers with the final actor's logits.
 """
 
 from __future__ import annotations
@@ -21,19 +24,30 @@ import torch
 pytestmark = pytest.mark.slow
 
 STEPS = 2
+# layout name -> tensor_parallel of every megatron engine (actor, critic, reference)
+LAYOUTS = {"dp2": 1, "tp2": 2}
 
 
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory):
-    from rlcore.testing.runs import arithmetic_rows, tiny_run_model, write_jsonl, write_train_script
+    from rlcore.testing.runs import arithmetic_rows, write_jsonl, write_train_script
+    from rlcore.testing.tiny_model import build_tiny_model
 
     root = tmp_path_factory.mktemp("megatron_run")
-    model = tiny_run_model(root / "model")
+    # The tiny run's model with 2 KV heads, so that tensor_parallel = 2 divides them.
+    model = build_tiny_model(root / "model", hidden=64, layers=1, heads=2, kv_heads=2)
     rows = arithmetic_rows([(a, 2) for a in range(8)])
     return root, model, write_jsonl(rows, root / "train.jsonl"), write_train_script(root / "run.py")
 
 
-def _train(assets, name: str, engine: str, *, before=None) -> Path:
+def _engines(engine: str, tensor_parallel: int = 1) -> str:
+    option = f"tensor_parallel = {tensor_parallel}\n" if tensor_parallel > 1 else ""
+    return "".join(
+        f'[{role}.engine]\nname = "{engine}"\n{option}\n' for role in ("actor", "critic")
+    )
+
+
+def _train(assets, name: str, engines: str, *, before=None) -> Path:
     from rlcore.testing.runs import tiny_run_toml
 
     root, model, train, script = assets
@@ -50,7 +64,7 @@ def _train(assets, name: str, engine: str, *, before=None) -> Path:
         save_freq=1,
         seed=7,
         processes_per_node=2,
-        extra=f'[actor.engine]\nname = "{engine}"\n\n[critic.engine]\nname = "{engine}"\n',
+        extra=engines,
     )
     config = root / f"{name}.toml"
     config.write_text(text)
@@ -84,21 +98,30 @@ def _weights(folder: Path) -> dict[str, torch.Tensor]:
     return load_file(str(folder / "model.safetensors"))
 
 
+@pytest.fixture(scope="module", params=list(LAYOUTS))
+def layout(request) -> str:
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def megatron_run(assets):
-    return _train(assets, "megatron", "megatron")
+def megatron_run(assets, layout):
+    return _train(assets, f"megatron_{layout}", _engines("megatron", LAYOUTS[layout]))
 
 
-def test_first_step_matches_fsdp2(assets, megatron_run):
-    fsdp2 = _train(assets, "fsdp2", "fsdp2")
-    got, expected = _metrics(megatron_run)[0], _metrics(fsdp2)[0]
+@pytest.fixture(scope="module")
+def fsdp2_run(assets):
+    return _train(assets, "fsdp2", _engines("fsdp2"))
+
+
+def test_first_step_matches_fsdp2(megatron_run, fsdp2_run):
+    got, expected = _metrics(megatron_run)[0], _metrics(fsdp2_run)[0]
     assert got["step"] == expected["step"] == 1
     for key in ("actor/grad_norm", "critic/grad_norm", "critic/vf_loss", "actor/entropy"):
         assert got[key] == pytest.approx(expected[key], rel=1e-4, abs=1e-6), key
     assert got["actor/nonfinite"] == got["critic/nonfinite"] == 0.0
 
 
-def test_resume_from_step_1_is_bit_identical(assets, megatron_run):
+def test_resume_from_step_1_is_bit_identical(assets, layout, megatron_run):
     def seed_with_step_1(run_dir: Path) -> None:
         checkpoints = run_dir / "checkpoints"
         checkpoints.mkdir(parents=True)
@@ -107,7 +130,8 @@ def test_resume_from_step_1_is_bit_identical(assets, megatron_run):
         )
         (checkpoints / "latest").write_text("global_step_1")
 
-    resumed = _train(assets, "resumed", "megatron", before=seed_with_step_1)
+    engines = _engines("megatron", LAYOUTS[layout])
+    resumed = _train(assets, f"resumed_{layout}", engines, before=seed_with_step_1)
     assert [m["step"] for m in _metrics(resumed)] == [2]  # it really resumed after step 1
     expected, got = _weights(megatron_run / "final_hf"), _weights(resumed / "final_hf")
     assert set(got) == set(expected)

@@ -33,6 +33,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
+from rlcore.dispatch import DispatchInfo
 from rlcore.engine_utils import set_lr, split_micro_batches
 from rlcore.errors import ConfigError, RlcoreError
 from rlcore.interfaces import BaseEngine, BatchTotals, EngineSpec, LossFn, ModelOutputs
@@ -45,7 +46,13 @@ from rlcore_megatron.forward import (
     set_position_ids,
     use_position_ids,
 )
-from rlcore_megatron.mapping import MappingError, megatron_names, merge_to_hf
+from rlcore_megatron.mapping import (
+    MappingError,
+    ModelDims,
+    megatron_names,
+    merge_to_hf,
+    shard_from_hf,
+)
 from rlcore_megatron.model import build_model, global_name, layer_offset, transformer_config
 from rlcore_megatron.parallel import clip_grad_norm, init_parallel, reduce_gradients
 
@@ -73,12 +80,38 @@ def _positive(instance: Any, attribute: Any, value: int) -> None:
         raise ValueError(msg)
 
 
+# rlcore-fsdp2's LoRA options (verl's names) and their "off" values: accepted here only to say,
+# in one line on the first one set, that this engine has no LoRA yet.
+_LORA_OFF: dict[str, Any] = {
+    "lora_rank": 0,
+    "lora_alpha": None,
+    "lora_dropout": None,
+    "target_modules": None,
+    "exclude_modules": None,
+}
+LORA_UNSUPPORTED = (
+    'LoRA is not supported in rlcore-megatron yet; train LoRA with name = "fsdp2" in this '
+    "table (pip install 'rlcore-fsdp2[lora]'), or remove the LoRA options"
+)
+
+
+def _no_lora(instance: Any, attribute: Any, value: Any) -> None:
+    if value == _LORA_OFF[attribute.name]:
+        return
+    first = next(k for k, off in _LORA_OFF.items() if getattr(instance, k) != off)
+    if attribute.name == first:  # one line, on the first LoRA key the user set
+        raise ValueError(LORA_UNSUPPORTED)
+
+
+def _single_process() -> bool:
+    return not dist.is_initialized() or dist.get_world_size() == 1
+
+
 class MegatronEngine(BaseEngine):
     """A :class:`~rlcore.interfaces.BaseEngine` on megatron-core (tensor/pipeline/data parallel).
 
-    Extra public surface beyond the contract: ``layout`` (sizes and ranks),
-    ``dispatch_info()`` (for ``Worker.set_dispatch_info``), ``compute_logits`` (full-vocab
-    logits, for tests), ``lr``, ``global_step``, ``skipped_steps``, ``model`` and ``dims``.
+    Extra public surface beyond the contract: ``layout`` (sizes and ranks), ``compute_logits``
+    (full-vocab logits, for tests), ``global_step``, ``skipped_steps``, ``model`` and ``dims``.
     """
 
     @attrs.frozen(kw_only=True)
@@ -90,6 +123,13 @@ class MegatronEngine(BaseEngine):
         # Shard activations of norms/dropout along the sequence over the TP group.
         sequence_parallel: bool = attrs.field(default=False)
 
+        # Not supported: set, they fail validation with LORA_UNSUPPORTED (see _LORA_OFF).
+        lora_rank: int = attrs.field(default=0, validator=_no_lora)
+        lora_alpha: float | None = attrs.field(default=None, validator=_no_lora)
+        lora_dropout: float | None = attrs.field(default=None, validator=_no_lora)
+        target_modules: str | tuple[str, ...] | None = attrs.field(default=None, validator=_no_lora)
+        exclude_modules: tuple[str, ...] | None = attrs.field(default=None, validator=_no_lora)
+
         @sequence_parallel.validator
         def _check_sequence_parallel(self, attribute: Any, value: bool) -> None:
             if value and self.tensor_parallel == 1:
@@ -99,8 +139,25 @@ class MegatronEngine(BaseEngine):
     def __init__(self, spec: EngineSpec, config: MegatronEngine.Config | None = None) -> None:
         super().__init__(spec, config)
         self.config: MegatronEngine.Config
-        cfg = self.config
         where = f"[{spec.role}.engine]"
+        trains = spec.optim is not None and spec.role != "ref"
+        sharded = self.config.tensor_parallel * self.config.pipeline_parallel > 1
+        if sharded and not trains and _single_process():
+            # One process that only reads weights (rlcore export of a TP/PP checkpoint): run
+            # unsharded; load_checkpoint merges the saved shards. Same numbers, one process.
+            log.info("%s: one process, no optimizer: running unsharded (tp = pp = 1)", where)
+            self.config = attrs.evolve(
+                self.config, tensor_parallel=1, pipeline_parallel=1, sequence_parallel=False
+            )
+        cfg = self.config
+        if trains and spec.dtype != "float32":
+            # Not silent: megatron's mixed-precision optimizer is not wired in yet.
+            log.warning(
+                "%s: the megatron engine trains in float32 (model.dtype = %s is used by the "
+                "reference and the export only)",
+                where,
+                spec.dtype,
+            )
         if cfg.sequence_parallel and importlib.util.find_spec("apex") is None:
             # megatron-core's local layer spec falls back to torch norms without apex, and
             # those refuse sequence parallelism.
@@ -131,7 +188,6 @@ class MegatronEngine(BaseEngine):
                 f"num_hidden_layers ({layers}): stages hold equal numbers of layers"
             )
             raise ConfigError(msg)
-        trains = spec.optim is not None and spec.role != "ref"
         with self._compat():
             if self._cpu:
                 install_cpu_rng_tracker(spec.seed)
@@ -189,13 +245,11 @@ class MegatronEngine(BaseEngine):
                 "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
             }
 
-    def dispatch_info(self) -> dict[str, int | bool]:
-        """Keyword arguments for ``Worker.set_dispatch_info`` (mesh dispatch)."""
-        return {
-            "dp_rank": self.layout.dp_rank,
-            "dp_size": self.layout.dp,
-            "is_collect": self.layout.is_collect,
-        }
+    def dispatch_info(self) -> DispatchInfo:
+        """This rank's data-parallel place (the role worker registers it for mesh dispatch)."""
+        return DispatchInfo(
+            dp_rank=self.layout.dp_rank, dp_size=self.layout.dp, is_collect=self.layout.is_collect
+        )
 
     # --- modes ----------------------------------------------------------------------------
 
@@ -614,6 +668,9 @@ class MegatronEngine(BaseEngine):
         extra = json.loads(extra_file.read_text())
         # Data-parallel replicas share keys, so any dp loads; TP/PP shards do not reshard.
         layout = [self.layout.tp, self.layout.pp]
+        if extra["layout"][:2] != layout and self.optimizer is None:
+            self._load_resharded(path, saved_tp=int(extra["layout"][0]))
+            return
         if extra["layout"][:2] != layout:
             msg = (
                 f"[{self.spec.role}] checkpoint {path!r} was saved with tensor_parallel, "
@@ -626,3 +683,37 @@ class MegatronEngine(BaseEngine):
         dcp.load(state, checkpoint_id=path)  # type: ignore[attr-defined]
         self.global_step = int(extra["global_step"])
         self.skipped_steps = int(extra["skipped_steps"])
+
+    @torch.no_grad()
+    def _load_resharded(self, path: str, *, saved_tp: int) -> None:
+        """Weights only, from a checkpoint of another TP/PP layout (optimizer state is not).
+
+        Every saved shard is read, merged into HF tensors (:func:`merge_to_hf`, the saved
+        layout's vocabulary padding) and cut again for this rank (:func:`shard_from_hf`).
+        Pipeline stages need nothing special: saved names use global layer numbers.
+        """
+        metadata = dcp.FileSystemReader(path).read_metadata().state_dict_metadata
+        saved: dict[str, Any] = {}
+        for key, meta in metadata.items():
+            if key.startswith("model/") and hasattr(meta, "size"):
+                saved[key] = torch.empty(tuple(meta.size), dtype=meta.properties.dtype)
+        dcp.load(saved, checkpoint_id=path)  # type: ignore[attr-defined]
+        saved_dims = ModelDims.from_hf_config(
+            self.hf_config, tp=saved_tp, value_head=self.spec.value_head
+        )
+        full: dict[str, torch.Tensor] = {}
+        for name in megatron_names(saved_dims):
+            shards = [saved[f"model/tp{r}/{name}"] for r in range(saved_tp)]
+            full.update(merge_to_hf(name, shards, saved_dims))
+        for name, param in self._local_params().items():
+            shard = shard_from_hf(
+                name, full, self.dims, tp=self.layout.tp, tp_rank=self.layout.tp_rank
+            )
+            param.copy_(shard)
+        log.info(
+            "[%s] loaded the weights of %s (saved at tensor_parallel = %d) into tp = %d",
+            self.spec.role,
+            path,
+            saved_tp,
+            self.layout.tp,
+        )

@@ -18,7 +18,7 @@ import logging
 import os
 import re
 from collections.abc import Iterable
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import attrs
 import numpy as np
@@ -63,6 +63,10 @@ class VLLMRollout(BaseRollout):
     @attrs.frozen(kw_only=True)
     class Config(BaseRollout.Config):
         """Options of ``[rollout]`` for ``name = "vllm"`` (vLLM's own names where they exist)."""
+
+        # The sampler returns the sampled tokens' log-probs at no extra pass: the driver asks
+        # for them by default, for rollout/logprob_diff_* ([rollout] log_prob_metrics).
+        cheap_log_probs: ClassVar[bool] = True
 
         # GPU: share of device memory vLLM may take (weights + KV cache). CPU: only used when
         # kv_cache_space_gb is unset (then it is the share of RAM reserved).

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from rlcore.errors import ConfigError, RlcoreError
-from rlcore.interfaces import BaseRollout, RolloutSpec, SamplingParams
+from rlcore.interfaces import BaseRollout, GenerationResult, RolloutSpec, SamplingParams
 from rlcore.protocol import DataProto
 from rlcore_vllm.weights import layer_buckets, save_bucket
 
@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 # Head sizes the CPU attention backend accepts (vllm/v1/attention/backends/cpu_attn.py).
 CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 _EXTENSION = "rlcore_vllm.weights.WeightSyncExtension"
+_ONE_REQUEST = 1 << 31  # seeds of generate_one requests: apart from generate's (seed, call)
 
 INSTALL_HINT = (
     "install the CPU build with: pip install torch==2.13.0 && pip install -c "
@@ -99,8 +100,16 @@ class VLLMRollout(BaseRollout):
         sleep_level: int = attrs.field(default=1, validator=attrs.validators.in_((1, 2)))
         # EngineCore in a subprocess. Unset: in-process (a 3 s start instead of ~20 s) unless
         # torch.distributed already spans several ranks or tensor_parallel_size > 1, where
-        # vLLM's own process group must not be the trainer's.
+        # vLLM's own process group must not be the trainer's. The async engine always is.
         multiprocessing: bool | None = None
+        # vLLM's AsyncLLM instead of vllm.LLM: generate_one (agent loops, [agent]) is then a
+        # request of its own, interleaved with every other one in the engine's continuous
+        # batch; with vllm.LLM each generate_one is a one-row batch of its own. Unset: on on
+        # GPU; off on CPU, where AsyncLLM's subprocess start costs ~20 s instead of 3 s (set
+        # it for agent runs there).
+        async_engine: bool | None = None
+        # The bound of every wait on the async engine: its start, a batch, one request, an RPC.
+        request_timeout_s: float = attrs.field(default=600.0, validator=attrs.validators.gt(0.0))
         # Bucket size for weight sync in multiprocess mode (safetensors files in /dev/shm).
         weight_bucket_mb: int = attrs.field(default=512, validator=attrs.validators.ge(1))
         # processed_logprobs: log p under the distribution sampled from (temperature applied;
@@ -128,7 +137,9 @@ class VLLMRollout(BaseRollout):
         if self.on_cpu:
             _check_cpu_head_size(spec, model_config)
         self.eos_token_ids, self.pad_token_id = _special_ids(spec, model_config)
-        self.in_process = not _wants_multiprocessing(cfg)
+        self.async_engine = (not self.on_cpu) if cfg.async_engine is None else cfg.async_engine
+        self.in_process = not self.async_engine and not _wants_multiprocessing(cfg)
+        self._requests = 0  # generate_one's seed counter
         self._calls = 0
         self._asleep = False
         self.llm = self._start_engine()
@@ -185,6 +196,11 @@ class VLLMRollout(BaseRollout):
                 msg = f"rollout 'vllm' needs vLLM, which cannot be imported ({err}); {INSTALL_HINT}"
                 raise ConfigError(msg) from err
             try:
+                if self.async_engine:
+                    from rlcore_vllm.async_engine import AsyncEngine
+
+                    timeout = self.config.request_timeout_s
+                    return AsyncEngine(self._engine_kwargs(), timeout_s=timeout)
                 return LLM(**self._engine_kwargs())
             except (ValueError, RuntimeError) as err:
                 raise _start_error(err, self) from err
@@ -272,6 +288,31 @@ class VLLMRollout(BaseRollout):
             tensors["rollout_log_probs"] = log_probs * response_mask
         return DataProto.from_dict(tensors=tensors)
 
+    async def generate_one(
+        self, prompt_ids: list[int], sampling: SamplingParams
+    ) -> GenerationResult:
+        """One request on the async engine (``async_engine``), in flight with all others.
+
+        Seeded per request from ``(spec.seed, request counter)``. Without the async engine,
+        the base class's one-row batch.
+        """
+        if not self.async_engine:
+            return await super().generate_one(prompt_ids, sampling)
+        self._check_lengths([prompt_ids], sampling.max_new_tokens)
+        seed = np.random.SeedSequence([self.spec.seed, _ONE_REQUEST, self._requests])
+        self._requests += 1
+        (params,) = self._sampling_params(sampling, seed.generate_state(1, dtype=np.uint32))
+        out = await self.llm.generate_one(prompt_ids, params)
+        completion = out.outputs[0]
+        tokens = [int(t) for t in completion.token_ids][: sampling.max_new_tokens]
+        log_probs = None
+        if sampling.return_log_probs:
+            log_probs = [float(step[t].logprob) for step, t in zip(completion.logprobs, tokens)]
+        reason: Literal["stop", "length"] = (
+            "length" if completion.finish_reason == "length" else "stop"
+        )
+        return GenerationResult(token_ids=tokens, log_probs=log_probs, finish_reason=reason)
+
     def _check_lengths(self, rows: list[list[int]], max_new_tokens: int) -> None:
         longest = max((len(r) for r in rows), default=0)
         if longest + max_new_tokens > self.max_model_len:
@@ -286,11 +327,12 @@ class VLLMRollout(BaseRollout):
     # --- state, weights, memory -----------------------------------------------------------
 
     def state_dict(self) -> dict[str, int]:
-        # Each call's seeds come from (spec.seed, calls): resuming needs the counter only.
-        return {"calls": self._calls}
+        # Each call's seeds come from (spec.seed, calls): resuming needs the counters only.
+        return {"calls": self._calls, "requests": self._requests}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         self._calls = int(state.get("calls", 0))
+        self._requests = int(state.get("requests", 0))
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Reload the streamed (HF name, full tensor) pairs into the engine, in place.
@@ -325,7 +367,10 @@ class VLLMRollout(BaseRollout):
 
     def shutdown(self) -> None:
         """Stop the engine now (its subprocesses too, in multiprocess mode) instead of at exit."""
-        self.llm.llm_engine.engine_core.shutdown()
+        if self.async_engine:
+            self.llm.shutdown()
+        else:
+            self.llm.llm_engine.engine_core.shutdown()
 
 
 # --- helpers ------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from typing import Any
 
 from rlcore.errors import ConfigError
 
-__all__ = ["check_tensor_parallel", "group_seed", "rollout_mesh"]
+__all__ = ["check_tensor_parallel", "external_launcher_kwargs", "group_seed", "rollout_mesh"]
 
 
 def _world() -> tuple[int, int]:
@@ -71,6 +71,22 @@ def check_tensor_parallel(
             "worker"
         )
         raise ConfigError(msg)
+
+
+def external_launcher_kwargs(tp: int) -> dict[str, Any]:
+    """Engine arguments of one TP rank in the trainer's world of ``world`` workers.
+
+    vLLM sizes its world as ``tp x data_parallel_size`` and, with the external launcher,
+    puts rank ``r`` in data-parallel group ``r // tp`` (``ParallelConfig``), each group an
+    engine of its own that steps in lockstep with the others (``LLMEngine``'s
+    ``external_launcher_dp``).
+    """
+    _, world = _world()
+    return {
+        "distributed_executor_backend": "external_launcher",
+        "tensor_parallel_size": tp,
+        "data_parallel_size": world // tp,
+    }
 
 
 def rollout_mesh(tp: int) -> dict[str, Any]:

@@ -27,7 +27,12 @@ from rlcore.errors import ConfigError, RlcoreError
 from rlcore.interfaces import BaseRollout, GenerationResult, RolloutSpec, SamplingParams
 from rlcore.protocol import DataProto
 from rlcore_vllm.model_info import check_cpu_head_size, model_config, special_ids
-from rlcore_vllm.parallel import check_tensor_parallel, group_seed, rollout_mesh
+from rlcore_vllm.parallel import (
+    check_tensor_parallel,
+    external_launcher_kwargs,
+    group_seed,
+    rollout_mesh,
+)
 from rlcore_vllm.weights import layer_buckets, save_bucket
 
 _EXTENSION = "rlcore_vllm.weights.WeightSyncExtension"
@@ -193,7 +198,7 @@ class VLLMRollout(BaseRollout):
         if not self.on_cpu and cfg.enable_sleep_mode:
             kwargs["enable_sleep_mode"] = True
         if cfg.tensor_parallel_size > 1:
-            kwargs["distributed_executor_backend"] = "external_launcher"
+            kwargs.update(external_launcher_kwargs(cfg.tensor_parallel_size))
         return kwargs
 
     def _start_engine(self) -> Any:
@@ -203,6 +208,9 @@ class VLLMRollout(BaseRollout):
             # vLLM logs every engine step at INFO; read once, when vllm is first imported.
             "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "WARNING"),
         }
+        if self.dispatch_mesh is not None:
+            # external_launcher takes its device from LOCAL_RANK; a worker sees one GPU.
+            env["LOCAL_RANK"] = str(torch.cuda.current_device())
         with _environ(env):
             try:
                 from vllm import LLM

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import itertools
 import threading
 from collections.abc import Coroutine, Sequence
@@ -145,6 +146,8 @@ class AsyncEngine:
         engine, self.engine = self.engine, None
         try:
             if engine is not None:
+                # First the output handler: it would log EngineCore's exit as a crash.
+                self._wait(_stop_output_handler(engine), "the output handler to stop")
                 engine.shutdown()
         finally:
             self._stop_loop()
@@ -152,6 +155,14 @@ class AsyncEngine:
     def _stop_loop(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
+
+
+async def _stop_output_handler(engine: Any) -> None:
+    handler = getattr(engine, "output_handler", None)
+    if handler is not None and not handler.done():
+        handler.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await handler
 
 
 def _final_only(params: Any) -> Any:

@@ -9,6 +9,11 @@ right-padded with the pad id to exactly ``max_new_tokens``, the mask 1 up to and
 Sampling is reproducible per row: each request carries its own seed, drawn from
 ``(spec.seed, call counter)``, so the result does not depend on how vLLM batches or schedules
 the requests, and a resumed run (``load_state_dict``) samples what an uninterrupted one would.
+
+Two engines: ``vllm.LLM`` (default on CPU; starts in-process in ~3 s) or, with
+``async_engine``, vLLM's ``AsyncLLM`` (:mod:`rlcore_vllm.async_engine`), on which
+``generate_one`` (agent loops) is a request of its own in the engine's continuous batch.
+Tensor parallelism: :mod:`rlcore_vllm.parallel`.
 """
 
 from __future__ import annotations

@@ -34,9 +34,7 @@ def spec(model_path):
 def rollout(spec):
     from rlcore_vllm.rollout import VLLMRollout
 
-    config = VLLMRollout.Config(
-        kv_cache_space_gb=KV_GB, async_engine=True, max_num_seqs=16, request_timeout_s=300
-    )
+    config = VLLMRollout.Config(kv_cache_space_gb=KV_GB, async_engine=True, max_num_seqs=16)
     rollout = VLLMRollout(spec, config)
     yield rollout
     rollout.shutdown()

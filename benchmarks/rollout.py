@@ -2,6 +2,11 @@
 
     python benchmarks/rollout.py [--device cpu|cuda] [--models quickstart,20m | --model PATH]
                                  [--rows 8,256] [--max-new-tokens 64] [--reps 3]
+                                 [--async-engine] [--quick]
+
+``--quick``: a smoke run (rows 8 and 32, 16 new tokens, one timed call each) that checks
+every row prints; its numbers are not measurements. ``--async-engine`` adds a row for the
+vLLM rollout on vLLM's AsyncLLM (``[rollout] async_engine = true``, as agent runs use it).
 
 Each model is benchmarked at each batch size (``--rows``: responses per call, prompts already
 expanded as the driver does). All three sample at temperature 1, top-p 1, from the same
@@ -160,6 +165,12 @@ def bench_model(name: str, path: str, args: argparse.Namespace) -> list[tuple]:
         vllm = VLLMRollout(spec, VLLMRollout.Config(kv_cache_space_gb=1.0))
         start_s = time.perf_counter() - start
         variants["VLLMRollout"] = lambda p: rollout_fn(vllm, p)
+        if args.async_engine:
+            start = time.perf_counter()
+            config = VLLMRollout.Config(kv_cache_space_gb=1.0, async_engine=True)
+            vllm_async = VLLMRollout(spec, config)
+            print(f"{name}: vLLM AsyncLLM start {time.perf_counter() - start:.1f} s")
+            variants["VLLMRollout async"] = lambda p: rollout_fn(vllm_async, p)
     else:
         print("vLLM is not installed here: only the HF rows (see the README, 'vLLM rollout')")
 
@@ -172,6 +183,8 @@ def bench_model(name: str, path: str, args: argparse.Namespace) -> list[tuple]:
     if start_s is not None:
         print(f"{name}: vLLM engine start {start_s:.1f} s (once per run)")
         vllm.shutdown()
+        if args.async_engine:
+            vllm_async.shutdown()
     return results
 
 
@@ -186,7 +199,11 @@ def main() -> None:
     ap.add_argument("--rows", default="8,256", help="responses per generate call")
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--async-engine", action="store_true", help="add vLLM's AsyncLLM")
+    ap.add_argument("--quick", action="store_true", help="smoke run: small, one timed call")
     args = ap.parse_args()
+    if args.quick:
+        args.rows, args.max_new_tokens, args.reps = "8,32", 16, 1
     args.rows = [int(r) for r in args.rows.split(",")]
     if args.device == "cpu":
         torch.set_num_threads(1)

@@ -151,6 +151,13 @@ class RolloutConfig:
 
     ``n`` is read in one place, the driver, which repeats each prompt ``n`` times (same
     ``uid``) before dispatch; everyone downstream sees rows, not ``n``.
+
+    ``log_prob_metrics``: ask the rollout for ``rollout_log_probs`` every training step and
+    log ``rollout/logprob_diff_mean`` / ``_max`` against the engine's old log-probs
+    (:mod:`rlcore.trainer.mismatch`). Unset: on where the rollout plugin's ``Config`` says
+    its log-probs come for free (``cheap_log_probs = True``: vLLM, whose sampler has them),
+    off otherwise (the HF rollout keeps every step's logits for them, B x R x vocab floats).
+    An algorithm option ``rollout_is`` asks for them whatever this says.
     """
 
     name: str = attrs.field(default="hf", validator=_nonempty)
@@ -158,6 +165,7 @@ class RolloutConfig:
     temperature: float = attrs.field(default=1.0, validator=v.ge(0.0))
     top_p: float = attrs.field(default=1.0, validator=[v.gt(0.0), v.le(1.0)])
     top_k: int = attrs.field(default=-1, validator=v.ge(-1))  # -1: off
+    log_prob_metrics: bool | None = None  # None: on where the rollout's log-probs are cheap
     val: ValSamplingConfig = attrs.Factory(ValSamplingConfig)
     options: Any = attrs.field(default=None, metadata=_FLATTEN)
 

@@ -171,6 +171,11 @@ class PolicyGradientAlgorithm(BaseAlgorithm):
         return self.config.entropy_coeff != 0.0
 
     @property
+    def needs_rollout_log_probs(self) -> bool:
+        """Whether the policy loss reads ``rollout_log_probs`` (``rollout_is`` is set)."""
+        return self.config.rollout_is != "none"
+
+    @property
     def needs_old_log_probs_on_driver(self) -> bool:
         """Whether :meth:`compute_rewards` reads ``old_log_probs`` (KL in the reward).
 

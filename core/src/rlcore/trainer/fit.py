@@ -46,6 +46,7 @@ from rlcore.metrics import (
     timing_metrics,
 )
 from rlcore.trainer.layout import mini_batch_layout
+from rlcore.trainer.mismatch import logprob_diff_metrics
 from rlcore.trainer.roles import ACTOR_MESH, CRITIC_MESH, POLICY_INPUT_KEYS
 
 if TYPE_CHECKING:
@@ -97,7 +98,8 @@ class LoopState:
 
 
 def reduce_worker_metrics(metrics: Mapping[str, Sequence[float] | float]) -> dict[str, float]:
-    """Per-rank (and per-mini-batch) lists -> one float: mean, but max for worker times.
+    """Per-rank (and per-mini-batch) lists -> one float: mean, but max for worker times
+    and for keys ending in ``_max`` (a maximum over ranks is the largest rank's).
 
     The driver waits for the slowest rank, so its time is the one that adds up to the step.
     """
@@ -107,7 +109,8 @@ def reduce_worker_metrics(metrics: Mapping[str, Sequence[float] | float]) -> dic
             out[key] = float(values)
         elif values:
             arr = np.asarray(values, dtype=np.float64)
-            out[key] = float(arr.max() if key.startswith("timing_s/") else arr.mean())
+            biggest = key.startswith("timing_s/") or key.endswith("_max")
+            out[key] = float(arr.max() if biggest else arr.mean())
     return out
 
 
@@ -322,11 +325,18 @@ class Trainer:
             self._last_model_in = model_in  # the divergence guard rescores it before a save
 
             # --- old log-probs, reference log-probs, values ----------------------------------
+            mismatch: dict[str, float] = {}  # rollout vs engine log-probs (trainer/mismatch.py)
             if not specs.policy.reuse_old_log_probs:  # on-policy: the update's forward has them
                 with timed("old_log_prob", timing):
                     out = self.policy.compute_log_prob(model_in)
                 _add_timing(worker, _take_metrics(out))
                 batch.union(out)
+                if "rollout_log_probs" in batch.batch:  # else the update's forward tallies it
+                    mismatch = logprob_diff_metrics(
+                        batch.batch["old_log_probs"],
+                        batch.batch["rollout_log_probs"],
+                        batch.batch["response_mask"],
+                    )
             if self.algorithm.needs_reference:
                 with timed("ref", timing):
                     out = self.policy.compute_ref_log_prob(model_in)
@@ -350,8 +360,9 @@ class Trainer:
 
             # --- updates ---------------------------------------------------------------------
             update_keys: tuple[str, ...] = (*POLICY_INPUT_KEYS, "advantages")
-            if "old_log_probs" in batch.batch:
-                update_keys = (*update_keys, "old_log_probs")
+            for key in ("old_log_probs", "rollout_log_probs"):  # rollout_is and mismatch
+                if key in batch.batch:
+                    update_keys = (*update_keys, key)
             if self.critic is not None and specs.critic is not None:
                 critic_keys = (*POLICY_INPUT_KEYS, "values", "returns")
                 critic_in = self._laid_out(
@@ -371,6 +382,7 @@ class Trainer:
 
         return {
             **worker,
+            **mismatch,
             **reward_metrics,
             **kl_metrics,
             **compute_data_metrics(batch),

@@ -27,14 +27,17 @@ if TYPE_CHECKING:
 
     from rlcore.interfaces import BatchTotals, LossFn, ModelOutputs
     from rlcore.protocol import DataProto
+    from rlcore.trainer.mismatch import MismatchTally
 
 __all__ = ["drop_zero_advantage_rows", "old_log_probs_from_forward", "with_totals"]
 
 
-def old_log_probs_from_forward(loss_fn: LossFn) -> LossFn:
+def old_log_probs_from_forward(loss_fn: LossFn, tally: MismatchTally | None = None) -> LossFn:
     """``loss_fn`` that, when a micro-batch has no ``old_log_probs``, uses the forward's.
 
     Only correct on-policy: the caller checks that the data is used for one optimizer step.
+    ``tally``: where the micro-batch carries ``rollout_log_probs``, their distance to these
+    old log-probs is added to it (:mod:`rlcore.trainer.mismatch`).
     """
 
     def loss(
@@ -49,6 +52,10 @@ def old_log_probs_from_forward(loss_fn: LossFn) -> LossFn:
             raise RuntimeError(msg)
         tensors = dict(micro_batch.batch)
         tensors["old_log_probs"] = outputs.log_probs.detach()  # (b, R): ratio 1, same gradient
+        if tally is not None and "rollout_log_probs" in tensors:
+            tally.add(
+                tensors["old_log_probs"], tensors["rollout_log_probs"], tensors["response_mask"]
+            )
         with_old = DataProto(
             batch=tensors,
             non_tensor_batch=micro_batch.non_tensor_batch,

@@ -63,6 +63,9 @@ __all__ = [
 # What a forward pass over (prompt, response) needs; the driver sends only these (plus the
 # loss inputs) so per-row strings and dicts do not cross Ray.
 POLICY_INPUT_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask")
+# generate_sequences is dispatched by this mesh: one prompt shard per rollout engine, which may
+# span several workers (vLLM tensor parallelism, rlcore_vllm/parallel.py).
+ROLLOUT_MESH = "rollout"
 
 # Same names as rlcore.checkpoint.ACTOR_DIR / CRITIC_DIR (the checkpoint layout contract).
 ACTOR_SUBDIR = "actor"
@@ -164,6 +167,14 @@ class ActorRolloutRefWorker(Worker):
             spec.rollout_spec, seed=spec.rollout_spec.seed + 1000 * self.rank
         )
         self.rollout = spec.rollout.build(rollout_spec)
+        # A rollout spanning several workers says where this rank sits (``dispatch_mesh``:
+        # dp_rank, dp_size, is_collect); otherwise every worker is its own shard.
+        mesh = getattr(self.rollout, "dispatch_mesh", None) or {
+            "dp_rank": self.rank,
+            "dp_size": self.world_size,
+            "is_collect": True,
+        }
+        self.set_dispatch_info(**mesh, mesh=ROLLOUT_MESH)
         if spec.agent is not None:
             self.agent_loop = _build_agent_loop(spec.agent)
         self._sync_weights()
@@ -250,7 +261,7 @@ class ActorRolloutRefWorker(Worker):
 
     # --- generation -----------------------------------------------------------------------
 
-    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @register(dispatch_mode=mesh_dispatch_mode(ROLLOUT_MESH))
     def generate_sequences(self, prompts: DataProto, sampling: SamplingParams) -> DataProto:
         """One response per prompt row (the driver repeated each prompt ``n`` times)."""
         actor, rollout, _, _ = self._parts()

@@ -161,6 +161,17 @@ def _agent_spec(config: RunConfig) -> AgentSpec | None:
     )
 
 
+def _wants_rollout_log_probs(config: RunConfig, algorithm: BaseAlgorithm) -> bool:
+    """Training rollouts return ``rollout_log_probs``: for the loss (``rollout_is``) or for
+    the mismatch metrics (``rollout.log_prob_metrics``, see ``RolloutConfig``)."""
+    if getattr(algorithm, "needs_rollout_log_probs", False):
+        return True
+    wanted = config.rollout.log_prob_metrics
+    if wanted is None:
+        return bool(getattr(config.rollout.options, "cheap_log_probs", False))
+    return wanted
+
+
 def build_specs(config: RunConfig, algorithm: BaseAlgorithm, total_steps: int) -> RunSpecs:
     """The per-role specs of a run of ``total_steps`` training steps."""
     model, actor, res = config.model, config.actor, config.resources
@@ -278,11 +289,14 @@ def build_specs(config: RunConfig, algorithm: BaseAlgorithm, total_steps: int) -
             update=critic_update,
         )
     max_new = config.data.max_response_length
+    train_sampling = attrs.evolve(
+        rollout.sampling(max_new), return_log_probs=_wants_rollout_log_probs(config, algorithm)
+    )
     return RunSpecs(
         policy=policy,
         critic=critic_spec,
         n=rollout.n,
         val_n=rollout.val.n,
-        train_sampling=rollout.sampling(max_new),
+        train_sampling=train_sampling,
         val_sampling=rollout.val.sampling(max_new),
     )

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from rlcore.engine_utils import learning_rate
 from rlcore.interfaces import BaseEngine, BatchTotals, LossFn
 from rlcore.trainer.levers import drop_zero_advantage_rows, old_log_probs_from_forward, with_totals
+from rlcore.trainer.mismatch import MismatchTally
 
 if TYPE_CHECKING:
     import torch
@@ -99,6 +100,7 @@ class RoleTrainer:
             )
             raise RuntimeError(msg)
         size = rows // update.mini_batches
+        tally: MismatchTally | None = None
         if role == "actor" and "old_log_probs" not in data.batch:
             # The driver skipped the old-log-prob pass: only exact for one step on the data.
             if update.epochs != 1 or update.mini_batches != 1:
@@ -107,7 +109,9 @@ class RoleTrainer:
                     f"x {update.mini_batches} mini-batch(es); they are needed off-policy"
                 )
                 raise RuntimeError(msg)
-            loss_fn = old_log_probs_from_forward(loss_fn)
+            if "rollout_log_probs" in data.batch:
+                tally = MismatchTally()  # rollout vs these old log-probs (trainer/mismatch.py)
+            loss_fn = old_log_probs_from_forward(loss_fn, tally)
         generator = torch.Generator().manual_seed(update.seed + step)
         for _ in range(update.epochs):
             order = torch.randperm(rows, generator=generator).numpy() if update.shuffle else None
@@ -150,6 +154,8 @@ class RoleTrainer:
                         f"{role}/lr": lr,
                     },
                 )
+        if tally is not None:
+            add_metrics(metrics, tally.metrics())
 
 
 def _per_replica(totals: BatchTotals, replicas: int) -> BatchTotals:

@@ -13,11 +13,13 @@ pytestmark = pytest.mark.usefixtures("need_vllm")
 KV_GB = 0.0625
 
 
-def test_vllm_rollout_conformance(model_path):
+@pytest.mark.parametrize("async_engine", [False, True], ids=["LLM", "AsyncLLM"])
+def test_vllm_rollout_conformance(model_path, async_engine):
     from rlcore.testing.conformance import check_rollout
     from rlcore_vllm.rollout import VLLMRollout
 
-    check_rollout(VLLMRollout, VLLMRollout.Config(kv_cache_space_gb=KV_GB), model_path=model_path)
+    config = VLLMRollout.Config(kv_cache_space_gb=KV_GB, async_engine=async_engine)
+    check_rollout(VLLMRollout, config, model_path=model_path)
 
 
 def test_multiprocess_engine_syncs_weights_through_files(model_path, make_prompts, texts):

@@ -70,3 +70,25 @@ def test_cpu_head_size_16_is_refused_before_start(model_path, tmp_path):
 def test_missing_model_folder_is_one_line(tmp_path):
     with pytest.raises(ConfigError, match=r"cannot load a model config from model_path="):
         VLLMRollout(RolloutSpec(model_path=str(tmp_path / "nope")))
+
+
+def test_tensor_parallel_is_refused_on_cpu_before_start(model_path):
+    config = VLLMRollout.Config(tensor_parallel_size=2)
+    with pytest.raises(ConfigError) as err:
+        VLLMRollout(RolloutSpec(model_path=model_path), config)
+    text = str(err.value)
+    assert "\n" not in text
+    assert text.startswith("[rollout] tensor_parallel_size = 2 is refused on CPU")
+
+
+def test_tensor_parallel_on_gpu_needs_whole_groups_of_policy_workers():
+    from rlcore_vllm.parallel import check_tensor_parallel
+
+    check_tensor_parallel(1, on_cpu=True, async_engine=True)  # TP 1: nothing to check
+    with pytest.raises(ConfigError, match=r"async_engine = true cannot run tensor_parallel"):
+        check_tensor_parallel(2, on_cpu=False, async_engine=True)
+    with pytest.raises(ConfigError, match=r"multiprocessing = true cannot run"):
+        check_tensor_parallel(2, on_cpu=False, async_engine=False, multiprocessing=True)
+    # One process here (no torch.distributed world): 1 worker is not a whole TP group of 2.
+    with pytest.raises(ConfigError, match=r"must divide the number of policy workers \(1"):
+        check_tensor_parallel(2, on_cpu=False, async_engine=False)

@@ -6,6 +6,8 @@ weights put the originals back before they return.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -165,7 +167,10 @@ def test_bucketed_stream_of_whole_layers_restores_exactly(rollout, prompts, mode
     assert len(buckets) >= 4  # embeddings, two layers, norm + head
     for bucket in buckets:
         path = save_bucket(bucket)
-        rollout.llm.collective_rpc("rlcore_reload_from_file", args=(path,))
+        try:
+            rollout.llm.collective_rpc("rlcore_reload_from_file", args=(path,))
+        finally:
+            os.unlink(path)  # /dev/shm is RAM: a file left behind stays until reboot
     rollout.llm.reset_prefix_cache()
     assert torch.equal(rollout.generate(prompts, greedy).batch["responses"], before)
 

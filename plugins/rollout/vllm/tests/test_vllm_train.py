@@ -28,6 +28,8 @@ def test_tiny_run_trains_with_the_vllm_rollout(tmp_path):
     text = tiny_run_toml(
         model=model, train_files=[train], val_files=[train], run_dir=run_dir, total_steps=3
     ).replace('name = "hf"', 'name = "vllm"\nkv_cache_space_gb = 0.0625')
+    # The driver's old-log-prob pass scores every row: the mismatch metric covers them all.
+    text = text.replace("[actor]\n", "[actor]\nreuse_on_policy_log_probs = false\n", 1)
     config = tmp_path / "vllm.toml"
     config.write_text(text)
     # The CLI, as a user runs it (its own private Ray).
@@ -49,4 +51,8 @@ def test_tiny_run_trains_with_the_vllm_rollout(tmp_path):
         assert rows[step]["timing_s/worker/generate"] > 0
         assert math.isfinite(rows[step]["actor/grad_norm"])
         assert rows[step]["response_length/mean"] > 0
+        # vLLM's log-probs (asked for by default) against the FSDP2 engine's, float32.
+        mean, most = rows[step]["rollout/logprob_diff_mean"], rows[step]["rollout/logprob_diff_max"]
+        assert 0 <= mean <= most < 1e-3, (step, mean, most)
+        print(f"step {step}: rollout/logprob_diff_mean {mean:.2e}, _max {most:.2e}")
     assert (run_dir / "final_hf" / "config.json").exists()

@@ -9,31 +9,39 @@ right-padded with the pad id to exactly ``max_new_tokens``, the mask 1 up to and
 Sampling is reproducible per row: each request carries its own seed, drawn from
 ``(spec.seed, call counter)``, so the result does not depend on how vLLM batches or schedules
 the requests, and a resumed run (``load_state_dict``) samples what an uninterrupted one would.
+
+Two engines: ``vllm.LLM`` (default on CPU; starts in-process in ~3 s) or, with
+``async_engine``, vLLM's ``AsyncLLM`` (:mod:`rlcore_vllm.async_engine`), on which
+``generate_one`` (agent loops) is a request of its own in the engine's continuous batch.
+Tensor parallelism: :mod:`rlcore_vllm.parallel`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import re
 from collections.abc import Iterable
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import attrs
 import numpy as np
 import torch
 
 from rlcore.errors import ConfigError, RlcoreError
-from rlcore.interfaces import BaseRollout, RolloutSpec, SamplingParams
+from rlcore.interfaces import BaseRollout, GenerationResult, RolloutSpec, SamplingParams
 from rlcore.protocol import DataProto
+from rlcore_vllm.model_info import check_cpu_head_size, model_config, special_ids
+from rlcore_vllm.parallel import (
+    check_tensor_parallel,
+    external_launcher_kwargs,
+    group_seed,
+    rollout_mesh,
+)
 from rlcore_vllm.weights import layer_buckets, save_bucket
 
-log = logging.getLogger(__name__)
-
-# Head sizes the CPU attention backend accepts (vllm/v1/attention/backends/cpu_attn.py).
-CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 _EXTENSION = "rlcore_vllm.weights.WeightSyncExtension"
+_ONE_REQUEST = 1 << 31  # seeds of generate_one requests: apart from generate's (seed, call)
 
 INSTALL_HINT = (
     "install the CPU build with: pip install torch==2.13.0 && pip install -c "
@@ -64,6 +72,10 @@ class VLLMRollout(BaseRollout):
     class Config(BaseRollout.Config):
         """Options of ``[rollout]`` for ``name = "vllm"`` (vLLM's own names where they exist)."""
 
+        # The sampler returns the sampled tokens' log-probs at no extra pass: the driver asks
+        # for them by default, for rollout/logprob_diff_* ([rollout] log_prob_metrics).
+        cheap_log_probs: ClassVar[bool] = True
+
         # GPU: share of device memory vLLM may take (weights + KV cache). CPU: only used when
         # kv_cache_space_gb is unset (then it is the share of RAM reserved).
         gpu_memory_utilization: float = attrs.field(
@@ -87,6 +99,8 @@ class VLLMRollout(BaseRollout):
         max_model_len: int | None = attrs.field(
             default=None, validator=attrs.validators.optional(attrs.validators.ge(2))
         )
+        # > 1 (GPU only): each TP rank is one policy worker, vLLM in-process in the trainer's
+        # world (distributed_executor_backend = "external_launcher"); see parallel.py.
         tensor_parallel_size: int = attrs.field(default=1, validator=attrs.validators.ge(1))
         enable_prefix_caching: bool = True
         # GPU only (vLLM rejects it on CPU): sleep() frees the KV cache (and, level 1, moves
@@ -94,9 +108,17 @@ class VLLMRollout(BaseRollout):
         enable_sleep_mode: bool = True
         sleep_level: int = attrs.field(default=1, validator=attrs.validators.in_((1, 2)))
         # EngineCore in a subprocess. Unset: in-process (a 3 s start instead of ~20 s) unless
-        # torch.distributed already spans several ranks or tensor_parallel_size > 1, where
-        # vLLM's own process group must not be the trainer's.
+        # torch.distributed already spans several ranks, where vLLM's own process group must
+        # not be the trainer's. The async engine always is; tensor_parallel_size > 1 never is.
         multiprocessing: bool | None = None
+        # vLLM's AsyncLLM instead of vllm.LLM: generate_one (agent loops, [agent]) is then a
+        # request of its own, interleaved with every other one in the engine's continuous
+        # batch; with vllm.LLM each generate_one is a one-row batch of its own. Unset: on on
+        # GPU; off on CPU, where AsyncLLM's subprocess start costs ~20 s instead of 3 s (set
+        # it for agent runs there).
+        async_engine: bool | None = None
+        # The bound of every wait on the async engine: its start, a batch, one request, an RPC.
+        request_timeout_s: float = attrs.field(default=600.0, validator=attrs.validators.gt(0.0))
         # Bucket size for weight sync in multiprocess mode (safetensors files in /dev/shm).
         weight_bucket_mb: int = attrs.field(default=512, validator=attrs.validators.ge(1))
         # processed_logprobs: log p under the distribution sampled from (temperature applied;
@@ -120,11 +142,26 @@ class VLLMRollout(BaseRollout):
         self.max_model_len = cfg.max_model_len or (
             spec.max_prompt_length + spec.max_response_length
         )
-        model_config = _model_config(spec)
+        model_cfg = model_config(spec)
         if self.on_cpu:
-            _check_cpu_head_size(spec, model_config)
-        self.eos_token_ids, self.pad_token_id = _special_ids(spec, model_config)
-        self.in_process = not _wants_multiprocessing(cfg)
+            check_cpu_head_size(spec, model_cfg)
+        self.eos_token_ids, self.pad_token_id = special_ids(spec, model_cfg)
+        tp = cfg.tensor_parallel_size
+        default_async = not self.on_cpu and tp == 1
+        self.async_engine = default_async if cfg.async_engine is None else cfg.async_engine
+        check_tensor_parallel(
+            tp,
+            on_cpu=self.on_cpu,
+            async_engine=self.async_engine,
+            multiprocessing=cfg.multiprocessing,
+        )
+        # TP > 1: vLLM in-process in each policy worker, one TP rank each (parallel.py).
+        self.in_process = tp > 1 or (not self.async_engine and not _wants_multiprocessing(cfg))
+        # Where the policy worker's generate_sequences gets its prompts (mesh "rollout"): None
+        # for one engine per worker, plain data parallelism.
+        self.dispatch_mesh = rollout_mesh(tp) if tp > 1 else None
+        self.seed = group_seed(spec.seed, tp) if tp > 1 else spec.seed
+        self._requests = 0  # generate_one's seed counter
         self._calls = 0
         self._asleep = False
         self.llm = self._start_engine()
@@ -144,7 +181,7 @@ class VLLMRollout(BaseRollout):
             "max_num_seqs": cfg.max_num_seqs,
             "enable_prefix_caching": cfg.enable_prefix_caching,
             "logprobs_mode": cfg.logprobs_mode,
-            "seed": spec.seed,
+            "seed": self.seed,
             # Prompts arrive as token ids and responses leave as token ids: no tokenizer.
             "skip_tokenizer_init": True,
             "worker_extension_cls": _EXTENSION,
@@ -165,6 +202,8 @@ class VLLMRollout(BaseRollout):
             kwargs["kv_cache_memory_bytes"] = int(space * (1 << 30))
         if not self.on_cpu and cfg.enable_sleep_mode:
             kwargs["enable_sleep_mode"] = True
+        if cfg.tensor_parallel_size > 1:
+            kwargs.update(external_launcher_kwargs(cfg.tensor_parallel_size))
         return kwargs
 
     def _start_engine(self) -> Any:
@@ -174,6 +213,9 @@ class VLLMRollout(BaseRollout):
             # vLLM logs every engine step at INFO; read once, when vllm is first imported.
             "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "WARNING"),
         }
+        if self.dispatch_mesh is not None:
+            # external_launcher takes its device from LOCAL_RANK; a worker sees one GPU.
+            env["LOCAL_RANK"] = str(torch.cuda.current_device())
         with _environ(env):
             try:
                 from vllm import LLM
@@ -181,6 +223,11 @@ class VLLMRollout(BaseRollout):
                 msg = f"rollout 'vllm' needs vLLM, which cannot be imported ({err}); {INSTALL_HINT}"
                 raise ConfigError(msg) from err
             try:
+                if self.async_engine:
+                    from rlcore_vllm.async_engine import AsyncEngine
+
+                    timeout = self.config.request_timeout_s
+                    return AsyncEngine(self._engine_kwargs(), timeout_s=timeout)
                 return LLM(**self._engine_kwargs())
             except (ValueError, RuntimeError) as err:
                 raise _start_error(err, self) from err
@@ -230,7 +277,7 @@ class VLLMRollout(BaseRollout):
         rows = [ids[m.bool()].tolist() for ids, m in zip(input_ids, attention_mask)]
         self._check_lengths(rows, sampling.max_new_tokens)
         # One seed per row from (spec.seed, call): independent of vLLM's batching.
-        seeds = np.random.SeedSequence([self.spec.seed, self._calls]).generate_state(
+        seeds = np.random.SeedSequence([self.seed, self._calls]).generate_state(
             max(len(rows), 1), dtype=np.uint32
         )
         self._calls += 1
@@ -268,6 +315,37 @@ class VLLMRollout(BaseRollout):
             tensors["rollout_log_probs"] = log_probs * response_mask
         return DataProto.from_dict(tensors=tensors)
 
+    async def generate_one(
+        self, prompt_ids: list[int], sampling: SamplingParams
+    ) -> GenerationResult:
+        """One request on the async engine (``async_engine``), in flight with all others.
+
+        Seeded per request from ``(spec.seed, request counter)``. Without the async engine,
+        the base class's one-row batch.
+        """
+        if self.dispatch_mesh is not None:
+            msg = (
+                "[rollout] generate_one (an [agent] run) cannot use tensor_parallel_size > 1: "
+                "the TP ranks are policy workers that must run the same requests in order"
+            )
+            raise RolloutError(msg)
+        if not self.async_engine:
+            return await super().generate_one(prompt_ids, sampling)
+        self._check_lengths([prompt_ids], sampling.max_new_tokens)
+        seed = np.random.SeedSequence([self.seed, _ONE_REQUEST, self._requests])
+        self._requests += 1
+        (params,) = self._sampling_params(sampling, seed.generate_state(1, dtype=np.uint32))
+        out = await self.llm.generate_one(prompt_ids, params)
+        completion = out.outputs[0]
+        tokens = [int(t) for t in completion.token_ids][: sampling.max_new_tokens]
+        log_probs = None
+        if sampling.return_log_probs:
+            log_probs = [float(step[t].logprob) for step, t in zip(completion.logprobs, tokens)]
+        reason: Literal["stop", "length"] = (
+            "length" if completion.finish_reason == "length" else "stop"
+        )
+        return GenerationResult(token_ids=tokens, log_probs=log_probs, finish_reason=reason)
+
     def _check_lengths(self, rows: list[list[int]], max_new_tokens: int) -> None:
         longest = max((len(r) for r in rows), default=0)
         if longest + max_new_tokens > self.max_model_len:
@@ -282,11 +360,12 @@ class VLLMRollout(BaseRollout):
     # --- state, weights, memory -----------------------------------------------------------
 
     def state_dict(self) -> dict[str, int]:
-        # Each call's seeds come from (spec.seed, calls): resuming needs the counter only.
-        return {"calls": self._calls}
+        # Each call's seeds come from (spec.seed, calls): resuming needs the counters only.
+        return {"calls": self._calls, "requests": self._requests}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         self._calls = int(state.get("calls", 0))
+        self._requests = int(state.get("requests", 0))
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Reload the streamed (HF name, full tensor) pairs into the engine, in place.
@@ -321,7 +400,10 @@ class VLLMRollout(BaseRollout):
 
     def shutdown(self) -> None:
         """Stop the engine now (its subprocesses too, in multiprocess mode) instead of at exit."""
-        self.llm.llm_engine.engine_core.shutdown()
+        if self.async_engine:
+            self.llm.shutdown()
+        else:
+            self.llm.llm_engine.engine_core.shutdown()
 
 
 # --- helpers ------------------------------------------------------------------------------
@@ -334,8 +416,6 @@ def _is_greedy(sampling: SamplingParams) -> bool:
 def _wants_multiprocessing(cfg: VLLMRollout.Config) -> bool:
     if cfg.multiprocessing is not None:
         return cfg.multiprocessing
-    if cfg.tensor_parallel_size > 1:
-        return True
     dist = torch.distributed
     return bool(dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1)
 
@@ -375,71 +455,6 @@ def _start_error(err: Exception, rollout: VLLMRollout) -> RlcoreError:
         return ConfigError(msg)
     msg = f"[rollout] the vLLM engine failed to start for {rollout.spec.model_path!r}: {text}"
     return RolloutError(msg)
-
-
-def _model_config(spec: RolloutSpec) -> Any:
-    from transformers import AutoConfig
-
-    try:
-        return AutoConfig.from_pretrained(spec.model_path, trust_remote_code=spec.trust_remote_code)
-    except (OSError, ValueError) as err:
-        msg = f"[rollout] cannot load a model config from model_path={spec.model_path!r}: {err}"
-        raise ConfigError(msg) from err
-
-
-def _check_cpu_head_size(spec: RolloutSpec, config: Any) -> None:
-    text = getattr(config, "text_config", config)
-    heads = getattr(text, "num_attention_heads", None)
-    hidden = getattr(text, "hidden_size", None)
-    if not heads or not hidden:
-        return
-    # vLLM's Qwen2 derives the head size from hidden_size / heads (it ignores head_dim).
-    head = hidden // heads
-    if text.model_type not in ("qwen2",):
-        head = getattr(text, "head_dim", None) or head
-    if head not in CPU_HEAD_SIZES:
-        msg = (
-            f"[rollout] vLLM's CPU attention does not support head size {head} of "
-            f"{spec.model_path!r} (hidden_size {hidden} / {heads} heads); supported: "
-            f"{', '.join(map(str, CPU_HEAD_SIZES))}. Use rollout.name = 'hf' or another model"
-        )
-        raise ConfigError(msg)
-
-
-def _special_ids(spec: RolloutSpec, config: Any) -> tuple[list[int], int]:
-    """EOS ids (generation config + model config + tokenizer) and the pad id.
-
-    The same sources, in the same order, as the HF rollout: both stop on the same tokens.
-    """
-    from transformers import AutoTokenizer, GenerationConfig
-
-    eos: list[int] = []
-    pad = None
-    try:
-        gen = GenerationConfig.from_pretrained(spec.model_path)
-    except OSError:
-        gen = None
-    sources = [gen.eos_token_id if gen else None, getattr(config, "eos_token_id", None)]
-    for value in sources:
-        eos.extend([value] if isinstance(value, int) else list(value or []))
-    if gen is not None:
-        pad = gen.pad_token_id
-    try:
-        tok = AutoTokenizer.from_pretrained(
-            spec.model_path, trust_remote_code=spec.trust_remote_code
-        )
-    except (OSError, ValueError) as err:
-        log.info("no tokenizer at %s (%s); using the model's special ids", spec.model_path, err)
-    else:
-        if tok.eos_token_id is not None:
-            eos.append(tok.eos_token_id)
-        if tok.pad_token_id is not None:
-            pad = tok.pad_token_id
-    eos = list(dict.fromkeys(eos))
-    if not eos:
-        msg = f"[rollout] no eos_token_id in {spec.model_path} (generation_config or tokenizer)"
-        raise ConfigError(msg)
-    return eos, pad if pad is not None else eos[0]
 
 
 def _response_mask(responses: torch.Tensor, eos_ids: list[int]) -> torch.Tensor:

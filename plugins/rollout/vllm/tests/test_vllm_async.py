@@ -1,0 +1,229 @@
+"""The async engine (``async_engine = true``: vLLM's AsyncLLM): per-request ``generate_one``
+with many requests in the engine at once, the agent loop with the calculator tool on it, and
+the batch face, weight sync and greedy parity with the HF rollout on the same engine.
+
+One AsyncLLM for the module (its EngineCore subprocess takes ~20 s to start here).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+import torch
+
+from rlcore.interfaces import RolloutSpec, SamplingParams
+
+pytestmark = pytest.mark.usefixtures("need_vllm")
+
+KV_GB = 0.0625
+R = 24
+
+
+@pytest.fixture(scope="module")
+def spec(model_path):
+    # Room for agent conversations: the tiny tokenizer spells a tool turn in ~90 tokens.
+    return RolloutSpec(model_path=model_path, max_prompt_length=64, max_response_length=256, seed=7)
+
+
+@pytest.fixture(scope="module")
+def rollout(spec):
+    from rlcore_vllm.rollout import VLLMRollout
+
+    config = VLLMRollout.Config(kv_cache_space_gb=KV_GB, async_engine=True, max_num_seqs=16)
+    rollout = VLLMRollout(spec, config)
+    yield rollout
+    rollout.shutdown()
+
+
+@pytest.fixture(scope="module")
+def prompts(model_path, make_prompts, texts):
+    return make_prompts(model_path, texts)
+
+
+def _rows(prompts) -> list[list[int]]:
+    ids, mask = prompts.batch["input_ids"], prompts.batch["attention_mask"].bool()
+    return [ids[i][mask[i]].tolist() for i in range(len(ids))]
+
+
+def _run(coro):
+    """On a new event loop each time, as the agent loop does per batch."""
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        loop.close()
+
+
+async def _with_engine_load(rollout, coro):
+    """Run ``coro`` while sampling how many requests the engine holds unfinished."""
+    seen: list[int] = []
+    task = asyncio.ensure_future(coro)
+    while not task.done():
+        seen.append(rollout.llm.engine.get_num_unfinished_requests())
+        await asyncio.sleep(0.002)
+    return await task, max(seen, default=0)
+
+
+def test_batch_on_the_async_engine_equals_the_hf_rollout_greedy(rollout, spec, prompts):
+    from rlcore_hf.rollout import HFRollout
+
+    assert not rollout.in_process
+    greedy = SamplingParams(do_sample=False, max_new_tokens=R)
+    ours = rollout.generate(prompts, greedy)
+    ref = HFRollout(spec).generate(prompts, greedy)
+    for key in ("responses", "response_mask", "input_ids", "attention_mask", "position_ids"):
+        assert torch.equal(ours.batch[key], ref.batch[key]), key
+
+
+def test_generate_one_interleaves_requests_and_equals_the_batch_greedy(rollout, prompts):
+    greedy = SamplingParams(do_sample=False, max_new_tokens=R, return_log_probs=True)
+    batch = rollout.generate(prompts, greedy)
+    rows = _rows(prompts)
+
+    async def all_rows():
+        return await asyncio.gather(*(rollout.generate_one(r, greedy) for r in rows))
+
+    results, most = _run(_with_engine_load(rollout, all_rows()))
+    assert most > 1, "generate_one requests never overlapped in the engine"
+    for i, result in enumerate(results):
+        n = int(batch.batch["response_mask"][i].sum())
+        assert result.token_ids == batch.batch["responses"][i, :n].tolist(), i
+        assert result.finish_reason == ("length" if n == R else "stop")
+        assert result.log_probs == pytest.approx(
+            batch.batch["rollout_log_probs"][i, :n].tolist(), abs=1e-4
+        )
+    print(f"\n64 generate_one requests, up to {most} unfinished in the engine at once")
+
+
+def test_a_caller_that_stops_waiting_aborts_its_request(rollout, prompts):
+    row = _rows(prompts)[0]
+    long = SamplingParams(temperature=1.0, max_new_tokens=R)
+
+    async def impatient():
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(rollout.generate_one(row, long), timeout=0.001)
+        for _ in range(500):  # the abort crosses to the engine loop, then to EngineCore
+            if rollout.llm.engine.get_num_unfinished_requests() == 0:
+                return True
+            await asyncio.sleep(0.01)
+        return False
+
+    assert _run(impatient())
+    # The engine still serves requests afterwards.
+    assert _run(rollout.generate_one(row, SamplingParams(do_sample=False, max_new_tokens=4)))
+
+
+def test_update_weights_on_the_async_engine_changes_and_restores(rollout, prompts, model_path):
+    from transformers import AutoModelForCausalLM
+
+    greedy = SamplingParams(do_sample=False, max_new_tokens=R)
+    rows = _rows(prompts)[:16]
+
+    def one_by_one():
+        async def go():
+            return await asyncio.gather(*(rollout.generate_one(r, greedy) for r in rows))
+
+        return [r.token_ids for r in _run(go())]
+
+    before, before_batch = one_by_one(), rollout.generate(prompts, greedy).batch["responses"]
+    original = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    rollout.update_weights((k, 0.5 * v) for k, v in original.state_dict().items())
+    assert one_by_one() != before
+    rollout.update_weights(iter(original.state_dict().items()))
+    assert one_by_one() == before
+    assert torch.equal(rollout.generate(prompts, greedy).batch["responses"], before_batch)
+
+
+def test_agent_loop_with_the_calculator_keeps_model_tokens_exactly(rollout, model_path, texts):
+    from transformers import AutoTokenizer
+
+    from rlcore.agent.loop import AgentLoop
+    from rlcore.agent.parsers import HermesToolParser, ToolCall
+    from rlcore.config import AgentConfig
+    from rlcore.protocol import DataProto
+    from rlcore_calculator.tool import CalculatorTool
+
+    tok = AutoTokenizer.from_pretrained(model_path)
+
+    class FirstTurnCalls(HermesToolParser):
+        """A random tiny model never writes a call: its first turn asks the calculator."""
+
+        def parse(self, text: str) -> tuple[list[ToolCall], list[str]]:
+            return [ToolCall(name="calculator", arguments={"expression": "12 * (3 + 4)"})], []
+
+    results: list[tuple[list[int], Any]] = []
+    original = rollout.generate_one
+
+    async def recording(prompt_ids, sampling):
+        result = await original(prompt_ids, sampling)
+        results.append((list(prompt_ids), result))
+        return result
+
+    config = AgentConfig(
+        tools=("calculator",), max_turns=2, max_tokens_per_turn=10, max_parallel_conversations=32
+    )
+    loop = AgentLoop(tok, [CalculatorTool()], config)
+    loop.parser = FirstTurnCalls()
+
+    chats = [f"<|im_start|>user\n{t}<|im_end|>\n<|im_start|>assistant\n" for t in texts[:32]]
+    enc = tok(chats, padding=True, padding_side="left", return_tensors="pt")
+    mask_in = enc["attention_mask"]
+    prompts = DataProto.from_dict(
+        tensors={
+            "input_ids": enc["input_ids"],
+            "attention_mask": mask_in,
+            "position_ids": (mask_in.cumsum(-1) - 1).clamp(min=0),
+        }
+    )
+    sampling = SamplingParams(max_new_tokens=200, temperature=1.0, return_log_probs=True)
+    rollout.generate_one = recording  # type: ignore[method-assign]
+    loads: list[int] = []
+
+    def generate():
+        done = threading.Event()
+
+        def watch():  # the engine's load while the agent loop runs on its own event loop
+            while not done.is_set():
+                loads.append(rollout.llm.engine.get_num_unfinished_requests())
+                time.sleep(0.002)
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        try:
+            return loop.generate(rollout, prompts, sampling)
+        finally:
+            done.set()
+            watcher.join(timeout=30)
+
+    try:
+        out = generate()
+    finally:
+        del rollout.generate_one
+    assert max(loads) > 1, "the conversations never overlapped in the engine"
+    assert len(results) == 64  # 32 conversations x 2 model turns
+    tool_ids = tok.encode(loop.parser.format_responses(["84"]), add_special_tokens=False)
+    by_prompt = {tuple(p): r for p, r in results}
+    for row in range(32):
+        prompt = enc["input_ids"][row][mask_in[row].bool()].tolist()
+        first = by_prompt[tuple(prompt)]
+        # The second request is the conversation so far, ids untouched (no re-encoding).
+        second = by_prompt[tuple(prompt + first.token_ids + tool_ids)]
+        n1, nt, n2 = len(first.token_ids), len(tool_ids), len(second.token_ids)
+        resp = out.batch["responses"][row].tolist()
+        mask = out.batch["response_mask"][row].tolist()
+        assert resp[: n1 + nt + n2] == first.token_ids + tool_ids + second.token_ids
+        assert mask[: n1 + nt + n2] == [1] * n1 + [0] * nt + [1] * n2
+        assert sum(mask) == n1 + n2
+        lp = out.batch["rollout_log_probs"][row].tolist()
+        assert lp[:n1] == pytest.approx(first.log_probs)
+        assert lp[n1 + nt : n1 + nt + n2] == pytest.approx(second.log_probs)
+        summary: Mapping[str, Any] = out.non_tensor_batch["agent"][row]
+        assert summary["num_turns"] == 2
+        assert summary["tool_errors"] == 0
+        assert summary["turns"][1] == {"role": "tool", "content": "84"}
+    print(f"\nagent: 32 conversations, up to {max(loads)} requests in the engine at once")

@@ -46,7 +46,7 @@ from rlcore.errors import ConfigError, RlcoreError
 from rlcore.interfaces import BaseEngine, EngineSpec, LossFn, ModelOutputs
 from rlcore.protocol import DataProto
 from rlcore.safe_checkpoint import safe_dcp_load
-from rlcore_fsdp2 import lora
+from rlcore_fsdp2 import lora, packing
 from rlcore_fsdp2.batching import trim_left_padding
 from rlcore_fsdp2.logprob import entropy_from_logits, log_probs_from_logits, response_logits
 from rlcore_fsdp2.lora import LoraSettings
@@ -99,6 +99,9 @@ class FSDP2Engine(BaseEngine):
         # Ranks per shard group; -1 shards over all ranks. Smaller: HSDP (replicate x shard).
         fsdp_size: int = attrs.field(default=-1)
         attn_implementation: str = "sdpa"
+        # Padding-free micro-batches (verl's name): each micro-batch's valid tokens run as one
+        # packed sequence, attention kept within rows (rlcore_fsdp2.packing). Exact.
+        use_remove_padding: bool = False
         # Response tokens per float32 log-softmax chunk (rlcore.engine_utils); 0: one chunk.
         log_prob_chunk_tokens: int = attrs.field(default=1024, validator=attrs.validators.ge(0))
         # LoRA through peft (rlcore-fsdp2[lora]); verl's names. lora_rank = 0: full training.
@@ -178,10 +181,16 @@ class FSDP2Engine(BaseEngine):
         spec = self.spec
         trains = spec.optim is not None and spec.role != "ref"
         master = torch.float32 if trains and self.config.mixed_precision else _DTYPES[spec.dtype]
+        attn = self.config.attn_implementation
+        if self.config.use_remove_padding:
+            try:
+                attn = packing.attention_for_packing(attn)
+            except ValueError as err:
+                raise ConfigError(f"[{spec.role}.engine] {err}") from err
         kwargs: dict[str, Any] = {
             "dtype": master,
             "trust_remote_code": spec.trust_remote_code,
-            "attn_implementation": self.config.attn_implementation,
+            "attn_implementation": attn,
         }
         try:
             if spec.value_head:
@@ -249,6 +258,10 @@ class FSDP2Engine(BaseEngine):
         self, mb: DataProto, *, temperature: float, with_entropy: bool, entropy_grad: bool
     ) -> ModelOutputs:
         """One micro-batch forward; (b, R) outputs on ``self.device``."""
+        if self.config.use_remove_padding:
+            return self._forward_packed(
+                mb, temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad
+            )
         ids, mask, pos = trim_left_padding(
             mb.batch["input_ids"], mb.batch["attention_mask"], mb.batch["position_ids"]
         )
@@ -269,11 +282,63 @@ class FSDP2Engine(BaseEngine):
             logits_to_keep=r + 1,
         )
         logits = response_logits(out.logits, r)  # (b, R, V)
+        return self._token_outputs(
+            logits,
+            responses,
+            temperature=temperature,
+            with_entropy=with_entropy,
+            entropy_grad=entropy_grad,
+        )
+
+    def _forward_packed(
+        self, mb: DataProto, *, temperature: float, with_entropy: bool, entropy_grad: bool
+    ) -> ModelOutputs:
+        """:meth:`_forward` on the micro-batch packed into one sequence (same outputs)."""
+        try:
+            packed = packing.pack(
+                mb.batch["input_ids"],
+                mb.batch["attention_mask"],
+                mb.batch["position_ids"],
+                mb.batch["responses"],
+            )
+        except ValueError as err:
+            raise FSDP2Error(f"[{self.spec.role}] {err}") from err
+        if self.spec.value_head:
+            out = self.model(**packed.model_kwargs(), use_cache=False)
+            values = out.logits[0, packed.logit_index, 0].float()  # (M,)
+            return ModelOutputs(values=packed.unpack(values))
+        # Only the M predicting positions go through lm_head: (1, M, V).
+        out = self.model(
+            **packed.model_kwargs(), use_cache=False, logits_to_keep=packed.logit_index
+        )
+        outputs = self._token_outputs(
+            out.logits,
+            packed.labels.unsqueeze(0),
+            temperature=temperature,
+            with_entropy=with_entropy,
+            entropy_grad=entropy_grad,
+        )
+        assert outputs.log_probs is not None
+        outputs.log_probs = packed.unpack(outputs.log_probs[0])
+        if outputs.entropy is not None:
+            outputs.entropy = packed.unpack(outputs.entropy[0])
+        return outputs
+
+    def _token_outputs(
+        self,
+        logits: torch.Tensor,
+        labels: torch.Tensor,
+        *,
+        temperature: float,
+        with_entropy: bool,
+        entropy_grad: bool,
+    ) -> ModelOutputs:
+        """Log-probs (and entropy) of (b, n) ``labels`` under (b, n, V) ``logits``."""
         if temperature not in (0.0, 1.0):  # 0: greedy sampling scores the unscaled logits
             # Sampling used logits / T; log-probs of the same distribution need the same scaling.
             logits = logits / temperature
         chunk = self.config.log_prob_chunk_tokens or None
-        outputs = ModelOutputs(log_probs=log_probs_from_logits(logits, responses, chunk))
+        outputs = ModelOutputs(log_probs=log_probs_from_logits(logits, labels, chunk))
         if with_entropy:
             if entropy_grad:
                 outputs.entropy = entropy_from_logits(logits, chunk)
@@ -291,6 +356,7 @@ class FSDP2Engine(BaseEngine):
             batch,
             micro_batch_size=self.spec.micro_batch_size,
             max_tokens=self.spec.max_tokens_per_micro_batch,
+            packed=self.config.use_remove_padding,
         )
         return mbs, micro_batch_count(len(mbs), self.device)
 

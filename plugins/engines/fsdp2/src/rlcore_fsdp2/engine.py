@@ -46,9 +46,7 @@ from rlcore.errors import ConfigError, RlcoreError
 from rlcore.interfaces import BaseEngine, EngineSpec, LossFn, ModelOutputs
 from rlcore.protocol import DataProto
 from rlcore.safe_checkpoint import safe_dcp_load
-from rlcore_fsdp2 import lora, packing
-from rlcore_fsdp2.batching import trim_left_padding
-from rlcore_fsdp2.logprob import entropy_from_logits, log_probs_from_logits, response_logits
+from rlcore_fsdp2 import forward, lora, packing
 from rlcore_fsdp2.lora import LoraSettings
 
 log = logging.getLogger(__name__)
@@ -257,95 +255,26 @@ class FSDP2Engine(BaseEngine):
     def _forward(
         self, mb: DataProto, *, temperature: float, with_entropy: bool, entropy_grad: bool
     ) -> ModelOutputs:
-        """One micro-batch forward; (b, R) outputs on ``self.device``."""
-        if self.config.use_remove_padding:
-            return self._forward_packed(
-                mb, temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad
-            )
-        ids, mask, pos = trim_left_padding(
-            mb.batch["input_ids"], mb.batch["attention_mask"], mb.batch["position_ids"]
-        )
-        ids, mask, pos = ids.to(self.device), mask.to(self.device), pos.to(self.device)
-        responses = mb.batch["responses"].to(self.device)  # (b, R)
-        r = responses.shape[1]
-        if self.spec.value_head:
-            out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False)
-            # The value of the state before response token j sits at position P-1+j.
-            values = out.logits[:, -(r + 1) : -1, 0].float()  # (b, R)
-            return ModelOutputs(values=values)
-        # Only the R+1 last positions go through lm_head: (b, R+1, V) instead of (b, P+R, V).
-        out = self.model(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=pos,
-            use_cache=False,
-            logits_to_keep=r + 1,
-        )
-        logits = response_logits(out.logits, r)  # (b, R, V)
-        return self._token_outputs(
-            logits,
-            responses,
+        """One micro-batch forward (padded or packed: the same outputs); (b, R) on device."""
+        options = forward.Scoring(
+            value_head=self.spec.value_head,
             temperature=temperature,
             with_entropy=with_entropy,
             entropy_grad=entropy_grad,
+            chunk_tokens=self.config.log_prob_chunk_tokens or None,
         )
-
-    def _forward_packed(
-        self, mb: DataProto, *, temperature: float, with_entropy: bool, entropy_grad: bool
-    ) -> ModelOutputs:
-        """:meth:`_forward` on the micro-batch packed into one sequence (same outputs)."""
+        if not self.config.use_remove_padding:
+            return forward.padded_forward(self.model, mb, self.device, options)
         try:
             packed = packing.pack(
-                mb.batch["input_ids"],
-                mb.batch["attention_mask"],
-                mb.batch["position_ids"],
-                mb.batch["responses"],
+                mb.batch["input_ids"].to(self.device),
+                mb.batch["attention_mask"].to(self.device),
+                mb.batch["position_ids"].to(self.device),
+                mb.batch["responses"].to(self.device),
             )
         except ValueError as err:
             raise FSDP2Error(f"[{self.spec.role}] {err}") from err
-        if self.spec.value_head:
-            out = self.model(**packed.model_kwargs(), use_cache=False)
-            values = out.logits[0, packed.logit_index, 0].float()  # (M,)
-            return ModelOutputs(values=packed.unpack(values))
-        # Only the M predicting positions go through lm_head: (1, M, V).
-        out = self.model(
-            **packed.model_kwargs(), use_cache=False, logits_to_keep=packed.logit_index
-        )
-        outputs = self._token_outputs(
-            out.logits,
-            packed.labels.unsqueeze(0),
-            temperature=temperature,
-            with_entropy=with_entropy,
-            entropy_grad=entropy_grad,
-        )
-        assert outputs.log_probs is not None
-        outputs.log_probs = packed.unpack(outputs.log_probs[0])
-        if outputs.entropy is not None:
-            outputs.entropy = packed.unpack(outputs.entropy[0])
-        return outputs
-
-    def _token_outputs(
-        self,
-        logits: torch.Tensor,
-        labels: torch.Tensor,
-        *,
-        temperature: float,
-        with_entropy: bool,
-        entropy_grad: bool,
-    ) -> ModelOutputs:
-        """Log-probs (and entropy) of (b, n) ``labels`` under (b, n, V) ``logits``."""
-        if temperature not in (0.0, 1.0):  # 0: greedy sampling scores the unscaled logits
-            # Sampling used logits / T; log-probs of the same distribution need the same scaling.
-            logits = logits / temperature
-        chunk = self.config.log_prob_chunk_tokens or None
-        outputs = ModelOutputs(log_probs=log_probs_from_logits(logits, labels, chunk))
-        if with_entropy:
-            if entropy_grad:
-                outputs.entropy = entropy_from_logits(logits, chunk)
-            else:
-                with torch.no_grad():
-                    outputs.entropy = entropy_from_logits(logits.detach(), chunk)
-        return outputs
+        return forward.packed_forward(self.model, packed, options)
 
     def _micro_batches(self, batch: DataProto) -> tuple[list[DataProto], int]:
         """This rank's micro-batches and the largest count over ranks (for collective parity)."""

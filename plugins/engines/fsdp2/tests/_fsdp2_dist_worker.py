@@ -47,12 +47,15 @@ def make_batch() -> DataProto:
     )
 
 
-# Token budget: the long rows of rank 0 (14-16 tokens) pack one per micro-batch, the short
-# rows of rank 1 (8-11 tokens) two per micro-batch, so ranks run 4 and 2 micro-batches.
+# Token budget (padded): the long rows of rank 0 (14-16 tokens) pack one per micro-batch, the
+# short rows of rank 1 (8-11 tokens) two per micro-batch, so ranks run 4 and 2 micro-batches.
 TOKEN_BUDGET = 22
 SCENARIOS: dict[str, tuple[dict, dict]] = {
     "count": ({"micro_batch_size": 2}, {}),
-    "tokens": ({"micro_batch_size": None, "max_tokens_per_micro_batch": TOKEN_BUDGET}, {}),
+    "tokens": (
+        {"micro_batch_size": None, "max_tokens_per_micro_batch": TOKEN_BUDGET},
+        {"use_remove_padding": False},
+    ),
     # HSDP: shard groups of 1 rank, replicated over 2 (a 1-rank run is plain FSDP).
     "hsdp": ({"micro_batch_size": 2}, {"fsdp_size": 1}),
     # Padding-free: the budget counts valid tokens; rank 0 runs 4 micro-batches, rank 1 two.

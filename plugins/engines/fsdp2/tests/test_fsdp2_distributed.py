@@ -105,10 +105,10 @@ def test_uneven_micro_batch_counts_were_exercised(results):
 @pytest.mark.slow
 def test_packed_two_ranks_match_padded(results):
     # Padding-free with uneven micro-batch counts (zero-weight passes on rank 1): the same
-    # gradient as the padded count split.
+    # gradient as the padded token-budget split.
     counts = results[1]["packed"]["micro_batches_per_rank"]
     assert counts == [4, 2], counts
-    for name, g in results[1]["count"]["grads"].items():
+    for name, g in results[1]["tokens"]["grads"].items():
         torch.testing.assert_close(
             results[1]["packed"]["grads"][name], g, atol=1e-6, rtol=1e-5, msg=name
         )

@@ -232,6 +232,23 @@ def test_lora_packed_agrees_with_padded(tiny_path):
     assert masked_diff(off_packed, off_pad, mask) <= TOL
 
 
+def test_packing_model_still_takes_padded_inputs(tiny_path):
+    """The engine's model called directly (as a rollout test does) keeps its padding mask."""
+    data = make_batch()
+    b = data.batch
+    logits = {}
+    for packed in (False, True):
+        model = engine(tiny_path, packed, role="ref").model
+        with torch.no_grad():
+            logits[packed] = model(
+                input_ids=b["input_ids"],
+                attention_mask=b["attention_mask"],
+                position_ids=b["position_ids"],
+            ).logits
+    valid = b["attention_mask"].bool()
+    assert float((logits[True] - logits[False])[valid].abs().max()) <= TOL
+
+
 # --- configuration -------------------------------------------------------------------------
 
 

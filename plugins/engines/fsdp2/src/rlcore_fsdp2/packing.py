@@ -124,11 +124,24 @@ def attention_for_packing(attn_implementation: str) -> str:
         )
         raise ValueError(msg)
     from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
 
-    # Not an AttentionMaskInterface entry on purpose: transformers then builds no mask at
-    # all for this implementation (no (N, N) mask for a packed sequence).
     AttentionInterface.register(VARLEN_SDPA, varlen_sdpa_attention)
+    AttentionMaskInterface.register(VARLEN_SDPA, _padding_mask_only)
     return VARLEN_SDPA
+
+
+def _padding_mask_only(*, attention_mask: torch.Tensor | None = None, **kwargs: Any) -> Any:
+    """sdpa's mask for a padded call (the model used directly); none for a packed one.
+
+    A packed call has no 2-D mask: rows are delimited by ``cu_seq_lens``, so the (N, N)
+    block-diagonal mask transformers would derive from the positions is never built.
+    """
+    if attention_mask is None:
+        return None
+    from transformers.masking_utils import sdpa_mask
+
+    return sdpa_mask(attention_mask=attention_mask, **kwargs)
 
 
 def varlen_sdpa_attention(
@@ -145,10 +158,24 @@ def varlen_sdpa_attention(
 ) -> tuple[torch.Tensor, None]:
     """Causal attention within each row of a packed (1, H, N, D) sequence -> (1, N, H, D).
 
-    The transformers attention-function signature. Without ``cu_seq_lens_q`` the input is one
-    unpadded sequence (plain causal attention); a padding mask never arrives here, since this
-    implementation has no mask function.
+    The transformers attention-function signature. A padded call (a 4-D mask from
+    :func:`_padding_mask_only`: the model used outside the engine) is plain sdpa; without
+    ``cu_seq_lens_q`` or a mask the input is unpadded (plain causal attention).
     """
+    if attention_mask is not None:
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        return sdpa_attention_forward(  # type: ignore[no-any-return]
+            module,
+            query,
+            key,
+            value,
+            attention_mask,
+            dropout=dropout,
+            scaling=scaling,
+            sliding_window=sliding_window,
+            **kwargs,
+        )
     if sliding_window is not None:
         msg = (
             "use_remove_padding with sdpa does not implement sliding-window attention; set "

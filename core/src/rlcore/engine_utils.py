@@ -93,15 +93,20 @@ def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
 
 
 def split_micro_batches(
-    data: DataProto, *, micro_batch_size: int | None, max_tokens: int | None
+    data: DataProto,
+    *,
+    micro_batch_size: int | None,
+    max_tokens: int | None,
+    packed: bool = False,
 ) -> list[DataProto]:
     """Split ``data`` into contiguous micro-batches, keeping row order.
 
     By count: ``micro_batch_size`` rows each (the last may be shorter). By token budget
     (dynamic batching, ``max_tokens`` set): rows are packed greedily, in order, while the
     micro-batch's padded size ``rows * max(valid tokens of its rows)`` stays within
-    ``max_tokens``; a single row longer than the budget gets a micro-batch of its own.
-    Contiguous packing keeps the order, so outputs concatenate back without a permutation.
+    ``max_tokens`` (``packed``: the sum of its rows' valid tokens, for an engine that runs a
+    micro-batch padding-free); a single row longer than the budget gets a micro-batch of its
+    own. Contiguous packing keeps the order, so outputs concatenate back without a permutation.
     """
     n = len(data)
     if n == 0:
@@ -111,13 +116,14 @@ def split_micro_batches(
             msg = f"max_tokens_per_micro_batch must be >= 1, got {max_tokens}"
             raise ConfigError(msg)
         lengths = data.batch["attention_mask"].sum(dim=-1).tolist()  # (B,) valid tokens per row
-        bounds, start, longest = [], 0, 0
+        bounds, start, longest, total = [], 0, 0, 0
         for i, length in enumerate(lengths):
-            longest_with = max(longest, int(length))
-            if i > start and (i - start + 1) * longest_with > max_tokens:
+            longest_with, total_with = max(longest, int(length)), total + int(length)
+            size = total_with if packed else (i - start + 1) * longest_with
+            if i > start and size > max_tokens:
                 bounds.append((start, i))
-                start, longest_with = i, int(length)
-            longest = longest_with
+                start, longest_with, total_with = i, int(length), int(length)
+            longest, total = longest_with, total_with
         bounds.append((start, n))
         return [data.slice(a, b) for a, b in bounds]
     if micro_batch_size is None or micro_batch_size < 1:

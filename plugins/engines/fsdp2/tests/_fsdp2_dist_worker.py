@@ -2,8 +2,9 @@
 
 ``python _fsdp2_dist_worker.py MODEL_PATH OUT_FILE`` with ``RANK``/``WORLD_SIZE``/
 ``MASTER_ADDR``/``MASTER_PORT`` set joins a gloo group, trains one step on its share of a fixed
-batch in two scenarios (micro-batches by count; by token budget with uneven micro-batch counts
-across ranks) and rank 0 saves loss, grad norm, full gradients and parameters to OUT_FILE.
+batch in each scenario of ``SCENARIOS`` (micro-batches by count; by token budget with uneven
+micro-batch counts across ranks; HSDP; padding-free) and rank 0 saves loss, grad norm, full
+gradients and parameters to OUT_FILE.
 """
 
 from __future__ import annotations
@@ -46,14 +47,22 @@ def make_batch() -> DataProto:
     )
 
 
-# Token budget: the long rows of rank 0 (14-16 tokens) pack one per micro-batch, the short
-# rows of rank 1 (8-11 tokens) two per micro-batch, so ranks run 4 and 2 micro-batches.
+# Token budget (padded): the long rows of rank 0 (14-16 tokens) pack one per micro-batch, the
+# short rows of rank 1 (8-11 tokens) two per micro-batch, so ranks run 4 and 2 micro-batches.
 TOKEN_BUDGET = 22
 SCENARIOS: dict[str, tuple[dict, dict]] = {
     "count": ({"micro_batch_size": 2}, {}),
-    "tokens": ({"micro_batch_size": None, "max_tokens_per_micro_batch": TOKEN_BUDGET}, {}),
+    "tokens": (
+        {"micro_batch_size": None, "max_tokens_per_micro_batch": TOKEN_BUDGET},
+        {"use_remove_padding": False},
+    ),
     # HSDP: shard groups of 1 rank, replicated over 2 (a 1-rank run is plain FSDP).
     "hsdp": ({"micro_batch_size": 2}, {"fsdp_size": 1}),
+    # Padding-free: the budget counts valid tokens; rank 0 runs 4 micro-batches, rank 1 two.
+    "packed": (
+        {"micro_batch_size": None, "max_tokens_per_micro_batch": TOKEN_BUDGET},
+        {"use_remove_padding": True},
+    ),
 }
 
 
@@ -84,6 +93,7 @@ def run(model_path: str) -> dict[str, dict[str, object]]:
                 share,
                 micro_batch_size=spec.micro_batch_size,
                 max_tokens=spec.max_tokens_per_micro_batch,
+                packed=engine.config.use_remove_padding,
             )
         )
         dist.all_reduce(counts)

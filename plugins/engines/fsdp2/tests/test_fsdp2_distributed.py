@@ -78,7 +78,7 @@ def results(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("scenario", ["count", "tokens", "hsdp"])
+@pytest.mark.parametrize("scenario", ["count", "tokens", "hsdp", "packed"])
 def test_two_ranks_match_one_rank(results, scenario):
     single, double = results[0][scenario], results[1][scenario]
     assert double["loss"] == pytest.approx(single["loss"], abs=1e-6)
@@ -103,7 +103,19 @@ def test_uneven_micro_batch_counts_were_exercised(results):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("scenario", ["count", "tokens", "hsdp"])
+def test_packed_two_ranks_match_padded(results):
+    # Padding-free with uneven micro-batch counts (zero-weight passes on rank 1): the same
+    # gradient as the padded token-budget split.
+    counts = results[1]["packed"]["micro_batches_per_rank"]
+    assert counts == [4, 2], counts
+    for name, g in results[1]["tokens"]["grads"].items():
+        torch.testing.assert_close(
+            results[1]["packed"]["grads"][name], g, atol=1e-6, rtol=1e-5, msg=name
+        )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", ["count", "tokens", "hsdp", "packed"])
 def test_synced_tensors_equal_full_tensor_exactly(results, scenario):
     # Bucketed all-gathers give bit-identical tensors to per-parameter full_tensor(),
     # in the master dtype and cast to bf16, under every state_dict name (tied ones too).

@@ -46,9 +46,7 @@ from rlcore.errors import ConfigError, RlcoreError
 from rlcore.interfaces import BaseEngine, EngineSpec, LossFn, ModelOutputs
 from rlcore.protocol import DataProto
 from rlcore.safe_checkpoint import safe_dcp_load
-from rlcore_fsdp2 import lora
-from rlcore_fsdp2.batching import trim_left_padding
-from rlcore_fsdp2.logprob import entropy_from_logits, log_probs_from_logits, response_logits
+from rlcore_fsdp2 import forward, lora, packing
 from rlcore_fsdp2.lora import LoraSettings
 
 log = logging.getLogger(__name__)
@@ -99,6 +97,10 @@ class FSDP2Engine(BaseEngine):
         # Ranks per shard group; -1 shards over all ranks. Smaller: HSDP (replicate x shard).
         fsdp_size: int = attrs.field(default=-1)
         attn_implementation: str = "sdpa"
+        # Padding-free micro-batches (verl's name): each micro-batch's valid tokens run as one
+        # packed sequence, attention kept within rows (rlcore_fsdp2.packing). Exact. On by
+        # default: faster on both models of benchmarks/packing.py (CPU; GPU unmeasured).
+        use_remove_padding: bool = True
         # Response tokens per float32 log-softmax chunk (rlcore.engine_utils); 0: one chunk.
         log_prob_chunk_tokens: int = attrs.field(default=1024, validator=attrs.validators.ge(0))
         # LoRA through peft (rlcore-fsdp2[lora]); verl's names. lora_rank = 0: full training.
@@ -178,10 +180,16 @@ class FSDP2Engine(BaseEngine):
         spec = self.spec
         trains = spec.optim is not None and spec.role != "ref"
         master = torch.float32 if trains and self.config.mixed_precision else _DTYPES[spec.dtype]
+        attn = self.config.attn_implementation
+        if self.config.use_remove_padding:
+            try:
+                attn = packing.attention_for_packing(attn)
+            except ValueError as err:
+                raise ConfigError(f"[{spec.role}.engine] {err}") from err
         kwargs: dict[str, Any] = {
             "dtype": master,
             "trust_remote_code": spec.trust_remote_code,
-            "attn_implementation": self.config.attn_implementation,
+            "attn_implementation": attn,
         }
         try:
             if spec.value_head:
@@ -248,39 +256,26 @@ class FSDP2Engine(BaseEngine):
     def _forward(
         self, mb: DataProto, *, temperature: float, with_entropy: bool, entropy_grad: bool
     ) -> ModelOutputs:
-        """One micro-batch forward; (b, R) outputs on ``self.device``."""
-        ids, mask, pos = trim_left_padding(
-            mb.batch["input_ids"], mb.batch["attention_mask"], mb.batch["position_ids"]
+        """One micro-batch forward (padded or packed: the same outputs); (b, R) on device."""
+        options = forward.Scoring(
+            value_head=self.spec.value_head,
+            temperature=temperature,
+            with_entropy=with_entropy,
+            entropy_grad=entropy_grad,
+            chunk_tokens=self.config.log_prob_chunk_tokens or None,
         )
-        ids, mask, pos = ids.to(self.device), mask.to(self.device), pos.to(self.device)
-        responses = mb.batch["responses"].to(self.device)  # (b, R)
-        r = responses.shape[1]
-        if self.spec.value_head:
-            out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False)
-            # The value of the state before response token j sits at position P-1+j.
-            values = out.logits[:, -(r + 1) : -1, 0].float()  # (b, R)
-            return ModelOutputs(values=values)
-        # Only the R+1 last positions go through lm_head: (b, R+1, V) instead of (b, P+R, V).
-        out = self.model(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=pos,
-            use_cache=False,
-            logits_to_keep=r + 1,
-        )
-        logits = response_logits(out.logits, r)  # (b, R, V)
-        if temperature not in (0.0, 1.0):  # 0: greedy sampling scores the unscaled logits
-            # Sampling used logits / T; log-probs of the same distribution need the same scaling.
-            logits = logits / temperature
-        chunk = self.config.log_prob_chunk_tokens or None
-        outputs = ModelOutputs(log_probs=log_probs_from_logits(logits, responses, chunk))
-        if with_entropy:
-            if entropy_grad:
-                outputs.entropy = entropy_from_logits(logits, chunk)
-            else:
-                with torch.no_grad():
-                    outputs.entropy = entropy_from_logits(logits.detach(), chunk)
-        return outputs
+        if not self.config.use_remove_padding:
+            return forward.padded_forward(self.model, mb, self.device, options)
+        try:
+            packed = packing.pack(
+                mb.batch["input_ids"].to(self.device),
+                mb.batch["attention_mask"].to(self.device),
+                mb.batch["position_ids"].to(self.device),
+                mb.batch["responses"].to(self.device),
+            )
+        except ValueError as err:
+            raise FSDP2Error(f"[{self.spec.role}] {err}") from err
+        return forward.packed_forward(self.model, packed, options)
 
     def _micro_batches(self, batch: DataProto) -> tuple[list[DataProto], int]:
         """This rank's micro-batches and the largest count over ranks (for collective parity)."""
@@ -291,6 +286,7 @@ class FSDP2Engine(BaseEngine):
             batch,
             micro_batch_size=self.spec.micro_batch_size,
             max_tokens=self.spec.max_tokens_per_micro_batch,
+            packed=self.config.use_remove_padding,
         )
         return mbs, micro_batch_count(len(mbs), self.device)
 

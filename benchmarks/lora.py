@@ -1,7 +1,7 @@
 """LoRA vs full fine-tuning in the FSDP2 engine: trainable parameters, optimizer state,
 peak memory, step time and weight-sync time, on the quickstart model and a ~20M model.
 
-    python benchmarks/lora.py [--quickstart examples/quickstart/work/model_sft]
+    python benchmarks/lora.py [--quickstart examples/quickstart/work/seed0/model_sft]
                               [--rows 32] [--prompt 40] [--response 24] [--steps 5]
                               [--rank 16] [--device cpu|cuda] [--threads 1]
 
@@ -117,7 +117,7 @@ def _model_20m(root: Path) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quickstart", default="examples/quickstart/work/model_sft")
+    parser.add_argument("--quickstart", default="examples/quickstart/work/seed0/model_sft")
     parser.add_argument("--rows", type=int, default=32)
     parser.add_argument("--prompt", type=int, default=40)
     parser.add_argument("--response", type=int, default=24)

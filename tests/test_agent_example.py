@@ -39,3 +39,15 @@ def test_a_tool_conversation_fits_the_configured_lengths_and_its_call_parses():
     assert errors == []
     assert [c.name for c in calls] == config["agent"]["tools"]
     assert CalculatorTool().call(calls[0].arguments) == "198"
+
+
+def test_the_agent_data_uses_the_quickstart_split(tmp_path):
+    import pyarrow.parquet as pq
+
+    prepare = _load("prepare")
+    train_pairs, _dev, test_pairs = prepare.split_pairs()
+    train, test = _load("prepare_agent").write_data(tmp_path)
+    rows = pq.read_table(test).to_pylist()
+    assert len(rows) == len(test_pairs)
+    assert [r["reward_model"]["ground_truth"] for r in rows] == [str(a + b) for a, b in test_pairs]
+    assert pq.read_metadata(train).num_rows == len(train_pairs)

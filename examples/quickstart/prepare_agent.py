@@ -34,13 +34,15 @@ def _call(a: int, b: int) -> str:
     return f'<tool_call>{{"name": "calculator", "arguments": {args}}}</tool_call>'
 
 
-def write_data(out_dir: Path, seed: int = 0) -> tuple[Path, Path]:
+def write_data(out_dir: Path) -> tuple[Path, Path]:
+    """The quickstart's train and held-out pairs (its fixed split, the same for every seed)
+    with the tool system prompt."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from rlcore_calculator.environment import make_row
 
-    train, test = split_pairs(seed)
+    train, _dev, test = split_pairs()
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     for name, pairs in (("agent_train", train), ("agent_test", test)):
@@ -90,7 +92,7 @@ def warm_start(
     torch.manual_seed(seed)
     tokenizer = AutoTokenizer.from_pretrained(sft_dir)
     model = AutoModelForCausalLM.from_pretrained(sft_dir, dtype=torch.float32).train()
-    train, _ = split_pairs(seed)
+    train, _dev, _test = split_pairs()  # the split is fixed; the seed drives sampling
     rng = random.Random(seed)
     optim = torch.optim.AdamW(model.parameters(), lr=5e-4)
     t0, batch_size = time.perf_counter(), 32
@@ -141,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     if not (sft / "config.json").exists():
         print(f"{sft} is missing: run examples/quickstart/prepare.py first", file=sys.stderr)
         return 1
-    train, test = write_data(work / "data", seed=args.seed)
+    train, test = write_data(work / "data")
     print(f"[1/2] wrote {train} and {test}", flush=True)
     summary = warm_start(
         sft, work / "model_agent", seed=args.seed, steps=args.steps,

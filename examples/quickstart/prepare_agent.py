@@ -12,6 +12,12 @@ Writes under examples/quickstart/work/ (git-ignored):
       conversations (call -> tool response -> answer), loss on the model's turns only (the
       tool turn is masked, as in RL), so that RL starts from a model that sometimes calls
       the tool and sometimes answers alone.
+
+Defaults measured: 300 steps with 30% tool conversations left a model whose sampled calls
+were mostly malformed JSON (8 of 10 calls failed on 32 samples) and RL did not improve it
+in 9 steps; 1000 steps with 50% (26 min on one core of a shared 2-core machine) gave 14
+calls with 2 failures, and agent.toml then raised the tool-use rate 0.45 -> 0.91 and the
+reward 0.51 -> 0.95 in 20 steps.
 """
 
 from __future__ import annotations
@@ -83,7 +89,7 @@ def _example(tokenizer, a: int, b: int, use_tool: bool) -> tuple[list[int], list
 
 
 def warm_start(
-    sft_dir: Path, out_dir: Path, *, seed: int = 0, steps: int = 300, tool_fraction: float = 0.3
+    sft_dir: Path, out_dir: Path, *, seed: int = 0, steps: int = 1000, tool_fraction: float = 0.5
 ) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -134,8 +140,8 @@ def warm_start(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work-dir", type=Path, default=HERE / "work")
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--tool-fraction", type=float, default=0.3)
+    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--tool-fraction", type=float, default=0.5)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     work: Path = args.work_dir

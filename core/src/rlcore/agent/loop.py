@@ -279,6 +279,7 @@ class AgentLoop:
         import torch
 
         from rlcore.protocol import DataProto
+        from rlcore.rollout_layout import rollout_tensors
 
         prompt_ids = prompts.batch["input_ids"]  # (B, P) left-padded
         prompt_mask = prompts.batch["attention_mask"]
@@ -296,17 +297,11 @@ class AgentLoop:
             response_mask[i, :n] = torch.tensor(conv.loss_mask, dtype=torch.long)
             seen[i, :n] = 1
             log_probs[i, :n] = torch.tensor(conv.log_probs, dtype=torch.float32)
-        delta = torch.arange(1, R + 1, dtype=prompt_pos.dtype).unsqueeze(0)  # (1, R)
-        tensors = {
-            "prompts": prompt_ids,
-            "responses": responses,
-            "response_mask": response_mask,
-            "input_ids": torch.cat([prompt_ids, responses], dim=1),
-            "attention_mask": torch.cat([prompt_mask, seen], dim=1),
-            "position_ids": torch.cat([prompt_pos, prompt_pos[:, -1:] + delta], dim=1),
-        }
-        if sampling.return_log_probs:
-            tensors["rollout_log_probs"] = log_probs * response_mask
+        tensors = rollout_tensors(
+            prompt_ids, prompt_mask, prompt_pos, responses, response_mask,
+            log_probs=log_probs if sampling.return_log_probs else None,
+            response_attention=seen,
+        )  # fmt: skip
         agent = np.empty(B, dtype=object)
         for i, conv in enumerate(conversations):
             agent[i] = conv.summary()

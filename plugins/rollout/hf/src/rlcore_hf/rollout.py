@@ -18,6 +18,7 @@ import torch
 from rlcore.errors import ConfigError, RlcoreError
 from rlcore.interfaces import BaseRollout, RolloutSpec, SamplingParams
 from rlcore.protocol import DataProto
+from rlcore.rollout_layout import rollout_tensors
 
 log = logging.getLogger(__name__)
 
@@ -142,20 +143,10 @@ class HFRollout(BaseRollout):
 
         response_ids = torch.cat(responses).cpu()  # (B, R)
         response_mask = _response_mask(response_ids, self.eos_token_ids)  # (B, R)
-        prompt_ids, prompt_mask, prompt_pos = input_ids, attention_mask, position_ids
-        r = response_ids.shape[1]
-        # Response positions continue from the last prompt position (also past EOS: masked).
-        delta = torch.arange(1, r + 1, dtype=prompt_pos.dtype).unsqueeze(0)  # (1, R)
-        tensors = {
-            "prompts": prompt_ids,
-            "responses": response_ids,
-            "response_mask": response_mask,
-            "input_ids": torch.cat([prompt_ids, response_ids], dim=1),
-            "attention_mask": torch.cat([prompt_mask, response_mask.to(prompt_mask.dtype)], dim=1),
-            "position_ids": torch.cat([prompt_pos, prompt_pos[:, -1:] + delta], dim=1),
-        }
-        if sampling.return_log_probs:
-            tensors["rollout_log_probs"] = torch.cat(log_probs).cpu() * response_mask
+        tensors = rollout_tensors(
+            input_ids, attention_mask, position_ids, response_ids, response_mask,
+            log_probs=torch.cat(log_probs).cpu() if sampling.return_log_probs else None,
+        )  # fmt: skip
         return DataProto.from_dict(tensors=tensors)
 
     # --- weights --------------------------------------------------------------------------

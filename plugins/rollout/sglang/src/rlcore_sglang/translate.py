@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import attrs
 
 from rlcore.errors import RlcoreError
+from rlcore.rollout_layout import rollout_tensors
 
 if TYPE_CHECKING:
     import torch
@@ -251,19 +252,10 @@ def batch_tensors(
         if with_log_probs and c.log_probs is not None:
             log_probs[i, :n] = torch.tensor(c.log_probs, dtype=torch.float32)
     response_mask = _response_mask(responses, lengths, eos_token_ids)  # (B, R)
-    prompt_pos = prompt_pos.to(torch.long)
-    delta = torch.arange(1, r + 1, dtype=prompt_pos.dtype).unsqueeze(0)  # (1, R)
-    tensors = {
-        "prompts": prompt_ids,
-        "responses": responses,
-        "response_mask": response_mask,
-        "input_ids": torch.cat([prompt_ids, responses], dim=1),
-        "attention_mask": torch.cat([prompt_mask, response_mask.to(prompt_mask.dtype)], dim=1),
-        "position_ids": torch.cat([prompt_pos, prompt_pos[:, -1:] + delta], dim=1),
-    }
-    if with_log_probs:
-        tensors["rollout_log_probs"] = log_probs * response_mask
-    return tensors
+    return rollout_tensors(
+        prompt_ids, prompt_mask, prompt_pos.to(torch.long), responses, response_mask,
+        log_probs=log_probs if with_log_probs else None,
+    )  # fmt: skip
 
 
 def _response_mask(

@@ -31,6 +31,7 @@ import torch
 from rlcore.errors import ConfigError, RlcoreError
 from rlcore.interfaces import BaseRollout, GenerationResult, RolloutSpec, SamplingParams
 from rlcore.protocol import DataProto
+from rlcore.rollout_layout import rollout_tensors
 from rlcore_vllm.model_info import check_cpu_head_size, model_config, special_ids
 from rlcore_vllm.parallel import (
     check_tensor_parallel,
@@ -299,20 +300,10 @@ class VLLMRollout(BaseRollout):
                     [step[t].logprob for step, t in zip(completion.logprobs, tokens)]
                 )
         response_mask = _response_mask(responses, self.eos_token_ids)  # (B, R)
-        delta = torch.arange(1, r + 1, dtype=position_ids.dtype).unsqueeze(0)  # (1, R)
-        tensors = {
-            "prompts": input_ids,
-            "responses": responses,
-            "response_mask": response_mask,
-            "input_ids": torch.cat([input_ids, responses], dim=1),
-            "attention_mask": torch.cat(
-                [attention_mask, response_mask.to(attention_mask.dtype)], dim=1
-            ),
-            # Response positions continue from the last prompt position (also past EOS).
-            "position_ids": torch.cat([position_ids, position_ids[:, -1:] + delta], dim=1),
-        }
-        if sampling.return_log_probs:
-            tensors["rollout_log_probs"] = log_probs * response_mask
+        tensors = rollout_tensors(
+            input_ids, attention_mask, position_ids, responses, response_mask,
+            log_probs=log_probs if sampling.return_log_probs else None,
+        )  # fmt: skip
         return DataProto.from_dict(tensors=tensors)
 
     async def generate_one(

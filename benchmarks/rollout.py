@@ -2,11 +2,12 @@
 
     python benchmarks/rollout.py [--device cpu|cuda] [--models quickstart,20m | --model PATH]
                                  [--rows 8,256] [--max-new-tokens 64] [--reps 3]
-                                 [--async-engine] [--quick]
+                                 [--async-engine] [--vllm-bf16] [--quick]
 
 ``--quick``: a smoke run (rows 8 and 32, 16 new tokens, one timed call each) that checks
 every row prints; its numbers are not measurements. ``--async-engine`` adds a row for the
-vLLM rollout on vLLM's AsyncLLM (``[rollout] async_engine = true``, as agent runs use it).
+vLLM rollout on vLLM's AsyncLLM (``[rollout] async_engine = true``, as agent runs use it);
+``--vllm-bf16`` one with ``[rollout] dtype = "bfloat16"`` (weights cast from float32).
 
 Each model is benchmarked at each batch size (``--rows``: responses per call, prompts already
 expanded as the driver does). All three sample at temperature 1, top-p 1, from the same
@@ -165,6 +166,10 @@ def bench_model(name: str, path: str, args: argparse.Namespace) -> list[tuple]:
         vllm = VLLMRollout(spec, VLLMRollout.Config(kv_cache_space_gb=1.0))
         start_s = time.perf_counter() - start
         variants["VLLMRollout"] = lambda p: rollout_fn(vllm, p)
+        if args.vllm_bf16 and args.dtype != "bfloat16":
+            config = VLLMRollout.Config(kv_cache_space_gb=1.0, dtype="bfloat16")
+            vllm_bf16 = VLLMRollout(spec, config)
+            variants["VLLMRollout bf16"] = lambda p: rollout_fn(vllm_bf16, p)
         if args.async_engine:
             start = time.perf_counter()
             config = VLLMRollout.Config(kv_cache_space_gb=1.0, async_engine=True)
@@ -185,6 +190,8 @@ def bench_model(name: str, path: str, args: argparse.Namespace) -> list[tuple]:
         vllm.shutdown()
         if args.async_engine:
             vllm_async.shutdown()
+        if "VLLMRollout bf16" in variants:
+            vllm_bf16.shutdown()
     return results
 
 
@@ -200,6 +207,12 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--async-engine", action="store_true", help="add vLLM's AsyncLLM")
+    ap.add_argument(
+        "--vllm-bf16",
+        action="store_true",
+        help="add the vLLM rollout with [rollout] dtype = 'bfloat16' (a float32 policy's usual "
+        "rollout dtype)",
+    )
     ap.add_argument("--quick", action="store_true", help="smoke run: small, one timed call")
     args = ap.parse_args()
     if args.quick:

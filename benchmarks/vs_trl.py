@@ -171,7 +171,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 import dataclasses
 
-model_path, data_path, steps, beta, lr, n, prompts_per_step, new_tokens, out = sys.argv[1:10]
+model_path, data_path, steps, beta, lr, n, prompts_per_step, new_tokens, out, dtype = sys.argv[1:11]
 steps, n, prompts_per_step, new_tokens = int(steps), int(n), int(prompts_per_step), int(new_tokens)
 rows = [json.loads(x) for x in open(data_path)]
 ds = Dataset.from_list([{"prompt": r["prompt"], "answer": r["reward_model"]["ground_truth"]}
@@ -189,7 +189,7 @@ fields = {f.name for f in dataclasses.fields(GRPOConfig)}
 wanted = dict(output_dir=out + "/trl-out", per_device_train_batch_size=prompts_per_step * n,
               gradient_accumulation_steps=1, num_generations=n, max_completion_length=new_tokens,
               max_prompt_length=64, temperature=1.0, learning_rate=float(lr), beta=float(beta),
-              num_iterations=1, gradient_checkpointing=True, use_cpu=True, bf16=False,
+              num_iterations=1, gradient_checkpointing=True, use_cpu=True, bf16=dtype == "bfloat16",
               max_steps=steps + 1, logging_steps=1, report_to=[], save_strategy="no",
               lr_scheduler_type="constant", warmup_steps=0, max_grad_norm=1.0,
               dataloader_num_workers=0, seed=0)
@@ -241,13 +241,15 @@ def trl_python(venv: Path) -> Path | None:
     return python
 
 
-def trl_run(python: Path, root: Path, tag: str, model: Path, *, kl: bool, steps: int) -> dict:
+def trl_run(
+    python: Path, root: Path, tag: str, model: Path, *, kl: bool, steps: int, dtype: str
+) -> dict:
     out = root / f"trl-{tag}"
     out.mkdir(exist_ok=True)
     script = root / "trl_grpo.py"
     script.write_text(TRL_SCRIPT)
     beta = BETA if kl else 0.0
-    args = [model, root / "train.jsonl", steps, beta, LR, N, PROMPTS, NEW_TOKENS, out]
+    args = [model, root / "train.jsonl", steps, beta, LR, N, PROMPTS, NEW_TOKENS, out, dtype]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     env.pop("PYTHONPATH", None)
     subprocess.run([python, script, *map(str, args)], check=True, env=env,
@@ -297,7 +299,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=2, help="interleaved repeats")
     parser.add_argument("--kl", choices=("off", "on", "both"), default="both")
     parser.add_argument("--no-trl", action="store_true", help="rlcore only")
+    parser.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16"),
+        default="float32",
+        help="bfloat16: rlcore [model] dtype (FSDP2 mixed precision, float32 master weights) "
+        "against TRL's bf16=True (autocast)",
+    )
     parser.add_argument("--no-two-workers", action="store_true")
+    parser.add_argument(
+        "--no-before",
+        action="store_true",
+        help="leave out rlcore with the levers off (the slow variant on the 17m model)",
+    )
     parser.add_argument("--trl-venv", default="/tmp/trl-venv")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args, rest = parser.parse_known_args(argv)
@@ -320,12 +334,15 @@ def main(argv: list[str] | None = None) -> int:
                     res = results.setdefault((name, kl), {})
                     if python is not None:
                         res.setdefault("trl", []).append(
-                            trl_run(python, root, tag, path, kl=kl, steps=args.steps)
+                            trl_run(python, root, tag, path, kl=kl, steps=args.steps, dtype=args.dtype)
                         )
-                    variants = [("before", 1, LEVERS_OFF), ("after", 1, [])]
+                    variants = [("after", 1, [])]
+                    if not args.no_before:
+                        variants.insert(0, ("before", 1, LEVERS_OFF))
                     if not args.no_two_workers:
                         variants.append(("after-2w", 2, []))
                     for label, workers, overrides in variants:
+                        overrides = [*overrides, f"model.dtype={args.dtype}"]
                         res.setdefault(label, []).append(rlcore_run(
                             root, f"{tag}-{label}", path, kl=kl, workers=workers,
                             steps=args.steps, overrides=overrides))  # fmt: skip

@@ -189,3 +189,30 @@ def test_sleep_and_wake_up_are_no_ops_on_cpu(rollout, prompts):
     rollout.sleep()
     rollout.wake_up()
     assert torch.equal(rollout.generate(prompts[:4], greedy).batch["responses"], before)
+
+
+def test_bfloat16_engine_from_a_float32_policy(spec, hf_rollout, prompts, model_path):
+    """[rollout] dtype = "bfloat16": float32 syncs are cast in; log-probs near the float32 model."""
+    from transformers import AutoModelForCausalLM
+
+    from rlcore_vllm.rollout import VLLMRollout
+
+    rollout = VLLMRollout(spec, VLLMRollout.Config(kv_cache_space_gb=KV_GB, dtype="bfloat16"))
+    try:
+        assert rollout.llm.llm_engine.model_config.dtype == torch.bfloat16
+        greedy = SamplingParams(do_sample=False, max_new_tokens=R)
+        before = rollout.generate(prompts, greedy).batch["responses"]
+        original = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+        zeros = [(k, torch.zeros_like(v)) for k, v in original.state_dict().items()]
+        rollout.update_weights(iter(zeros))
+        assert not torch.equal(rollout.generate(prompts, greedy).batch["responses"], before)
+        rollout.update_weights(iter(original.state_dict().items()))  # float32 in, cast
+        assert torch.equal(rollout.generate(prompts, greedy).batch["responses"], before)
+        sampling = SamplingParams(temperature=1.0, max_new_tokens=R, return_log_probs=True)
+        out = rollout.generate(prompts, sampling)
+        ref = hf_log_probs(hf_rollout.model, out, 1.0)
+        mean, mx = diff_stats(out.batch["rollout_log_probs"], ref, out.batch["response_mask"])
+        print(f"\nbfloat16 engine vs float32 model: log-prob diff mean {mean:.2e}, max {mx:.2e}")
+        assert 0 < mean < 0.05  # bfloat16 rounding: visible, small
+    finally:
+        rollout.shutdown()

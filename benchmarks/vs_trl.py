@@ -333,9 +333,10 @@ def main(argv: list[str] | None = None) -> int:
                     tag = f"{name}-{'kl' if kl else 'nokl'}-{rep}"
                     res = results.setdefault((name, kl), {})
                     if python is not None:
-                        res.setdefault("trl", []).append(
-                            trl_run(python, root, tag, path, kl=kl, steps=args.steps, dtype=args.dtype)
+                        trl = trl_run(
+                            python, root, tag, path, kl=kl, steps=args.steps, dtype=args.dtype
                         )
+                        res.setdefault("trl", []).append(trl)
                     variants = [("after", 1, [])]
                     if not args.no_before:
                         variants.insert(0, ("before", 1, LEVERS_OFF))

@@ -2,6 +2,8 @@
 
     python benchmarks/vs_trl.py                      # full table: both models, +/- KL, 2 repeats
     python benchmarks/vs_trl.py --models tiny --steps 1 --repeats 1 --no-trl   # smoke
+    python benchmarks/vs_trl.py --models 17m --kl off --steps 3 --no-before    # the 17m row
+    python benchmarks/vs_trl.py --dtype bfloat16     # both in bf16 (TRL autocast, rlcore FSDP2 MP)
 
 Both frameworks train the same random-init Qwen2 models (built here with
 ``rlcore.testing.tiny_model.build_tiny_model``): "tiny" (hidden 128, 2 layers, tied, about

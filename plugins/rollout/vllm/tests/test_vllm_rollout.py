@@ -151,11 +151,9 @@ def test_update_weights_changes_outputs_and_originals_restore_them(
     assert torch.equal(back, before)
 
 
-def test_bucketed_stream_of_whole_layers_restores_exactly(rollout, prompts, model_path):
-    """The multiprocess transport's bucketing (files in /dev/shm), driven in-process."""
+def zero_the_weights(rollout, prompts, model_path):
+    """Sync all-zero weights and check greedy output changes: (greedy, before, the originals)."""
     from transformers import AutoModelForCausalLM
-
-    from rlcore_vllm.weights import layer_buckets, save_bucket
 
     greedy = SamplingParams(do_sample=False, max_new_tokens=R)
     before = rollout.generate(prompts, greedy).batch["responses"]
@@ -163,6 +161,15 @@ def test_bucketed_stream_of_whole_layers_restores_exactly(rollout, prompts, mode
     zeros = [(k, torch.zeros_like(v)) for k, v in original.state_dict().items()]
     rollout.update_weights(iter(zeros))
     assert not torch.equal(rollout.generate(prompts, greedy).batch["responses"], before)
+    return greedy, before, original
+
+
+def test_bucketed_stream_of_whole_layers_restores_exactly(rollout, prompts, model_path):
+    """The multiprocess transport's bucketing (files in /dev/shm), driven in-process."""
+
+    from rlcore_vllm.weights import layer_buckets, save_bucket
+
+    greedy, before, original = zero_the_weights(rollout, prompts, model_path)
     buckets = list(layer_buckets(original.state_dict().items(), bucket_bytes=1))
     assert len(buckets) >= 4  # embeddings, two layers, norm + head
     for bucket in buckets:
@@ -193,19 +200,13 @@ def test_sleep_and_wake_up_are_no_ops_on_cpu(rollout, prompts):
 
 def test_bfloat16_engine_from_a_float32_policy(spec, hf_rollout, prompts, model_path):
     """[rollout] dtype = "bfloat16": float32 syncs are cast in; log-probs near the float32 model."""
-    from transformers import AutoModelForCausalLM
 
     from rlcore_vllm.rollout import VLLMRollout
 
     rollout = VLLMRollout(spec, VLLMRollout.Config(kv_cache_space_gb=KV_GB, dtype="bfloat16"))
     try:
         assert rollout.llm.llm_engine.model_config.dtype == torch.bfloat16
-        greedy = SamplingParams(do_sample=False, max_new_tokens=R)
-        before = rollout.generate(prompts, greedy).batch["responses"]
-        original = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
-        zeros = [(k, torch.zeros_like(v)) for k, v in original.state_dict().items()]
-        rollout.update_weights(iter(zeros))
-        assert not torch.equal(rollout.generate(prompts, greedy).batch["responses"], before)
+        greedy, before, original = zero_the_weights(rollout, prompts, model_path)
         rollout.update_weights(iter(original.state_dict().items()))  # float32 in, cast
         assert torch.equal(rollout.generate(prompts, greedy).batch["responses"], before)
         sampling = SamplingParams(temperature=1.0, max_new_tokens=R, return_log_probs=True)

@@ -6,19 +6,13 @@ Each case: one exact line on stderr, exit code 2, no traceback (see ``_bad_input
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import shutil
-import sys
-from pathlib import Path
 
+import _bad_inputs as bi
 import pytest
 
-HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
-bi = importlib.import_module("_bad_inputs")
 registry, tiny, run = bi.registry, bi.tiny, bi.run
 
 

@@ -4,17 +4,12 @@ Ray) — still one line, exit 2, nothing earlier lost.
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
-from pathlib import Path
 
+import _bad_inputs as bi
 import pytest
 
-HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
-bi = importlib.import_module("_bad_inputs")
 registry, tiny, run = bi.registry, bi.tiny, bi.run
 
 

@@ -65,8 +65,8 @@ def _positive_or_none(instance: Any, attribute: Any, value: float | None) -> Non
 class VLLMRollout(BaseRollout):
     """A :class:`~rlcore.interfaces.BaseRollout` on ``vllm.LLM``.
 
-    Extra public surface: ``llm`` (the ``vllm.LLM``), ``eos_token_ids``, ``pad_token_id``,
-    ``max_model_len``, ``in_process``, ``shutdown()``.
+    Extra public surface: ``llm`` (the ``vllm.LLM``), ``dtype``, ``eos_token_ids``,
+    ``pad_token_id``, ``max_model_len``, ``in_process``, ``shutdown()``.
     """
 
     @attrs.frozen(kw_only=True)
@@ -159,6 +159,7 @@ class VLLMRollout(BaseRollout):
         if self.on_cpu:
             check_cpu_head_size(spec, model_cfg)
         self.eos_token_ids, self.pad_token_id = special_ids(spec, model_cfg)
+        self.dtype: str = cfg.dtype or spec.dtype  # the engine's; synced weights are cast to it
         tp = cfg.tensor_parallel_size
         default_async = not self.on_cpu and tp == 1
         self.async_engine = default_async if cfg.async_engine is None else cfg.async_engine
@@ -185,7 +186,7 @@ class VLLMRollout(BaseRollout):
         cfg, spec = self.config, self.spec
         kwargs: dict[str, Any] = {
             "model": spec.model_path,
-            "dtype": cfg.dtype or spec.dtype,
+            "dtype": self.dtype,
             "trust_remote_code": spec.trust_remote_code,
             "tensor_parallel_size": cfg.tensor_parallel_size,
             "gpu_memory_utilization": cfg.gpu_memory_utilization,
@@ -380,7 +381,7 @@ class VLLMRollout(BaseRollout):
         self.wake_up()
         # Cast here, one tensor at a time: vLLM would cast too, but warns once per tensor and
         # per sync, and the multiprocess buckets would carry float32 bytes for a bf16 engine.
-        dtype = getattr(torch, self.config.dtype or self.spec.dtype)
+        dtype = getattr(torch, self.dtype)
         named_tensors = (
             (name, t.to(dtype) if t.is_floating_point() and t.dtype != dtype else t)
             for name, t in named_tensors

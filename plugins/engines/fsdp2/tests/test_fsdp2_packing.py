@@ -260,3 +260,127 @@ def test_use_remove_padding_is_validated(tiny_path):
     assert any("use_remove_padding" in str(p) for p in problems)
     with pytest.raises(ConfigError, match=r"\[actor.engine\] use_remove_padding = true works"):
         engine(tiny_path, True, config={"attn_implementation": "flex_attention"})
+
+
+# --- shared prompts (GRPO groups) ----------------------------------------------------------
+
+
+def make_group_batch(seed: int = 0) -> DataProto:
+    """Three prompts x 3 samples (GRPO's repeat layout), responses of mixed length.
+
+    The third prompt's samples are split by a different prompt (row 6), so rows 5 and 7 share
+    a prompt without being neighbours: they form two groups. One response is empty.
+    """
+    g = torch.Generator().manual_seed(seed)
+    prompt_lens = [7, 7, 7, 24, 24, 3, 11, 3, 3]
+    response_lens = [16, 2, 9, 0, 13, 5, 16, 1, 8]
+    prompt_of = [0, 0, 0, 1, 1, 2, 3, 2, 2]
+    prompts = torch.randint(3, 250, (4, PROMPT), generator=g)
+    rows = len(prompt_of)
+    ids = torch.randint(3, 250, (rows, PROMPT + RESPONSE), generator=g)
+    ids[:, :PROMPT] = prompts[prompt_of]
+    attn = torch.ones(rows, PROMPT + RESPONSE, dtype=torch.long)
+    resp_mask = torch.ones(rows, RESPONSE, dtype=torch.long)
+    for i in range(rows):
+        attn[i, : PROMPT - prompt_lens[i]] = 0
+        resp_mask[i, response_lens[i] :] = 0
+        attn[i, PROMPT + response_lens[i] :] = 0
+    ids = ids.masked_fill(attn == 0, 0)
+    return DataProto.from_dict(
+        tensors={
+            "input_ids": ids,
+            "attention_mask": attn,
+            "position_ids": (attn.cumsum(-1) - 1).clamp(min=0),
+            "responses": ids[:, PROMPT:],
+            "response_mask": resp_mask,
+            "advantages": torch.randn(rows, RESPONSE, generator=g),
+        }
+    )
+
+
+def test_shared_prompt_layout():
+    b = make_group_batch().batch
+    packed = pack(
+        b["input_ids"], b["attention_mask"], b["position_ids"], b["responses"], share_prompts=True
+    )
+    assert packed.prompt_groups == (
+        (7, (16, 2, 9)),
+        (24, (0, 13)),
+        (3, (5,)),
+        (11, (16,)),
+        (3, (1, 8)),
+    )
+    # Each prompt once: 7 + 24 + 3 + 11 + 3 prompt tokens instead of 7*3 + 24*2 + 3*3 + 11.
+    assert packed.input_ids.shape[1] == 48 + sum((16, 2, 9, 0, 13, 5, 16, 1, 8))
+    # Every scored token is predicted by the packed token before it in its own sequence:
+    # the shared prompt's last token for response token 0, the response's own before that.
+    assert torch.equal(packed.labels, b["responses"][b["response_mask"].bool()])
+    rows = packed.response_index // RESPONSE
+    first = packed.response_index % RESPONSE == 0
+    assert packed.logit_index[first & (rows == 2)].tolist() == [6]  # group 0's prompt ends at 6
+    assert packed.logit_index[first & (rows == 4)].tolist() == [7 + 16 + 2 + 9 + 23]
+    inner = ~first
+    assert torch.equal(packed.input_ids[0, packed.logit_index[inner] + 1], packed.labels[inner])
+    # Response positions continue the prompt's.
+    assert packed.position_ids[0, 7 : 7 + 16].tolist() == list(range(7, 23))
+    assert packed.position_ids[0, 23:25].tolist() == [7, 8]
+    unpacked = packed.unpack(packed.labels.float()).long()
+    assert torch.equal(unpacked, b["responses"] * b["response_mask"])
+
+
+def test_distinct_prompts_pack_one_segment_per_row():
+    b = make_batch().batch
+    packed = pack(
+        b["input_ids"], b["attention_mask"], b["position_ids"], b["responses"], share_prompts=True
+    )
+    assert packed.prompt_groups is None
+    assert "cu_seq_lens_q" in packed.model_kwargs()
+
+
+@pytest.mark.parametrize("checkpointing", [False, True], ids=["plain", "checkpointing"])
+def test_shared_prompts_agree_with_a_copy_per_row(tiny_path, checkpointing):
+    """Log-probs, entropy, loss and gradients: shared prompts = packed rows = padded rows."""
+    data = make_group_batch()
+    mask = data.batch["response_mask"]
+    runs = {}
+    for name, packed, share in (
+        ("padded", False, False),
+        ("rows", True, False),
+        ("shared", True, True),
+    ):
+        e = engine(
+            tiny_path,
+            packed,
+            config={"share_prompts": share},
+            micro_batch_size=9,
+            gradient_checkpointing=checkpointing,
+        )
+        assert e._share_prompts is share
+        out = e.compute_log_prob(data, temperature=0.8, with_entropy=True)
+        parts: list[float] = []
+
+        def summed(outputs, mb, totals, parts=parts):
+            loss, metrics = pg_entropy_loss(outputs, mb, totals)
+            parts.append(float(loss.detach()))
+            return loss, metrics
+
+        e.forward_backward(data, summed, temperature=0.8, with_entropy=True)
+        runs[name] = (out, sum(parts), grads(e))
+    shared_out, shared_loss, shared_grads = runs["shared"]
+    assert max(float(g.abs().max()) for g in shared_grads.values()) > 100 * TOL
+    for name in ("padded", "rows"):
+        out, loss, g = runs[name]
+        assert masked_diff(shared_out.log_probs, out.log_probs, mask) <= TOL
+        assert masked_diff(shared_out.entropy, out.entropy, mask) <= TOL
+        assert abs(shared_loss - loss) <= TOL
+        assert max_diff(shared_grads, g) <= TOL
+
+
+def test_shared_prompt_critic_values_agree(tiny_path):
+    data = make_group_batch()
+    mask = data.batch["response_mask"]
+    values = {}
+    for share in (False, True):
+        e = engine(tiny_path, True, role="critic", value_head=True, config={"share_prompts": share})
+        values[share] = e.compute_values(data)
+    assert masked_diff(values[True], values[False], mask) <= TOL

@@ -14,6 +14,7 @@ in by the worker) and the non-finite skip come from :mod:`rlcore.engine_utils` t
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -101,6 +102,11 @@ class FSDP2Engine(BaseEngine):
         # packed sequence, attention kept within rows (rlcore_fsdp2.packing). Exact. On by
         # default: faster on both models of benchmarks/packing.py (CPU; GPU unmeasured).
         use_remove_padding: bool = True
+        # With use_remove_padding and sdpa/eager attention: adjacent rows with the same prompt
+        # (GRPO/RLOO's n samples) run that prompt once per micro-batch, each response
+        # attending to the shared copy (rlcore_fsdp2.packing). Exact to float rounding.
+        # flash_attention_* keep one segment per row (their varlen kernels cannot share).
+        share_prompts: bool = True
         # Response tokens per float32 log-softmax chunk (rlcore.engine_utils); 0: one chunk.
         log_prob_chunk_tokens: int = attrs.field(default=1024, validator=attrs.validators.ge(0))
         # LoRA through peft (rlcore-fsdp2[lora]); verl's names. lora_rank = 0: full training.
@@ -272,10 +278,17 @@ class FSDP2Engine(BaseEngine):
                 mb.batch["attention_mask"].to(self.device),
                 mb.batch["position_ids"].to(self.device),
                 mb.batch["responses"].to(self.device),
+                share_prompts=self._share_prompts,
             )
         except ValueError as err:
             raise FSDP2Error(f"[{self.spec.role}] {err}") from err
         return forward.packed_forward(self.model, packed, options)
+
+    @functools.cached_property
+    def _share_prompts(self) -> bool:
+        """Shared-prompt packing is on and the loaded attention implements it."""
+        attn = getattr(self.model.config, "_attn_implementation", None)
+        return self.config.share_prompts and attn == packing.VARLEN_SDPA
 
     def _micro_batches(self, batch: DataProto) -> tuple[list[DataProto], int]:
         """This rank's micro-batches and the largest count over ranks (for collective parity)."""

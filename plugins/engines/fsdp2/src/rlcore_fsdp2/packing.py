@@ -12,10 +12,20 @@ transformers as :data:`VARLEN_SDPA`, a causal ``scaled_dot_product_attention`` p
 Only the positions that predict a response token go through the head (``logits_to_keep`` as
 an index tensor), and :meth:`PackedBatch.unpack` scatters those per-token results back to the
 (b, R) response layout, 0 where nothing was predicted (padding; the losses mask it anyway).
+
+Shared prompts (``share_prompts``): rows next to each other with the same prompt (GRPO's
+``n`` samples of one prompt) pack that prompt once, followed by each row's response:
+``[prompt, response_1, ..., response_n]``. Each response attends to the shared prompt and
+causally to itself (:func:`varlen_sdpa_attention` reads the layout from
+:data:`PROMPT_GROUPS_KWARG`); the prompt's hidden states are computed once and their
+gradient is the sum over the rows that read them, as it is when each row carries a copy.
+The prompt's tokens run once instead of ``n`` times: on the quickstart (prompts ~35
+tokens, responses ~18) that is most of the tokens.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import attrs
@@ -25,6 +35,13 @@ import torch
 VARLEN_SDPA = "rlcore_varlen_sdpa"
 # Implementations that read cu_seq_lens themselves (transformers' flash-attention path).
 _NATIVE_VARLEN = ("flash_attention_2", "flash_attention_3", "flash_attention_4")
+# The model-forward keyword that carries a shared-prompt layout down to the attention
+# function (transformers passes unknown attention kwargs through, checkpoint recompute too).
+PROMPT_GROUPS_KWARG = "rlcore_prompt_groups"
+
+# A shared-prompt layout: per group, the prompt's token count and each row's response count,
+# in packed order ([prompt, response_1, ..., response_n] per group).
+PromptGroups = tuple[tuple[int, tuple[int, ...]], ...]
 
 
 @attrs.frozen(kw_only=True)
@@ -33,16 +50,27 @@ class PackedBatch:
 
     input_ids: torch.Tensor  # (1, N)
     position_ids: torch.Tensor  # (1, N)
-    cu_seq_lens: torch.Tensor  # (b+1,) int32: row i is tokens [cu[i], cu[i+1])
-    max_length: int  # the longest row
+    # int32 segment bounds: segment i is tokens [cu[i], cu[i+1]); a segment is a row, or,
+    # with prompt_groups, a shared prompt or one row's response.
+    cu_seq_lens: torch.Tensor
+    max_length: int  # the longest segment
     logit_index: torch.Tensor  # (M,) packed positions whose output predicts a response token
     response_index: torch.Tensor  # (M,) the predicted token's flat index in (b * R)
     labels: torch.Tensor  # (M,) the predicted response tokens
     rows: int
     response_length: int
+    # Set when rows share their prompt tokens (module docstring); None: one segment per row.
+    prompt_groups: PromptGroups | None = None
 
     def model_kwargs(self) -> dict[str, Any]:
         """Inputs for the HF model's ``forward`` (no attention mask: rows are delimited)."""
+        if self.prompt_groups is not None:
+            return {
+                "input_ids": self.input_ids,
+                "position_ids": self.position_ids,
+                "attention_mask": None,
+                PROMPT_GROUPS_KWARG: self.prompt_groups,
+            }
         return {
             "input_ids": self.input_ids,
             "position_ids": self.position_ids,
@@ -64,11 +92,14 @@ def pack(
     attention_mask: torch.Tensor,
     position_ids: torch.Tensor,
     responses: torch.Tensor,
+    *,
+    share_prompts: bool = False,
 ) -> PackedBatch:
     """Pack a (b, P+R) micro-batch whose last R columns are ``responses`` (b, R).
 
     Response token j of row i is scored when it and the token before it are valid; its
     prediction is the packed output of that previous token (what ``P-1+j`` is padded).
+    ``share_prompts``: adjacent rows with the same prompt pack it once (module docstring).
     """
     if position_ids.dim() != 2:
         msg = (
@@ -84,28 +115,73 @@ def pack(
         msg = f"a row needs at least one prompt column before its {r} response columns"
         raise ValueError(msg)
     valid = attention_mask.bool()
-    flat_valid = valid.reshape(-1)
-    lengths = valid.sum(dim=1)
-    if int(lengths.sum()) == 0:
+    if not bool(valid.any()):
         msg = "micro-batch has no valid token (attention_mask is all zero)"
         raise ValueError(msg)
-    cu = torch.zeros(b + 1, dtype=torch.int32, device=input_ids.device)
-    cu[1:] = lengths.cumsum(0)
-    # Packed position of every valid (row, column); garbage where invalid (never read).
-    packed_at = (flat_valid.long().cumsum(0) - 1).view(b, t)
     scored = valid[:, p:] & valid[:, p - 1 : t - 1]  # (b, R)
     response_index = torch.arange(b * r, device=input_ids.device).view(b, r)[scored]
+    starts = _prompt_group_starts(input_ids[:, :p], valid[:, :p], position_ids[:, :p])
+    if not share_prompts or bool(starts.all()):
+        starts = torch.ones_like(starts)
+    # A prompt's tokens are kept on the row that starts its group only.
+    keep = valid.clone()
+    keep[:, :p] &= starts.unsqueeze(1)
+    flat_keep = keep.reshape(-1)
+    # Packed position of every kept (row, column); garbage elsewhere (never read).
+    packed_at = (flat_keep.long().cumsum(0) - 1).view(b, t)
+    predictor = packed_at[:, p - 1 : t - 1].clone()  # (b, R)
+    start_rows = starts.nonzero().squeeze(1)  # (G,)
+    group_of = starts.long().cumsum(0) - 1  # (b,)
+    # Response token 0 is predicted by the last prompt token: the group's shared copy.
+    predictor[:, 0] = packed_at[start_rows[group_of], p - 1]
+    prompt_lengths = valid[:, :p].sum(dim=1)
+    response_lengths = valid[:, p:].sum(dim=1)
+    groups: PromptGroups | None = None
+    if len(start_rows) < b:
+        per_group: list[list[int]] = [[] for _ in range(len(start_rows))]
+        for row, group in enumerate(group_of.tolist()):
+            per_group[group].append(int(response_lengths[row]))
+        groups = tuple(
+            (int(prompt_lengths[first]), tuple(rows))
+            for first, rows in zip(start_rows.tolist(), per_group, strict=True)
+        )
+        segments = torch.tensor(
+            [n for lp, rows in groups for n in (lp, *rows)], device=input_ids.device
+        )
+    else:
+        segments = prompt_lengths + response_lengths
+    cu = torch.zeros(len(segments) + 1, dtype=torch.int32, device=input_ids.device)
+    cu[1:] = segments.cumsum(0)
     return PackedBatch(
-        input_ids=input_ids.reshape(-1)[flat_valid].unsqueeze(0),
-        position_ids=position_ids.reshape(-1)[flat_valid].unsqueeze(0),
+        input_ids=input_ids.reshape(-1)[flat_keep].unsqueeze(0),
+        position_ids=position_ids.reshape(-1)[flat_keep].unsqueeze(0),
         cu_seq_lens=cu,
-        max_length=int(lengths.max()),
-        logit_index=packed_at[:, p - 1 : t - 1][scored],
+        max_length=int(segments.max()),
+        logit_index=predictor[scored],
         response_index=response_index,
         labels=responses[scored],
         rows=b,
         response_length=r,
+        prompt_groups=groups,
     )
+
+
+def _prompt_group_starts(
+    prompt_ids: torch.Tensor, prompt_valid: torch.Tensor, prompt_positions: torch.Tensor
+) -> torch.Tensor:
+    """(b,) True where a row's prompt differs from the row before (a group starts there).
+
+    Same prompt: the same valid columns holding the same tokens at the same positions, so
+    the shared copy is exactly what each row would have computed.
+    """
+    starts = torch.ones(prompt_ids.shape[0], dtype=torch.bool, device=prompt_ids.device)
+    if prompt_ids.shape[0] > 1:
+        later = prompt_valid[1:]
+        same = (prompt_valid[1:] == prompt_valid[:-1]).all(dim=1)
+        same &= ((prompt_ids[1:] == prompt_ids[:-1]) | ~later).all(dim=1)
+        same &= ((prompt_positions[1:] == prompt_positions[:-1]) | ~later).all(dim=1)
+        starts[1:] = ~same
+    return starts
 
 
 def attention_for_packing(attn_implementation: str) -> str:
@@ -154,9 +230,13 @@ def varlen_sdpa_attention(
     scaling: float | None = None,
     sliding_window: int | None = None,
     cu_seq_lens_q: torch.Tensor | None = None,
+    rlcore_prompt_groups: PromptGroups | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
     """Causal attention within each row of a packed (1, H, N, D) sequence -> (1, N, H, D).
+
+    With ``rlcore_prompt_groups`` (:data:`PROMPT_GROUPS_KWARG`) rows share prompts: each
+    response attends to its group's prompt and causally to itself.
 
     The transformers attention-function signature. A padded call (a 4-D mask from
     :func:`_padding_mask_only`: the model used outside the engine) is plain sdpa; without
@@ -186,6 +266,8 @@ def varlen_sdpa_attention(
     if groups > 1:  # grouped-query attention: one K/V head serves `groups` query heads
         key = key.repeat_interleave(groups, dim=1)
         value = value.repeat_interleave(groups, dim=1)
+    if rlcore_prompt_groups is not None:
+        return _shared_prompt_attention(query, key, value, rlcore_prompt_groups, dropout, scaling)
     if cu_seq_lens_q is None or query.shape[0] != 1:
         bounds = [query.shape[2]]
         parts_q, parts_k, parts_v = [query], [key], [value]
@@ -203,3 +285,61 @@ def varlen_sdpa_attention(
     ]
     out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
     return out.transpose(1, 2).contiguous(), None
+
+
+def _shared_prompt_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    groups: PromptGroups,
+    dropout: float,
+    scaling: float | None,
+) -> tuple[torch.Tensor, None]:
+    """Attention over a shared-prompt packed (1, H, N, D) sequence (K/V heads expanded)."""
+    bounds = [n for prompt, rows in groups for n in (prompt, *rows)]
+    parts_q = torch.split(query, bounds, dim=2)
+    parts_k = torch.split(key, bounds, dim=2)
+    parts_v = torch.split(value, bounds, dim=2)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    outs, i = [], 0
+    for prompt, rows in groups:
+        prompt_k, prompt_v = parts_k[i], parts_v[i]
+        if prompt > 0:
+            outs.append(
+                sdpa(
+                    parts_q[i], prompt_k, prompt_v, dropout_p=dropout, scale=scaling, is_causal=True
+                )
+            )
+        i += 1
+        for n in rows:
+            q, k, v = parts_q[i], parts_k[i], parts_v[i]
+            i += 1
+            if n == 0:
+                continue
+            if prompt == 0:
+                outs.append(sdpa(q, k, v, dropout_p=dropout, scale=scaling, is_causal=True))
+                continue
+            outs.append(
+                sdpa(
+                    q,
+                    torch.cat([prompt_k, k], dim=2),
+                    torch.cat([prompt_v, v], dim=2),
+                    attn_mask=_prompt_then_causal_mask(prompt, n, query.device),
+                    dropout_p=dropout,
+                    scale=scaling,
+                )
+            )
+    out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
+    return out.transpose(1, 2).contiguous(), None
+
+
+@functools.lru_cache(maxsize=4096)
+def _prompt_then_causal_mask(prompt: int, response: int, device: torch.device) -> torch.Tensor:
+    """(response, prompt + response) bool: every prompt key, then the response causally.
+
+    sdpa's ``is_causal`` aligns the triangle top-left when queries are fewer than keys,
+    which would hide the response's own earlier tokens behind the prompt: hence a mask.
+    """
+    mask = torch.ones(response, prompt + response, dtype=torch.bool, device=device)
+    mask[:, prompt:] = torch.ones(response, response, dtype=torch.bool, device=device).tril()
+    return mask

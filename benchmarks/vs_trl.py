@@ -14,7 +14,9 @@ process. With ``--kl`` variants a reference model adds a KL loss (beta 0.04).
 
 Runs, interleaved per repeat and model: TRL, rlcore with issue 16's levers off ("before":
 ``actor.reuse_on_policy_log_probs=false actor.skip_zero_advantage_rows=false
-actor.engine.log_prob_chunk_tokens=0``), rlcore with the defaults ("after"), and rlcore
+actor.engine.log_prob_chunk_tokens=0 actor.engine.share_prompts=false
+actor.engine.use_remove_padding=false``; the reference
+engine inherits the actor's options), rlcore with the defaults ("after"), and rlcore
 with 2 workers x 1 thread. Each run does one warm-up step (left out) and ``--steps``
 measured ones. Printed: s/step, tokens/s, generation share, per-phase tables, rlcore/TRL.
 
@@ -45,6 +47,8 @@ LEVERS_OFF = [
     "actor.reuse_on_policy_log_probs=false",
     "actor.skip_zero_advantage_rows=false",
     "actor.engine.log_prob_chunk_tokens=0",
+    "actor.engine.share_prompts=false",
+    "actor.engine.use_remove_padding=false",
 ]
 WORKER_PHASES = (
     "generate",

@@ -7,7 +7,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from rlcore.protocol import DataProto  # noqa: E402
-from rlcore.trainer.layout import balanced_shares, mini_batch_layout  # noqa: E402
+from rlcore.trainer.layout import (  # noqa: E402
+    balanced_shares,
+    mini_batch_layout,
+    prompt_groups,
+)
 
 
 def batch_with_lengths(lengths: list[int], width: int = 40) -> DataProto:
@@ -61,3 +65,63 @@ def test_balanced_shares_even_out_tokens():
     sums = [sum(lengths[i] for i in s) for s in shares]
     assert abs(sums[0] - sums[1]) <= 3  # contiguous halves: 114 vs 8
     assert sorted(shares[0] + shares[1]) == list(range(8))
+
+
+def grouped_batch(prompt_of: list[int], lengths: list[int], prompt: int = 6) -> DataProto:
+    """Rows whose first ``prompt`` columns are prompt ``prompt_of[i]``; valid lengths vary."""
+    width = prompt + 10
+    ids = torch.arange(width).repeat(len(prompt_of), 1) + 100
+    ids[:, :prompt] = torch.tensor(prompt_of).unsqueeze(1)
+    attn = torch.zeros(len(prompt_of), width, dtype=torch.long)
+    attn[:, :prompt] = 1
+    for i, n in enumerate(lengths):
+        attn[i, prompt : prompt + n] = 1
+    return DataProto.from_dict(
+        tensors={
+            "row": torch.arange(len(prompt_of)),
+            "input_ids": ids,
+            "attention_mask": attn,
+            "responses": ids[:, prompt:],
+            "response_mask": attn[:, prompt:].clone(),
+        }
+    )
+
+
+def test_prompt_groups_are_runs_of_equal_prompts():
+    batch = grouped_batch([0, 0, 0, 1, 1, 0, 2, 2], [1] * 8)
+    assert prompt_groups(batch) == [0, 0, 0, 1, 1, 2, 3, 3]  # row 5 repeats prompt 0 later
+    assert prompt_groups(batch_with_lengths([3, 4])) is None  # no prompt/response columns
+
+
+def test_balanced_layout_keeps_each_prompts_samples_together():
+    """8 prompts x 4 samples over 2 ranks: each group whole on one rank, in order; tokens even."""
+    g = torch.Generator().manual_seed(0)
+    prompt_of = [p for p in range(8) for _ in range(4)]
+    lengths = torch.randint(1, 11, (32,), generator=g).tolist()
+    out = mini_batch_layout(
+        grouped_batch(prompt_of, lengths), rows_per_mini_batch=32, world_size=2, balance_tokens=True
+    )
+    rows = out.batch["row"].tolist()
+    assert sorted(rows) == list(range(32))
+    halves = [rows[:16], rows[16:]]
+    for half in halves:
+        groups = [prompt_of[r] for r in half]
+        for p in set(groups):
+            members = [r for r in half if prompt_of[r] == p]
+            assert len(members) == 4  # the whole group on this rank
+            at = [half.index(r) for r in members]
+            assert at == list(range(at[0], at[0] + 4))  # adjacent
+            assert members == sorted(members)  # in their original order
+    tokens = [sum(6 + lengths[r] for r in half) for half in halves]
+    assert abs(tokens[0] - tokens[1]) <= 10 + 6  # within one row of each other
+    # The engine sees one group per prompt: adjacent rows of a rank share their prompt.
+    assert prompt_groups(out.slice(0, 16)) == [i // 4 for i in range(16)]
+
+
+def test_a_group_larger_than_a_share_is_split():
+    prompt_of = [0] * 6 + [1] * 2
+    shares = balanced_shares(list(range(8)), [5] * 8, 2, groups=prompt_of)
+    assert [len(s) for s in shares] == [4, 4]
+    assert sorted(shares[0] + shares[1]) == list(range(8))
+    # Group 0 fills one share and spills two rows into the other, next to group 1.
+    assert {tuple(s) for s in shares} == {(0, 1, 2, 3), (4, 5, 6, 7)}

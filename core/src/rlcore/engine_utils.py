@@ -7,6 +7,8 @@ engine normalises, schedules and skips the same way:
 - :func:`learning_rate` — the LR schedule (formula in its docstring). The worker computes it
   and passes ``lr`` to ``optimizer_step``; it also logs it as ``actor/lr`` / ``critic/lr``.
 - :func:`split_micro_batches` — micro-batches by row count or by a token budget.
+- :func:`prompt_group_starts` — where runs of rows with the same prompt (one prompt's
+  samples) start, for engines that run a shared prompt once.
 - :func:`batch_totals` — :class:`~rlcore.interfaces.BatchTotals` over a mini-batch on all
   ranks (the denominators every loss divides by).
 - :func:`clip_and_step` — clip, then step at ``lr`` unless the grad norm is non-finite.
@@ -40,6 +42,7 @@ __all__ = [
     "log_probs_from_logits",
     "lr_multiplier",
     "micro_batch_count",
+    "prompt_group_starts",
     "set_lr",
     "split_micro_batches",
 ]
@@ -92,12 +95,43 @@ def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
 # --- micro-batches -----------------------------------------------------------------------------
 
 
+def prompt_group_starts(
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    response_length: int,
+    position_ids: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """(b,) bool: True where a row's prompt differs from the previous row's.
+
+    The prompt is the columns before the last ``response_length``; two prompts are the same
+    when the same columns are valid and hold the same tokens (at the same ``position_ids``,
+    where given), so a copy computed for one row is exactly what the other would compute.
+    The driver lays out each prompt's ``n`` samples next to each other: each run is a group.
+    """
+    import torch
+
+    p = input_ids.shape[1] - response_length
+    starts = torch.ones(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+    if input_ids.shape[0] < 2 or p < 1:
+        return starts
+    valid = attention_mask[:, :p].bool()
+    later = valid[1:]
+    same = (valid[1:] == valid[:-1]).all(dim=1)
+    same &= ((input_ids[1:, :p] == input_ids[:-1, :p]) | ~later).all(dim=1)
+    if position_ids is not None and position_ids.dim() == 2:
+        pos = position_ids[:, :p]
+        same &= ((pos[1:] == pos[:-1]) | ~later).all(dim=1)
+    starts[1:] = ~same
+    return starts
+
+
 def split_micro_batches(
     data: DataProto,
     *,
     micro_batch_size: int | None,
     max_tokens: int | None,
     packed: bool = False,
+    share_prompts: bool = False,
 ) -> list[DataProto]:
     """Split ``data`` into contiguous micro-batches, keeping row order.
 
@@ -105,8 +139,10 @@ def split_micro_batches(
     (dynamic batching, ``max_tokens`` set): rows are packed greedily, in order, while the
     micro-batch's padded size ``rows * max(valid tokens of its rows)`` stays within
     ``max_tokens`` (``packed``: the sum of its rows' valid tokens, for an engine that runs a
-    micro-batch padding-free); a single row longer than the budget gets a micro-batch of its
-    own. Contiguous packing keeps the order, so outputs concatenate back without a permutation.
+    micro-batch padding-free; with ``share_prompts`` a row whose prompt the row before in the
+    same micro-batch shares counts its response only, as the engine runs that prompt once);
+    a single row longer than the budget gets a micro-batch of its own. Contiguous packing
+    keeps the order, so outputs concatenate back without a permutation.
     """
     n = len(data)
     if n == 0:
@@ -115,10 +151,25 @@ def split_micro_batches(
         if max_tokens < 1:
             msg = f"max_tokens_per_micro_batch must be >= 1, got {max_tokens}"
             raise ConfigError(msg)
-        lengths = data.batch["attention_mask"].sum(dim=-1).tolist()  # (B,) valid tokens per row
+        mask = data.batch["attention_mask"]
+        lengths = mask.sum(dim=-1).tolist()  # (B,) valid tokens per row
+        # Tokens a row adds after a row with the same prompt (shared: its response only).
+        following = lengths
+        shares = (
+            packed and share_prompts and "responses" in data.batch and "input_ids" in data.batch
+        )
+        if shares:
+            r = data.batch["responses"].shape[1]
+            continues = (~prompt_group_starts(data.batch["input_ids"], mask, r)).tolist()
+            response_tokens = mask[:, mask.shape[1] - r :].sum(dim=-1).tolist()
+            following = [
+                resp if c else full
+                for resp, c, full in zip(response_tokens, continues, lengths, strict=True)
+            ]
         bounds, start, longest, total = [], 0, 0, 0
         for i, length in enumerate(lengths):
-            longest_with, total_with = max(longest, int(length)), total + int(length)
+            added = int(following[i]) if i > start else int(length)
+            longest_with, total_with = max(longest, int(length)), total + added
             size = total_with if packed else (i - start + 1) * longest_with
             if i > start and size > max_tokens:
                 bounds.append((start, i))

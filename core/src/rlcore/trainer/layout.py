@@ -17,29 +17,69 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from rlcore.engine_utils import prompt_group_starts
+
 if TYPE_CHECKING:
     from rlcore.protocol import DataProto
 
-__all__ = ["balanced_shares", "mini_batch_layout"]
+__all__ = ["balanced_shares", "mini_batch_layout", "prompt_groups"]
 
 
-def balanced_shares(rows: list[int], lengths: list[int], world_size: int) -> list[list[int]]:
+def balanced_shares(
+    rows: list[int], lengths: list[int], world_size: int, groups: list[int] | None = None
+) -> list[list[int]]:
     """``rows`` split into ``world_size`` shares of equal size with near-equal token sums.
 
-    Greedy longest-first: each row, longest first, goes to the share with the fewest tokens
+    Greedy longest-first: each unit, heaviest first, goes to the share with the fewest tokens
     that still has room (``len(rows) / world_size`` rows each; the caller pads to a multiple).
-    A share's rows are ordered by length, so a token-budget split wastes little padding.
-    ``lengths[i]`` is the token count of ``rows[i]``; a padding row (-1) counts as 0.
+    A unit is one row, or with ``groups`` a run of rows with the same group id (the samples
+    of one prompt): kept on one rank, in order, so the engine can pack their shared prompt
+    once; a unit larger than any share's room is split over shares. A share's units are
+    ordered by mean row length, so a token-budget split wastes little padding.
+    ``lengths[i]`` is the token count of ``rows[i]``; a padding row (-1) counts as 0 and is a
+    unit of its own.
     """
     size = len(rows) // world_size
-    shares: list[list[int]] = [[] for _ in range(world_size)]
+    units: list[list[int]] = []
+    for i in range(len(rows)):
+        joins = groups is not None and i > 0 and rows[i] >= 0 and rows[i - 1] >= 0
+        if joins and groups is not None and groups[i] == groups[i - 1]:
+            units[-1].append(i)
+        else:
+            units.append([i])
+    shares: list[list[list[int]]] = [[] for _ in range(world_size)]
+    room = [size] * world_size
     sums = [0] * world_size
-    for i in sorted(range(len(rows)), key=lambda i: (-lengths[i], i)):
-        open_ = [r for r in range(world_size) if len(shares[r]) < size]
-        target = min(open_, key=lambda r: (sums[r], r))
-        shares[target].append(i)
-        sums[target] += lengths[i]
-    return [[rows[i] for i in sorted(share, key=lambda i: (lengths[i], i))] for share in shares]
+    weight = [sum(lengths[i] for i in unit) for unit in units]
+    for u in sorted(range(len(units)), key=lambda u: (-weight[u], units[u][0])):
+        pending = units[u]
+        while pending:
+            fits = [r for r in range(world_size) if room[r] >= len(pending)]
+            open_ = fits or [r for r in range(world_size) if room[r] > 0]
+            target = min(open_, key=lambda r: (sums[r], r))
+            part, pending = pending[: room[target]], pending[room[target] :]
+            shares[target].append(part)
+            room[target] -= len(part)
+            sums[target] += sum(lengths[i] for i in part)
+
+    def mean_length(part: list[int]) -> tuple[float, int]:
+        return (sum(lengths[i] for i in part) / len(part), part[0])
+
+    return [[rows[i] for part in sorted(share, key=mean_length) for i in part] for share in shares]
+
+
+def prompt_groups(batch: DataProto) -> list[int] | None:
+    """Per row, an id shared by adjacent rows with the same prompt; None without the keys.
+
+    The test is :func:`rlcore.engine_utils.prompt_group_starts`, which the FSDP2 engine's
+    shared-prompt packing uses too.
+    """
+    keys = ("input_ids", "attention_mask", "responses")
+    if any(k not in batch.batch for k in keys):
+        return None
+    b = batch.batch
+    starts = prompt_group_starts(b["input_ids"], b["attention_mask"], b["responses"].shape[1])
+    return (starts.long().cumsum(0) - 1).tolist()
 
 
 def mini_batch_layout(
@@ -49,20 +89,23 @@ def mini_batch_layout(
 
     ``balance_tokens``: within each mini-batch, give every rank about the same number of
     tokens (:func:`balanced_shares`) instead of contiguous rows: a mini-batch's rows, and so
-    its gradient, are the same; the slowest rank, which every rank waits for, is faster.
+    its gradient, are the same; the slowest rank, which every rank waits for, is faster. The
+    samples of one prompt (:func:`prompt_groups`) stay together on a rank where they fit.
     """
     rows = len(batch)
     per = max(1, min(rows_per_mini_batch, rows))
     minis = math.ceil(rows / per)
     share = math.ceil(per / world_size)  # rows per rank per mini-batch
     lengths = batch.batch["attention_mask"].sum(-1).tolist() if balance_tokens else []
+    groups = prompt_groups(batch) if balance_tokens and world_size > 1 else None
     shares: list[list[list[int]]] = []  # [mini-batch][rank] -> rows
     for m in range(minis):
         real = list(range(m * per, min((m + 1) * per, rows)))
         padded = real + [-1] * (share * world_size - len(real))
         if balance_tokens and world_size > 1:
             tokens = [int(lengths[i]) if i >= 0 else 0 for i in padded]
-            shares.append(balanced_shares(padded, tokens, world_size))
+            unit_of = None if groups is None else [groups[i] if i >= 0 else -1 for i in padded]
+            shares.append(balanced_shares(padded, tokens, world_size, unit_of))
         else:
             shares.append([padded[r * share : (r + 1) * share] for r in range(world_size)])
     index: list[int] = []

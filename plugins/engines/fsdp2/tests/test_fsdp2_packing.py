@@ -384,3 +384,26 @@ def test_shared_prompt_critic_values_agree(tiny_path):
         e = engine(tiny_path, True, role="critic", value_head=True, config={"share_prompts": share})
         values[share] = e.compute_values(data)
     assert masked_diff(values[True], values[False], mask) <= TOL
+
+
+def test_token_budget_counts_a_shared_prompt_once():
+    data = make_group_batch()
+    # Valid tokens per row: prompt + response (7+16, 7+2, 7+9, 24+0, 24+13, 3+5, ...).
+    shared = split_micro_batches(
+        data, micro_batch_size=None, max_tokens=50, packed=True, share_prompts=True
+    )
+    # Shared: rows 0-2 run 7+16 + 2 + 9 = 34 tokens, rows 3-5 24+0 + 13 + 3+5 = 45, rows
+    # 6-8 11+16 + 3+1 + 8 = 39. A prompt per row: 23+9+16 = 48, then 24, 37+8, 27+4+11.
+    assert [len(m) for m in shared] == [3, 3, 3]
+    rows = split_micro_batches(data, micro_batch_size=None, max_tokens=50, packed=True)
+    assert [len(m) for m in rows] == [3, 1, 2, 3]
+    for mb in shared:  # what each micro-batch really runs stays within the budget
+        b = mb.batch
+        packed = pack(
+            b["input_ids"],
+            b["attention_mask"],
+            b["position_ids"],
+            b["responses"],
+            share_prompts=True,
+        )
+        assert packed.input_ids.shape[1] <= 50

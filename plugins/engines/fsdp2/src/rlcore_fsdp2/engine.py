@@ -300,6 +300,7 @@ class FSDP2Engine(BaseEngine):
             micro_batch_size=self.spec.micro_batch_size,
             max_tokens=self.spec.max_tokens_per_micro_batch,
             packed=self.config.use_remove_padding,
+            share_prompts=self._share_prompts,
         )
         return mbs, micro_batch_count(len(mbs), self.device)
 

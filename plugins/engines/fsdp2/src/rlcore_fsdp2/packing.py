@@ -31,6 +31,8 @@ from typing import Any
 import attrs
 import torch
 
+from rlcore.engine_utils import prompt_group_starts
+
 # The transformers attention implementation name under which varlen_sdpa_attention runs.
 VARLEN_SDPA = "rlcore_varlen_sdpa"
 # Implementations that read cu_seq_lens themselves (transformers' flash-attention path).
@@ -120,7 +122,7 @@ def pack(
         raise ValueError(msg)
     scored = valid[:, p:] & valid[:, p - 1 : t - 1]  # (b, R)
     response_index = torch.arange(b * r, device=input_ids.device).view(b, r)[scored]
-    starts = _prompt_group_starts(input_ids[:, :p], valid[:, :p], position_ids[:, :p])
+    starts = prompt_group_starts(input_ids, attention_mask, r, position_ids)
     if not share_prompts or bool(starts.all()):
         starts = torch.ones_like(starts)
     # A prompt's tokens are kept on the row that starts its group only.
@@ -164,24 +166,6 @@ def pack(
         response_length=r,
         prompt_groups=groups,
     )
-
-
-def _prompt_group_starts(
-    prompt_ids: torch.Tensor, prompt_valid: torch.Tensor, prompt_positions: torch.Tensor
-) -> torch.Tensor:
-    """(b,) True where a row's prompt differs from the row before (a group starts there).
-
-    Same prompt: the same valid columns holding the same tokens at the same positions, so
-    the shared copy is exactly what each row would have computed.
-    """
-    starts = torch.ones(prompt_ids.shape[0], dtype=torch.bool, device=prompt_ids.device)
-    if prompt_ids.shape[0] > 1:
-        later = prompt_valid[1:]
-        same = (prompt_valid[1:] == prompt_valid[:-1]).all(dim=1)
-        same &= ((prompt_ids[1:] == prompt_ids[:-1]) | ~later).all(dim=1)
-        same &= ((prompt_positions[1:] == prompt_positions[:-1]) | ~later).all(dim=1)
-        starts[1:] = ~same
-    return starts
 
 
 def attention_for_packing(attn_implementation: str) -> str:

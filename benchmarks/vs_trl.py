@@ -380,6 +380,16 @@ def main(argv: list[str] | None = None) -> int:
             + f"{ratio:>11}{tokens / after if after else 0:>9.0f}{gen_share:>8}{trl_share:>10}"
         )
     for (name, kl), res in results.items():
+        # The spread: each repeat's rlcore run against the TRL run it was interleaved with.
+        pairs = zip(res.get("trl", []), res.get("after", []), strict=False)
+        ratios = [a["timing_s/step"] / t["step"] for t, a in pairs if a.get("timing_s/step")]
+        if ratios:
+            print(
+                f"{name}, {'KL' if kl else 'no ref'}: after/TRL per repeat "
+                + " ".join(f"{r:.2f}" for r in ratios)
+                + f" (min {min(ratios):.2f}, max {max(ratios):.2f})"
+            )
+    for (name, kl), res in results.items():
         if "trl" in res:
             trl_len = statistics.median(r["length"] for r in res["trl"])
             ours = med_of(res, "after", "response_length/mean")

@@ -1,5 +1,9 @@
 """Rollout throughput: raw ``model.generate``, the HF rollout and the vLLM rollout, tokens/s.
 
+"HFRollout, concat cache" is the HF rollout with ``preallocate_kv_cache = false``
+(transformers' ``DynamicCache``, which concatenates at every step); "raw model.generate"
+uses that cache too.
+
     python benchmarks/rollout.py [--device cpu|cuda] [--models quickstart,20m | --model PATH]
                                  [--rows 8,256] [--max-new-tokens 64] [--reps 3]
                                  [--async-engine] [--vllm-bf16] [--quick]
@@ -157,7 +161,11 @@ def bench_model(name: str, path: str, args: argparse.Namespace) -> list[tuple]:
 
         return run
 
+    # The HF rollout with transformers' own (concatenating) KV cache: the preallocated
+    # cache's gain (rlcore_hf.kv_cache), same tokens.
+    hf_concat = HFRollout(spec, HFRollout.Config(preallocate_kv_cache=False))
     variants["raw model.generate"] = lambda p: raw_fn(p)
+    variants["HFRollout, concat cache"] = lambda p: rollout_fn(hf_concat, p)
     variants["HFRollout"] = lambda p: rollout_fn(hf, p)
     start_s = None
     if importlib.util.find_spec("vllm") is not None:
@@ -234,14 +242,14 @@ def main() -> None:
         f"on {args.device}, median of {args.reps}; ratio = tokens/s / HFRollout's\n"
     )
     print(
-        f"{'model':<12}{'params':>8}{'rows':>6}  {'variant':<20}{'time (s)':>9}"
+        f"{'model':<12}{'params':>8}{'rows':>6}  {'variant':<25}{'time (s)':>9}"
         f"{'tokens/s':>11}{'ratio':>8}"
     )
     hf_rate = {(r[0], r[2]): r[5] for r in results if r[3] == "HFRollout"}
     for name, n_params, rows, variant, t, rate in results:
         base = hf_rate[(name, rows)]
         print(
-            f"{name:<12}{n_params:>7.1f}M{rows:>6}  {variant:<20}{t:>9.3f}{rate:>11.0f}"
+            f"{name:<12}{n_params:>7.1f}M{rows:>6}  {variant:<25}{t:>9.3f}{rate:>11.0f}"
             f"{rate / base:>8.2f}"
         )
 

@@ -43,6 +43,10 @@ class HFRollout(BaseRollout):
         # Prompts per ``generate`` call (None: the whole batch at once).
         max_batch_size: int | None = attrs.field(default=None)
         attn_implementation: str = "sdpa"
+        # Keys/values written in place into a buffer sized for prompt + max_new_tokens
+        # (rlcore_hf.kv_cache) instead of transformers' concatenating DynamicCache, which
+        # copies the whole cache at every step. Same tokens; false: transformers' own.
+        preallocate_kv_cache: bool = True
 
         @max_batch_size.validator
         def _check_max_batch_size(self, attribute: Any, value: int | None) -> None:
@@ -132,7 +136,9 @@ class HFRollout(BaseRollout):
             for start in range(0, len(prompts), step):
                 ids = input_ids[start : start + step].to(self.device)
                 mask = attention_mask[start : start + step].to(self.device)
-                out = self.model.generate(input_ids=ids, attention_mask=mask, **kwargs)
+                out = self.model.generate(
+                    input_ids=ids, attention_mask=mask, **kwargs, **self._cache_kwargs(sampling)
+                )
                 sequences = out.sequences if sampling.return_log_probs else out
                 resp = sequences[:, ids.shape[1] :]  # (b, <= R)
                 responses.append(_pad_right(resp, sampling.max_new_tokens, self.pad_token_id))
@@ -148,6 +154,15 @@ class HFRollout(BaseRollout):
             log_probs=torch.cat(log_probs).cpu() if sampling.return_log_probs else None,
         )  # fmt: skip
         return DataProto.from_dict(tensors=tensors)
+
+    def _cache_kwargs(self, sampling: SamplingParams) -> dict[str, Any]:
+        """A fresh preallocated KV cache for one ``generate`` call (none: transformers')."""
+        if not self.config.preallocate_kv_cache:
+            return {}
+        from rlcore_hf.kv_cache import cache_keyword, growing_cache
+
+        cache = growing_cache(self.model, reserve=sampling.max_new_tokens)
+        return {} if cache is None else {cache_keyword(self.model): cache}
 
     # --- weights --------------------------------------------------------------------------
 

@@ -1,0 +1,98 @@
+"""A KV cache for ``generate`` that writes each step in place instead of concatenating.
+
+transformers' ``DynamicCache`` grows every layer's keys and values with ``torch.cat`` at each
+decoding step, so step ``t`` copies the whole ``t``-token cache: quadratic copying over a
+response. :class:`GrowingKVLayer` is a ``DynamicLayer`` whose keys/values are views into a
+buffer allocated once with room for the prompt plus ``reserve`` more tokens (the rollout's
+``max_new_tokens``); a step writes only its new token. Measured with one thread, 128 rows,
+34-token prompts, 64 new tokens (``benchmarks/rollout.py`` shapes): 0.63 -> 0.56 s on a
+0.33M model, 9.9 -> 8.0 s on a 17M one, the same tokens.
+
+Everything else of ``DynamicLayer`` is kept. Its methods that replace ``keys``/``values``
+(``crop``, ``batch_select_indices``, ``reset``, ...) leave a tensor that is not our view; the
+next ``update`` notices and copies it into a fresh buffer, so those stay correct.
+
+Only for transformers versions whose ``DynamicCache`` is made of ``DynamicLayer`` objects
+(5.19 and 5.24 here); :func:`growing_cache` returns None elsewhere (and for models with
+sliding-window or other special layers), and ``generate`` then builds its own cache as usual.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformers import DynamicCache
+
+try:  # transformers >= 4.56: a DynamicCache is a list of DynamicLayer objects
+    from transformers.cache_utils import DynamicLayer
+except ImportError:  # pragma: no cover - older transformers: generate keeps its own cache
+    DynamicLayer = None
+
+__all__ = ["GrowingKVLayer", "cache_keyword", "growing_cache"]
+
+
+def growing_cache(model: Any, reserve: int) -> Any | None:
+    """A ``DynamicCache`` for ``model`` whose layers are :class:`GrowingKVLayer`; or None."""
+    if DynamicLayer is None:
+        return None
+    cache = DynamicCache(config=model.config)
+    layers = getattr(cache, "layers", None)
+    if not layers or any(type(layer) is not DynamicLayer for layer in layers):
+        return None  # sliding-window, KV-sharing or other layers: keep transformers' own
+    cache.layers = [GrowingKVLayer(reserve) for _ in layers]
+    return cache
+
+
+def cache_keyword(model: Any) -> str:
+    """The ``generate`` keyword for a cache object: ``cache`` (transformers >= 5.24's name)
+    or ``past_key_values`` (earlier; deprecated after)."""
+    import inspect
+
+    params = inspect.signature(type(model).forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+class GrowingKVLayer(DynamicLayer or object):  # type: ignore[misc]
+    """``DynamicLayer`` with in-place appends into a preallocated buffer."""
+
+    def __init__(self, reserve: int) -> None:
+        super().__init__()
+        self.reserve = reserve
+        self._buffers: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._view: torch.Tensor | None = None  # the keys tensor we handed out
+        self._length = 0
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        if self._buffers is None or self.keys is not self._view:
+            # First call, or keys replaced by another method (crop, reset, ...): adopt them.
+            self._buffers = None
+            self._length = self.keys.shape[-2] if self.keys.numel() else 0
+        need = self._length + key_states.shape[-2]
+        if (
+            self._buffers is None
+            or need > self._buffers[0].shape[-2]
+            or self._buffers[0].shape[0] != key_states.shape[0]
+        ):
+            self._grow(key_states, value_states, capacity=max(need + self.reserve, 2 * need))
+        assert self._buffers is not None
+        keys, values = self._buffers
+        keys[:, :, self._length : need] = key_states
+        values[:, :, self._length : need] = value_states
+        self._length = need
+        self.keys = self._view = keys[:, :, :need]
+        self.values = values[:, :, :need]
+        return self.keys, self.values
+
+    def _grow(self, key_states: torch.Tensor, value_states: torch.Tensor, *, capacity: int) -> None:
+        b, h, _, d = key_states.shape
+        keys = key_states.new_empty(b, h, capacity, d)
+        values = value_states.new_empty(b, h, capacity, value_states.shape[-1])
+        if self._length:
+            keys[:, :, : self._length] = self.keys
+            values[:, :, : self._length] = self.values
+        self._buffers = (keys, values)

@@ -46,10 +46,18 @@ def make_batch(rows: int = 8, seed: int = 0) -> DataProto:
     """Prompts of 1..24 tokens (left-padded), responses of 1..16 (right-padded), mixed."""
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(3, 250, (rows, PROMPT + RESPONSE), generator=g)
-    attn = torch.ones(rows, PROMPT + RESPONSE, dtype=torch.long)
-    resp_mask = torch.ones(rows, RESPONSE, dtype=torch.long)
     prompt_lens = [1, 24, 5, 17, 2, 24, 9, 13][:rows]
     response_lens = [16, 1, 9, 3, 16, 12, 1, 6][:rows]
+    return padded_rows(ids, prompt_lens, response_lens, g)
+
+
+def padded_rows(
+    ids: torch.Tensor, prompt_lens: list[int], response_lens: list[int], g: torch.Generator
+) -> DataProto:
+    """(rows, PROMPT + RESPONSE) ``ids`` masked to the given prompt and response lengths."""
+    rows = ids.shape[0]
+    attn = torch.ones(rows, PROMPT + RESPONSE, dtype=torch.long)
+    resp_mask = torch.ones(rows, RESPONSE, dtype=torch.long)
     for i in range(rows):
         attn[i, : PROMPT - prompt_lens[i]] = 0
         resp_mask[i, response_lens[i] :] = 0
@@ -279,23 +287,7 @@ def make_group_batch(seed: int = 0) -> DataProto:
     rows = len(prompt_of)
     ids = torch.randint(3, 250, (rows, PROMPT + RESPONSE), generator=g)
     ids[:, :PROMPT] = prompts[prompt_of]
-    attn = torch.ones(rows, PROMPT + RESPONSE, dtype=torch.long)
-    resp_mask = torch.ones(rows, RESPONSE, dtype=torch.long)
-    for i in range(rows):
-        attn[i, : PROMPT - prompt_lens[i]] = 0
-        resp_mask[i, response_lens[i] :] = 0
-        attn[i, PROMPT + response_lens[i] :] = 0
-    ids = ids.masked_fill(attn == 0, 0)
-    return DataProto.from_dict(
-        tensors={
-            "input_ids": ids,
-            "attention_mask": attn,
-            "position_ids": (attn.cumsum(-1) - 1).clamp(min=0),
-            "responses": ids[:, PROMPT:],
-            "response_mask": resp_mask,
-            "advantages": torch.randn(rows, RESPONSE, generator=g),
-        }
-    )
+    return padded_rows(ids, prompt_lens, response_lens, g)
 
 
 def test_shared_prompt_layout():

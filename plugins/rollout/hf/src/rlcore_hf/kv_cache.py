@@ -4,9 +4,9 @@ transformers' ``DynamicCache`` grows every layer's keys and values with ``torch.
 decoding step, so step ``t`` copies the whole ``t``-token cache: quadratic copying over a
 response. :class:`GrowingKVLayer` is a ``DynamicLayer`` whose keys/values are views into a
 buffer allocated once with room for the prompt plus ``reserve`` more tokens (the rollout's
-``max_new_tokens``); a step writes only its new token. Measured with one thread, 128 rows,
-34-token prompts, 64 new tokens (``benchmarks/rollout.py`` shapes): 0.63 -> 0.56 s on a
-0.33M model, 9.9 -> 8.0 s on a 17M one, the same tokens.
+``max_new_tokens``); a step writes only its new token. Measured with one thread, 128 rows
+of 34-token prompts, 64 sampled tokens: ``generate`` 0.63 -> 0.56 s on
+``benchmarks/vs_trl.py``'s 0.33M model, 9.9 -> 8.0 s on its 17M one, the same tokens.
 
 Everything else of ``DynamicLayer`` is kept. Its methods that replace ``keys``/``values``
 (``crop``, ``batch_select_indices``, ``reset``, ...) leave a tensor that is not our view; the

@@ -42,8 +42,8 @@ def balanced_shares(
     size = len(rows) // world_size
     units: list[list[int]] = []
     for i in range(len(rows)):
-        joins = groups is not None and i > 0 and rows[i] >= 0 and rows[i - 1] >= 0
-        if joins and groups is not None and groups[i] == groups[i - 1]:
+        real_pair = i > 0 and rows[i] >= 0 and rows[i - 1] >= 0
+        if groups is not None and real_pair and groups[i] == groups[i - 1]:
             units[-1].append(i)
         else:
             units.append([i])

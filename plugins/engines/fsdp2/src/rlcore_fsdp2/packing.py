@@ -122,9 +122,9 @@ def pack(
         raise ValueError(msg)
     scored = valid[:, p:] & valid[:, p - 1 : t - 1]  # (b, R)
     response_index = torch.arange(b * r, device=input_ids.device).view(b, r)[scored]
-    starts = prompt_group_starts(input_ids, attention_mask, r, position_ids)
-    if not share_prompts or bool(starts.all()):
-        starts = torch.ones_like(starts)
+    starts = torch.ones(b, dtype=torch.bool, device=input_ids.device)  # a segment per row
+    if share_prompts:
+        starts = prompt_group_starts(input_ids, attention_mask, r, position_ids)
     # A prompt's tokens are kept on the row that starts its group only.
     keep = valid.clone()
     keep[:, :p] &= starts.unsqueeze(1)
@@ -141,11 +141,11 @@ def pack(
     groups: PromptGroups | None = None
     if len(start_rows) < b:
         per_group: list[list[int]] = [[] for _ in range(len(start_rows))]
-        for row, group in enumerate(group_of.tolist()):
-            per_group[group].append(int(response_lengths[row]))
+        for group, length in zip(group_of.tolist(), response_lengths.tolist(), strict=True):
+            per_group[group].append(length)
+        prompt_of_group = prompt_lengths[start_rows].tolist()
         groups = tuple(
-            (int(prompt_lengths[first]), tuple(rows))
-            for first, rows in zip(start_rows.tolist(), per_group, strict=True)
+            (lp, tuple(rows)) for lp, rows in zip(prompt_of_group, per_group, strict=True)
         )
         segments = torch.tensor(
             [n for lp, rows in groups for n in (lp, *rows)], device=input_ids.device

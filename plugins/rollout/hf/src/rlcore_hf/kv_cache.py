@@ -19,6 +19,8 @@ sliding-window or other special layers), and ``generate`` then builds its own ca
 
 from __future__ import annotations
 
+import functools
+import inspect
 from typing import Any
 
 import torch
@@ -44,12 +46,11 @@ def growing_cache(model: Any, reserve: int) -> Any | None:
     return cache
 
 
-def cache_keyword(model: Any) -> str:
+@functools.cache
+def cache_keyword(model_class: type) -> str:
     """The ``generate`` keyword for a cache object: ``cache`` (transformers >= 5.24's name)
-    or ``past_key_values`` (earlier; deprecated after)."""
-    import inspect
-
-    params = inspect.signature(type(model).forward).parameters
+    or ``past_key_values`` (earlier; deprecated after). Read once per model class."""
+    params = inspect.signature(model_class.forward).parameters
     return "cache" if "cache" in params else "past_key_values"
 
 

@@ -162,7 +162,7 @@ class HFRollout(BaseRollout):
         from rlcore_hf.kv_cache import cache_keyword, growing_cache
 
         cache = growing_cache(self.model, reserve=sampling.max_new_tokens)
-        return {} if cache is None else {cache_keyword(self.model): cache}
+        return {} if cache is None else {cache_keyword(type(self.model)): cache}
 
     # --- weights --------------------------------------------------------------------------
 

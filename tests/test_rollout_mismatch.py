@@ -35,6 +35,7 @@ def _private_process_group():
 def test_mismatch_is_tiny_in_sync_large_when_the_sync_is_skipped(tmp_path):
     from transformers import AutoTokenizer
 
+    from rlcore.testing.prompts import prompt_batch
     from rlcore.testing.tiny_model import build_tiny_model
     from rlcore.trainer.roles import push_weights
     from rlcore_fsdp2.engine import FSDP2Engine
@@ -45,15 +46,9 @@ def test_mismatch_is_tiny_in_sync_large_when_the_sync_is_skipped(tmp_path):
     rollout = HFRollout(RolloutSpec(model_path=path))
     spec = EngineSpec(role="actor", model_path=path, optim=OptimConfig(lr=1e-2), micro_batch_size=4)
     actor = FSDP2Engine(spec, FSDP2Engine.Config())
-    enc = tok(["2+2=", "Say hi", "x", "What is 3 + 4?"], return_tensors="pt", padding=True)
-    mask = enc["attention_mask"]
-    prompts = DataProto.from_dict(
-        tensors={
-            "input_ids": enc["input_ids"],
-            "attention_mask": mask,
-            "position_ids": (mask.cumsum(-1) - 1).clamp(min=0),
-        }
-    ).repeat(2, interleave=True)
+    prompts = prompt_batch(tok, ["2+2=", "Say hi", "x", "What is 3 + 4?"]).repeat(
+        2, interleave=True
+    )
     temperature = 0.9
     sampling = SamplingParams(max_new_tokens=8, temperature=temperature, return_log_probs=True)
 

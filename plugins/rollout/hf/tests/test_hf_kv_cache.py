@@ -12,6 +12,7 @@ import torch
 
 from rlcore.interfaces import RolloutSpec, SamplingParams
 from rlcore.protocol import DataProto
+from rlcore.testing.prompts import prompt_batch
 from rlcore_hf.kv_cache import GrowingKVLayer, growing_cache
 from rlcore_hf.rollout import HFRollout
 
@@ -33,16 +34,7 @@ def prompt_rows(tiny_path: str) -> DataProto:
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tiny_path)
-    enc = tok(["What is 2+3?", "Hi", "abcdefgh 12"], return_tensors="pt", padding=True)
-    mask = enc["attention_mask"]
-    rows = DataProto.from_dict(
-        tensors={
-            "input_ids": enc["input_ids"],
-            "attention_mask": mask,
-            "position_ids": (mask.cumsum(-1) - 1).clamp(min=0),
-        }
-    )
-    return rows.repeat(4, interleave=True)
+    return prompt_batch(tok, ["What is 2+3?", "Hi", "abcdefgh 12"]).repeat(4, interleave=True)
 
 
 @pytest.mark.parametrize(

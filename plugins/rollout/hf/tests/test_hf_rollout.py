@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from rlcore.interfaces import RolloutSpec, SamplingParams
-from rlcore.protocol import DataProto
+from rlcore.testing.prompts import prompt_batch
 from rlcore_hf.rollout import HFRollout, WeightSyncError
 
 torch.set_num_threads(1)
@@ -37,16 +37,7 @@ def rollout(tiny_path):
     return HFRollout(RolloutSpec(model_path=tiny_path, seed=7))
 
 
-def prompts(tokenizer, texts) -> DataProto:
-    enc = tokenizer(texts, return_tensors="pt", padding=True)  # left padding (tokenizer config)
-    mask = enc["attention_mask"]
-    return DataProto.from_dict(
-        tensors={
-            "input_ids": enc["input_ids"],
-            "attention_mask": mask,
-            "position_ids": (mask.cumsum(-1) - 1).clamp(min=0),
-        }
-    )
+prompts = prompt_batch
 
 
 GREEDY = SamplingParams(do_sample=False, max_new_tokens=R)

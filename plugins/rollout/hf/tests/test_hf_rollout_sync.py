@@ -8,6 +8,7 @@ import torch.distributed as dist
 
 from rlcore.interfaces import EngineSpec, OptimConfig, RolloutSpec, SamplingParams
 from rlcore.protocol import DataProto
+from rlcore.testing.prompts import prompt_batch
 from rlcore_fsdp2.engine import FSDP2Engine
 from rlcore_hf.rollout import HFRollout
 
@@ -35,15 +36,7 @@ def test_rollout_matches_actor_after_weight_sync(tmp_path, tied):
     spec = EngineSpec(role="actor", model_path=path, optim=OptimConfig(lr=1e-2), micro_batch_size=4)
     actor = FSDP2Engine(spec, FSDP2Engine.Config())
 
-    enc = tok(["2+2=", "Say hi", "x"], return_tensors="pt", padding=True)
-    mask = enc["attention_mask"]
-    prompts = DataProto.from_dict(
-        tensors={
-            "input_ids": enc["input_ids"],
-            "attention_mask": mask,
-            "position_ids": (mask.cumsum(-1) - 1).clamp(min=0),
-        }
-    ).repeat(2, interleave=True)
+    prompts = prompt_batch(tok, ["2+2=", "Say hi", "x"]).repeat(2, interleave=True)
     temperature = 0.9
     gen = rollout.generate(prompts, SamplingParams(max_new_tokens=6, temperature=temperature))
     batch = gen.union(DataProto.from_dict(tensors={"advantages": torch.randn(6, 6)}))

@@ -145,7 +145,7 @@ def test_agent_loop_with_the_calculator_keeps_model_tokens_exactly(rollout, mode
     from rlcore.agent.loop import AgentLoop
     from rlcore.agent.parsers import HermesToolParser, ToolCall
     from rlcore.config import AgentConfig
-    from rlcore.protocol import DataProto
+    from rlcore.testing.prompts import prompt_batch
     from rlcore_calculator.tool import CalculatorTool
 
     tok = AutoTokenizer.from_pretrained(model_path)
@@ -171,15 +171,7 @@ def test_agent_loop_with_the_calculator_keeps_model_tokens_exactly(rollout, mode
     loop.parser = FirstTurnCalls()
 
     chats = [f"<|im_start|>user\n{t}<|im_end|>\n<|im_start|>assistant\n" for t in texts[:32]]
-    enc = tok(chats, padding=True, padding_side="left", return_tensors="pt")
-    mask_in = enc["attention_mask"]
-    prompts = DataProto.from_dict(
-        tensors={
-            "input_ids": enc["input_ids"],
-            "attention_mask": mask_in,
-            "position_ids": (mask_in.cumsum(-1) - 1).clamp(min=0),
-        }
-    )
+    prompts = prompt_batch(tok, chats)
     sampling = SamplingParams(max_new_tokens=200, temperature=1.0, return_log_probs=True)
     rollout.generate_one = recording  # type: ignore[method-assign]
     loads: list[int] = []
@@ -209,7 +201,8 @@ def test_agent_loop_with_the_calculator_keeps_model_tokens_exactly(rollout, mode
     tool_ids = tok.encode(loop.parser.format_responses(["84"]), add_special_tokens=False)
     by_prompt = {tuple(p): r for p, r in results}
     for row in range(32):
-        prompt = enc["input_ids"][row][mask_in[row].bool()].tolist()
+        valid = prompts.batch["attention_mask"][row].bool()
+        prompt = prompts.batch["input_ids"][row][valid].tolist()
         first = by_prompt[tuple(prompt)]
         # The second request is the conversation so far, ids untouched (no re-encoding).
         second = by_prompt[tuple(prompt + first.token_ids + tool_ids)]

@@ -8,6 +8,7 @@ from typing import Any
 from rlcore.interfaces import BaseRollout, RolloutSpec, SamplingParams
 from rlcore.protocol import DataProto
 from rlcore.testing.conformance._common import check_config, check_subclass, fail, name_of
+from rlcore.testing.prompts import prompt_batch
 
 __all__ = ["check_rollout"]
 
@@ -18,17 +19,7 @@ _R = 8  # max_new_tokens
 def _prompts(model_path: str) -> DataProto:
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(model_path)
-    tok.padding_side = "left"
-    enc = tok(list(_TEXTS), return_tensors="pt", padding=True)
-    mask = enc["attention_mask"]
-    return DataProto.from_dict(
-        tensors={
-            "input_ids": enc["input_ids"],
-            "attention_mask": mask,
-            "position_ids": (mask.cumsum(-1) - 1).clamp(min=0),
-        }
-    )
+    return prompt_batch(AutoTokenizer.from_pretrained(model_path), _TEXTS)
 
 
 def _eos_ids(model_path: str) -> set[int]:

@@ -117,8 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     import ray
 
     from rlcore.config import load_config, load_config_text
-    from rlcore.ray_utils import start_ray
     from rlcore.trainer import run_training
+    from rlcore.workers.cluster import start_ray
 
     total = args.steps + 1
     with tempfile.TemporaryDirectory() as tmp:

@@ -142,8 +142,8 @@ def run_rlcore_child(config_path: str, overrides: list[str]) -> None:
     import ray
 
     from rlcore.config import load_config
-    from rlcore.ray_utils import start_ray
     from rlcore.trainer import run_training
+    from rlcore.workers.cluster import start_ray
 
     config = load_config(config_path, overrides)
     start_ray(config.resources)

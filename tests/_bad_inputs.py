@@ -197,7 +197,7 @@ def checkpoint_of(run: Path, registry, run_dir: Path) -> Path:
     step = checkpoint(run_dir, 1, Path("unused"))
     text = dump_toml(config_to_dict(load_config(run, registry=registry)))
     (step / "config.toml").write_text(text)
-    from rlcore.safe_checkpoint import write_manifest
+    from rlcore.checkpoint.safe_load import write_manifest
 
     write_manifest(step)
     return step

@@ -36,7 +36,7 @@ class _Payload:
 def _craft(step_dir: Path, marker: Path) -> Path:
     import pickle
 
-    from rlcore.safe_checkpoint import write_manifest
+    from rlcore.checkpoint.safe_load import write_manifest
 
     meta = step_dir / "actor" / ".metadata"
     meta.write_bytes(pickle.dumps(_Payload(marker, meta.read_bytes())))

@@ -17,14 +17,14 @@ def test_a_system_exit_during_training_is_one_line(run, capsys, registry, monkey
     """Something in the driver (an in-driver reward, a plugin) calls ``sys.exit``: one line
     naming where, exit 2, instead of a silent exit 3. Ray and training are stubbed out: the
     preflight and the CLI's handling are real."""
-    import rlcore.ray_utils
     import rlcore.trainer
+    import rlcore.workers.cluster
 
     def exits(config, prepared):
         sys.exit(3)
 
     monkeypatch.setattr(rlcore.trainer, "run_training", exits)
-    monkeypatch.setattr(rlcore.ray_utils, "start_ray", lambda resources: False)
+    monkeypatch.setattr(rlcore.workers.cluster, "start_ray", lambda resources: False)
     run_dir = tmp_path / "r"
     code, err = bi.cli(["train", str(run), f'trainer.run_dir="{run_dir}"'], capsys, registry)
     line = exits.__code__.co_firstlineno + 1
@@ -35,7 +35,7 @@ def test_a_system_exit_during_training_is_one_line(run, capsys, registry, monkey
         "saved yet; a new run starts from step 0",
     )
     assert (run_dir / ".rlcore.lock").read_text() != ""  # the lock was taken, then freed
-    from rlcore.runlock import acquire_run_lock
+    from rlcore.trainer.runlock import acquire_run_lock
 
     acquire_run_lock(run_dir).release()
 
@@ -45,7 +45,7 @@ def test_a_checkpoints_folder_made_read_only_during_the_run(tmp_path, tiny):
     writes after the start: one line naming the folder, and the earlier checkpoint and
     ``latest`` untouched."""
     from rlcore.checkpoint import CheckpointError, CheckpointManager
-    from rlcore.safe_checkpoint import verify_checkpoint
+    from rlcore.checkpoint.safe_load import verify_checkpoint
 
     first = bi.checkpoint(tmp_path / "run", 1, tiny)
     root = first.parent
@@ -67,7 +67,7 @@ def test_a_checkpoints_folder_made_read_only_during_the_run(tmp_path, tiny):
 def test_ray_failing_to_start_is_one_line(run, capsys, registry, monkeypatch, tmp_path):
     """Ray's own start-up error (seen on an overloaded machine: its raylet registers after the
     30 s Ray waits) is one line, exit 2, the run lock freed. The preflight and CLI are real."""
-    import rlcore.ray_utils
+    import rlcore.workers.cluster
 
     def overloaded(resources):
         raise Exception(  # what ray._private.node raises, verbatim
@@ -75,7 +75,7 @@ def test_ray_failing_to_start_is_one_line(run, capsys, registry, monkeypatch, tm
             "raylet failed to startup or the GCS has become overloaded."
         )
 
-    monkeypatch.setattr(rlcore.ray_utils, "start_ray", overloaded)
+    monkeypatch.setattr(rlcore.workers.cluster, "start_ray", overloaded)
     run_dir = tmp_path / "r"
     code, err = bi.cli(["train", str(run), f'trainer.run_dir="{run_dir}"'], capsys, registry)
     bi.assert_one_line(
@@ -86,6 +86,6 @@ def test_ray_failing_to_start_is_one_line(run, capsys, registry, monkeypatch, tm
         "nothing was trained. Free CPU or memory and rerun; Ray's logs are under "
         "/tmp/ray/session_latest/logs",
     )
-    from rlcore.runlock import acquire_run_lock
+    from rlcore.trainer.runlock import acquire_run_lock
 
     acquire_run_lock(run_dir).release()  # freed

@@ -83,7 +83,7 @@ def test_a_dead_rank_is_reported_while_the_others_still_block(group):
 def test_a_stopped_rank_is_named_not_the_peer_whose_collective_timed_out(group):
     """Issue 15: with 2 ranks and a collective timeout shorter than the heartbeat timeout, the
     error named the healthy rank 0 (its all-reduce timed out), not the SIGSTOPped rank 1."""
-    from rlcore.liveness import CONFIRM_S
+    from rlcore.workers.liveness import CONFIRM_S
 
     pids = group.pid(0)
     start = time.monotonic()

@@ -1,5 +1,5 @@
 """A stopped worker (``kill -STOP``) ends the run with one line naming its role, rank and pid,
-within ``RLCORE_HEARTBEAT_TIMEOUT_S`` plus the driver's poll interval (see rlcore.liveness);
+within ``RLCORE_HEARTBEAT_TIMEOUT_S`` plus the driver's poll interval (see rlcore.workers.liveness);
 nothing of the run is left behind. A real ``rlcore train`` in its own session."""
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ def _cmdline(pid: int) -> str:
 
 
 def test_a_stopped_worker_ends_the_run_in_bounded_time(tmp_path):
-    from rlcore.liveness import POLL_S
     from rlcore.testing.runs import arithmetic_rows, tiny_run_model, tiny_run_toml, write_jsonl
+    from rlcore.workers.liveness import POLL_S
 
     model = tiny_run_model(tmp_path / "model")
     data = write_jsonl(

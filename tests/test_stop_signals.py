@@ -207,7 +207,7 @@ def test_sigterm_to_the_process_group_is_handled_like_ctrl_c(assets, tmp_path):
     assert int(saved.group(1)) == max(row["step"] for row in logged)  # the step in flight, saved
     for crash in ("Traceback", "SIGTERM", "RayActorError", "ActorDiedError", "error: "):
         assert crash not in out, out[-3000:]
-    from rlcore.safe_checkpoint import verify_checkpoint
+    from rlcore.checkpoint.safe_load import verify_checkpoint
 
     latest = (tmp_path / "run" / "checkpoints" / "latest").read_text().strip()
     assert verify_checkpoint(tmp_path / "run" / "checkpoints" / latest) is None
@@ -251,7 +251,7 @@ def test_a_checkpoints_folder_that_stops_taking_writes_is_one_line(assets, tmp_p
         errors[0],
     ), errors
     assert "Traceback" not in out
-    from rlcore.safe_checkpoint import verify_checkpoint
+    from rlcore.checkpoint.safe_load import verify_checkpoint
 
     steps = sorted(int(name.rsplit("_", 1)[1]) for name in before)
     assert latest == f"global_step_{steps[-1]}", (before, latest)  # the newest, still named
@@ -304,7 +304,7 @@ def test_a_reward_calling_sys_exit_is_counted_and_the_checkpoint_kept(assets, tm
     assert code == 143, out[-3000:]
     assert "Traceback" not in out
     latest = (tmp_path / "run" / "checkpoints" / "latest").read_text().strip()
-    from rlcore.safe_checkpoint import verify_checkpoint
+    from rlcore.checkpoint.safe_load import verify_checkpoint
 
     assert verify_checkpoint(tmp_path / "run" / "checkpoints" / latest) is None
     _assert_nothing_left(proc.pid)

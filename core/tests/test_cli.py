@@ -15,7 +15,7 @@ from rlcore.cli import main
 from rlcore.config.schema import ResourcesConfig
 from rlcore.errors import ResourceError
 from rlcore.plugins import PluginRegistry
-from rlcore.ray_utils import ray_init_kwargs
+from rlcore.workers.cluster import ray_init_kwargs
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from rlcore.divergence import DivergenceError, check_grad_norm, grad_norm_ceiling
 from rlcore.errors import ConfigError
+from rlcore.trainer.divergence import DivergenceError, check_grad_norm, grad_norm_ceiling
 
 
 def test_the_ceiling_comes_from_the_environment():

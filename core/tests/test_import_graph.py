@@ -1,10 +1,12 @@
-"""No import cycle between the core's modules, and the layering the architecture promises.
+"""No import cycle between the core's modules, the layering the architecture promises, and a
+plugin API that never reaches the runtime.
 
-The graph is read from the source (ast): every ``import``/``from ... import`` of an
-``rlcore`` module, at module level or inside a function, except under ``if TYPE_CHECKING``
-(annotations only). A package import edge goes to its ``__init__``. A function-level import
-still counts: it hides a cycle from Python, not from a reader (``trainer/builder.py`` and
-``trainer/roles.py`` once imported each other that way).
+The graph is read from the source (ast): every ``import``/``from ... import`` of an ``rlcore``
+module, at module level, inside a function **or under** ``if TYPE_CHECKING`` (an annotation-only
+import still ties two modules together for a reader, and it is how circles hide). A package
+import edge goes to its ``__init__``; ``from pkg import submodule`` goes to the submodule only
+(Python runs ``pkg/__init__`` for any of its submodules anyway, so that edge says nothing).
+A function-level import still counts: it hides a cycle from Python, not from a reader.
 """
 
 from __future__ import annotations
@@ -16,54 +18,78 @@ import rlcore
 
 ROOT = Path(rlcore.__file__).parent
 
+# Bottom to top. A module may import its own layer and the layers below, never one above.
+# A top-level name is a module (``rlcore.cli``) or a package (``rlcore.trainer`` and all
+# below it); ``rlcore`` is the package's own ``__init__``.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("errors",),
+    ("rlcore", "protocol", "hookspecs"),
+    ("dispatch",),
+    ("interfaces",),
+    ("engine_utils", "rl", "reward", "tracking", "plugins"),
+    ("config",),
+    ("agent", "data", "checkpoint", "resources", "workers"),
+    ("preflight",),
+    ("trainer",),
+    ("testing", "cli"),
+)
 
-def _module_name(path: Path) -> str:
-    rel = path.relative_to(ROOT.parent).with_suffix("")
+# What a plugin may import: the contracts, the hooks, the errors, the protocol, the engine and
+# rollout utilities, the rl numerics, checkpoint safe-loading and the conformance suites. The
+# same list is written for plugin authors in core/README.md ("The plugin API").
+PLUGIN_API: tuple[str, ...] = (
+    "rlcore.interfaces",
+    "rlcore.hookspecs",
+    "rlcore.errors",
+    "rlcore.protocol",
+    "rlcore.dispatch",
+    "rlcore.engine_utils",
+    "rlcore.rl",
+    "rlcore.checkpoint.safe_load",
+    "rlcore.checkpoint.safetensors_header",
+)
+RUNTIME: tuple[str, ...] = ("rlcore.trainer", "rlcore.workers", "rlcore.cli")
+
+# Known upward imports, to be removed, not added to: the environment-variable parsers that
+# preflight calls go when every RLCORE_* knob is a TOML key (one config channel).
+KNOWN_UPWARD: frozenset[tuple[str, str]] = frozenset(
+    {("rlcore.preflight.inputs", "rlcore.trainer.divergence")}
+)
+
+
+def _module_name(path: Path, root: Path = ROOT) -> str:
+    rel = path.relative_to(root.parent).with_suffix("")
     parts = list(rel.parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
 def _imports(tree: ast.AST, package: str, modules: set[str]) -> set[str]:
     found: set[str] = set()
-
-    def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node):
-            for child in node.orelse:
-                visit(child)
-            return
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1])
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1])
                 base = f"{base}.{node.module}" if node.module else base
-            names = [base] + [f"{base}.{a.name}" for a in node.names]
+            submodules = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in modules]
+            names = submodules or [base]
         else:
-            names = []
+            continue
         for name in names:
             while name and name not in modules:
                 name = name.rpartition(".")[0]
             if name:
                 found.add(name)
-        for child in ast.iter_child_nodes(node):
-            visit(child)
-
-    visit(tree)
     return found
 
 
-def import_graph() -> dict[str, set[str]]:
-    files = {_module_name(p): p for p in ROOT.rglob("*.py")}
+def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
+    files = {_module_name(p, root): p for p in root.rglob("*.py")}
     modules = set(files)
     graph = {}
     for name, path in files.items():
@@ -94,7 +120,41 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def test_no_import_cycle_in_the_core():
+def _top(module: str) -> str:
+    return module.split(".")[1] if "." in module else module
+
+
+def layer_of(module: str) -> int:
+    top = _top(module)
+    for i, names in enumerate(LAYERS):
+        if top in names:
+            return i
+    msg = f"{module}: its top-level name {top!r} is in no layer of LAYERS; add it"
+    raise AssertionError(msg)
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(
+        f"{src} (layer {layer_of(src)}) imports {dst} (layer {layer_of(dst)})"
+        for src, deps in graph.items()
+        for dst in deps
+        if layer_of(dst) > layer_of(src) and (src, dst) not in KNOWN_UPWARD
+    )
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        node = todo.pop()
+        for nxt in graph.get(node, ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def test_no_import_cycle_in_the_core_type_checking_imports_included():
     graph = import_graph()
     assert "rlcore.trainer.roles" in graph  # the walk found the modules
     cycle = find_cycle(graph)
@@ -105,7 +165,49 @@ def test_the_cycle_finder_finds_a_cycle():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
 
 
-def test_lower_layers_do_not_import_the_trainer():
+def test_a_type_checking_import_counts(tmp_path):
+    pkg = tmp_path / "rlcore"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from rlcore.b import B\n")
+    (pkg / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from rlcore.a import A\n"
+    )
+    assert find_cycle(import_graph(pkg)) == ["rlcore.a", "rlcore.b", "rlcore.a"]
+
+
+def test_every_top_level_module_has_a_layer_and_the_top_level_is_small():
+    tops = {_top(m) for m in import_graph()}
+    for top in tops:
+        layer_of(f"rlcore.{top}" if top != "rlcore" else top)
+    entries = [p for p in ROOT.iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()]
+    modules = [p.name for p in entries if p.name != "__init__.py"]
+    assert len(modules) <= 20, sorted(modules)
+
+
+def test_no_import_runs_up_from_a_lower_layer():
+    assert upward_imports(import_graph()) == []
+
+
+def test_the_layer_check_finds_an_upward_import():
+    graph = {"rlcore.protocol.dataproto": {"rlcore.trainer.fit"}, "rlcore.trainer.fit": set()}
+    assert upward_imports(graph) == [
+        "rlcore.protocol.dataproto (layer 1) imports rlcore.trainer.fit (layer 8)"
+    ]
+
+
+def test_the_plugin_api_never_reaches_the_runtime():
     graph = import_graph()
-    for name in ("rlcore.preflight", "rlcore.data", "rlcore.interfaces", "rlcore.components"):
-        assert not any(dep.startswith("rlcore.trainer") for dep in graph[name]), name
+    for api in PLUGIN_API:
+        assert api in graph, f"{api} is on the plugin API list but is no module"
+        modules = [m for m in graph if m == api or m.startswith(api + ".")]
+        for module in modules:
+            bad = sorted(m for m in reachable(graph, module) if m.startswith(RUNTIME))
+            assert not bad, f"{module} (plugin API) reaches the runtime: {bad}"
+
+
+def test_the_plugin_api_list_is_the_documented_one():
+    readme = (ROOT.parents[1] / "README.md").read_text()
+    section = readme.split("## The plugin API", 1)[1].split("\n## ", 1)[0]
+    for api in PLUGIN_API:
+        assert f"`{api}`" in section, f"{api} missing from core/README.md's plugin API list"

@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-from rlcore.metrics import (
+from rlcore.protocol import DataProto
+from rlcore.tracking.metrics import (
     Timer,
     compute_data_metrics,
     compute_throughput_metrics,
     timed,
     timing_metrics,
 )
-from rlcore.protocol import DataProto
 
 
 def make_batch(with_values: bool = False) -> DataProto:

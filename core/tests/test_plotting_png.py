@@ -7,7 +7,7 @@ import json
 import pytest
 
 from rlcore.errors import DataError
-from rlcore.plotting import load_metrics, main, plot_run
+from rlcore.tracking.plotting import load_metrics, main, plot_run
 
 pytest.importorskip("matplotlib", reason="matplotlib is the optional rlcore[plot] dependency")
 

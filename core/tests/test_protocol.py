@@ -533,7 +533,7 @@ def _loads_read_only(d: DataProto) -> DataProto:
 
 
 def test_read_only_buffers_are_copied_on_first_batch_access_only():
-    from rlcore._serialize import _SHARED, is_shared
+    from rlcore.protocol.serialize import _SHARED, is_shared
 
     d = make(4)
     out = _loads_read_only(d)

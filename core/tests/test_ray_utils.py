@@ -9,7 +9,7 @@ import pytest
 
 from rlcore.config.schema import ResourcesConfig
 from rlcore.errors import ResourceError
-from rlcore.ray_utils import check_reachable, ray_init_kwargs
+from rlcore.workers.cluster import check_reachable, ray_init_kwargs
 
 
 def test_joining_a_loopback_cluster_keeps_the_driver_on_loopback():

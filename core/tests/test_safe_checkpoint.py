@@ -17,7 +17,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 
 from rlcore.checkpoint import CheckpointError, CheckpointManager, find_checkpoint
-from rlcore.safe_checkpoint import (
+from rlcore.checkpoint.safe_load import (
     MANIFEST_FILE,
     load_dcp_metadata,
     safe_dcp_load,
@@ -189,7 +189,7 @@ def test_damaged_latest_falls_back_to_the_newest_intact_one(tmp_path, caplog, ho
     found = verify_checkpoint(latest)
     assert found is not None
     assert problem in found, found
-    with caplog.at_level(logging.WARNING, logger="rlcore.safe_checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="rlcore.checkpoint.safe_load"):
         assert CheckpointManager(root).latest() == first
     if how != "no marker":  # without its marker it is an interrupted save, not a checkpoint
         assert f"skipping checkpoint {latest}: " in caplog.text
@@ -221,7 +221,7 @@ def test_a_corrupt_latest_pointer_is_ignored_with_a_warning(tmp_path, caplog, po
     save_step(root, 1)
     newest = save_step(root, 2)
     (root / "latest").write_bytes(pointer)
-    with caplog.at_level(logging.WARNING, logger="rlcore.safe_checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="rlcore.checkpoint.safe_load"):
         assert CheckpointManager(root).latest() == newest
     assert str(root / "latest") in caplog.text
 

@@ -68,7 +68,7 @@ class SeedResult:
 
 def val_accuracy(metrics_file: Path) -> dict[int, float]:
     """step -> ``val/<source>/acc`` from a run's metrics.jsonl (the first data source's)."""
-    from rlcore.plotting import load_metrics
+    from rlcore.tracking.plotting import load_metrics
 
     series = load_metrics(metrics_file)
     keys = sorted(k for k in series if k.startswith("val/") and k.endswith("/acc"))

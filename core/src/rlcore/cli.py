@@ -33,8 +33,8 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
 
 # name -> (module with `main(argv: list[str]) -> int`, one-line help)
 _EXTERNAL: dict[str, tuple[str, str]] = {
-    "plot": ("rlcore.plotting", "plot the metrics of a run directory"),
-    "export": ("rlcore.export", "export a checkpoint (e.g. to a Hugging Face folder)"),
+    "plot": ("rlcore.tracking.plotting", "plot the metrics of a run directory"),
+    "export": ("rlcore.checkpoint.export", "export a checkpoint (e.g. to a Hugging Face folder)"),
 }
 
 
@@ -102,15 +102,15 @@ def _cmd_train(args: argparse.Namespace) -> int:
     # Model, tokenizer, data files and the resume path are checked before Ray starts, so a bad
     # input costs a second and one clear line, not a worker traceback minutes later.
     prepared = preflight(config, registry=args.registry)
-    from rlcore.ray_utils import start_ray, stop_ray
-    from rlcore.runlock import acquire_run_lock
-    from rlcore.termination import (
+    from rlcore.trainer import run_training
+    from rlcore.trainer.runlock import acquire_run_lock
+    from rlcore.workers.cluster import start_ray, stop_ray
+    from rlcore.workers.termination import (
         children_shielded_from_sigterm,
         exit_code,
         exit_origin,
         sigterm_as_interrupt,
     )
-    from rlcore.trainer import run_training
 
     assert config.trainer.run_dir is not None  # resolved by load_config
     lock = acquire_run_lock(config.trainer.run_dir)  # a second train on it fails in one line

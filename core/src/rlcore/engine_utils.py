@@ -14,6 +14,8 @@ engine normalises, schedules and skips the same way:
 - :func:`clip_and_step` — clip, then step at ``lr`` unless the grad norm is non-finite.
 - :func:`log_probs_from_logits` / :func:`entropy_from_logits` — float32, chunked over tokens
   so no float32 (B, T, vocab) tensor is materialised.
+- :func:`rollout_tensors` — the output layout of every rollout's ``generate`` (HF, vLLM,
+  SGLang, the agent loop), built in one place so it cannot drift between them.
 
 torch is imported by the functions that need it, so the worker can import the schedule
 without pulling in anything else.
@@ -43,6 +45,7 @@ __all__ = [
     "lr_multiplier",
     "micro_batch_count",
     "prompt_group_starts",
+    "rollout_tensors",
     "set_lr",
     "split_micro_batches",
 ]
@@ -343,3 +346,48 @@ def clip_and_step(
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return grad_norm
+
+
+# --- the rollout output layout ------------------------------------------------------------
+# The output tensors of :class:`~rlcore.interfaces.BaseRollout.generate`, built in one place.
+#
+# Every rollout (HF, vLLM, SGLang) and the agent loop produce the same layout from left-padded
+# prompts and right-padded responses; this module is that layout, so it cannot drift between
+# them. torch is imported by the function (plugin discovery imports nothing heavy).
+
+
+def rollout_tensors(
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    prompt_pos: torch.Tensor,
+    responses: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    log_probs: torch.Tensor | None = None,
+    response_attention: torch.Tensor | None = None,
+) -> dict[str, torch.Tensor]:
+    """``prompts``, ``responses``, ``response_mask``, ``input_ids``, ``attention_mask``,
+    ``position_ids`` (and ``rollout_log_probs`` when ``log_probs`` is given, 0 where
+    ``response_mask`` is 0).
+
+    ``prompt_*`` are (B, P), ``responses``/``response_mask`` (B, R). The responses' attention
+    is ``response_mask`` unless ``response_attention`` says otherwise (the agent loop attends
+    to tool turns that get no loss). Response positions continue from the last prompt
+    position, also past EOS, where they are masked.
+    """
+    import torch
+
+    attended = response_mask if response_attention is None else response_attention
+    r = responses.shape[1]
+    delta = torch.arange(1, r + 1, dtype=prompt_pos.dtype).unsqueeze(0)  # (1, R)
+    tensors = {
+        "prompts": prompt_ids,
+        "responses": responses,
+        "response_mask": response_mask,
+        "input_ids": torch.cat([prompt_ids, responses], dim=1),
+        "attention_mask": torch.cat([prompt_mask, attended.to(prompt_mask.dtype)], dim=1),
+        "position_ids": torch.cat([prompt_pos, prompt_pos[:, -1:] + delta], dim=1),
+    }
+    if log_probs is not None:
+        tensors["rollout_log_probs"] = log_probs * response_mask
+    return tensors

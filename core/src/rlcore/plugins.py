@@ -22,15 +22,14 @@ import logging
 import os
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import attrs
 import pluggy
 
 from rlcore import hookspecs
-from rlcore.agent.tool import BaseTool
 from rlcore.errors import PluginError
-from rlcore.interfaces import BaseAlgorithm, BaseEngine, BaseReward, BaseRollout
+from rlcore.interfaces import BaseAlgorithm, BaseEngine, BaseReward, BaseRollout, BaseTool
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +38,7 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "INSTALL_HINTS",
     "KINDS",
+    "Component",
     "PluginEntry",
     "PluginProblem",
     "PluginRegistry",
@@ -501,3 +501,52 @@ def _missing_top_level_imports(tree: ast.Module) -> list[str]:
 def default_registry() -> PluginRegistry:
     """The process-wide registry of installed plugins, loaded on first use."""
     return PluginRegistry()
+
+
+# --- the one component builder ------------------------------------------------------------
+# The one component builder: a plugin's name + its ``Config`` -> an instance.
+#
+# The driver and the workers build every engine, rollout, algorithm and reward through
+# :meth:`Component.build`, so plugin lookup, the error for an unknown or broken plugin and the
+# construction call exist once. A :class:`Component` is a small frozen value (it pickles to Ray
+# workers); the registry lookup happens where the instance is needed, so a worker imports only
+# the backends its own roles use::
+#
+#     engine = Component.of("engine", config.actor.engine, where="[actor.engine]")
+#     actor = engine.build(spec)            # FSDP2Engine(spec, FSDP2Engine.Config(...))
+
+
+class _Section(Protocol):
+    """A config section that selects a plugin (``rlcore.config.PluginSection``): a protocol
+    here, so the registry does not import the config that validates through it."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def options(self) -> Any: ...
+
+
+@attrs.frozen(kw_only=True)
+class Component:
+    """A selected plugin: ``kind`` ("engine", "rollout", "algorithm", "reward"), ``name``,
+    its ``Config`` instance (``options``, None: the plugin's defaults) and ``where`` it was
+    configured (a config section, for error messages)."""
+
+    kind: str
+    name: str
+    options: Any = None
+    where: str = ""
+
+    @classmethod
+    def of(cls, kind: str, section: _Section, *, where: str) -> Component:
+        """From a config section holding ``name`` and ``options``."""
+        return cls(kind=kind, name=section.name, options=section.options, where=where)
+
+    def resolve(self, registry: PluginRegistry | None = None) -> type:
+        """The plugin class (imports its module); a :class:`PluginError` names the fix."""
+        registry = registry if registry is not None else default_registry()
+        return registry.resolve(self.kind, self.name, where=self.where or None)
+
+    def build(self, *args: Any, registry: PluginRegistry | None = None) -> Any:
+        """``cls(*args, options)``: what every base class's ``__init__`` takes."""
+        return self.resolve(registry)(*args, self.options)

@@ -6,6 +6,6 @@ Importing this package is light (no torch): :mod:`rlcore.plugins` needs :class:`
 from __future__ import annotations
 
 from rlcore.agent.parsers import PARSERS, HermesToolParser, ToolCall, ToolCallParser
-from rlcore.agent.tool import BaseTool, ToolError
+from rlcore.interfaces import BaseTool, ToolError
 
 __all__ = ["PARSERS", "BaseTool", "HermesToolParser", "ToolCall", "ToolCallParser", "ToolError"]

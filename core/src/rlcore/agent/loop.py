@@ -33,9 +33,9 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from rlcore.agent.metrics import agent_metrics
+from rlcore.agent.conversation import Conversation, agent_metrics
 from rlcore.agent.parsers import ToolCall, get_parser
-from rlcore.agent.tool import BaseTool, ToolError
+from rlcore.interfaces import BaseTool, ToolError
 
 if TYPE_CHECKING:
     from rlcore.config.schema import AgentConfig
@@ -45,39 +45,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = ["AgentLoop", "Conversation"]
-
-
-@attrs.define
-class Conversation:
-    """One row's conversation as it grows: response tokens, their masks, and the counts."""
-
-    prompt_ids: list[int]
-    token_ids: list[int] = attrs.Factory(list)
-    loss_mask: list[int] = attrs.Factory(list)  # 1: the model wrote it
-    log_probs: list[float] = attrs.Factory(list)
-    turns: int = 0
-    tool_calls: int = 0
-    tool_errors: int = 0
-    truncated: bool = False
-    generation_timeout: bool = False
-    messages: list[dict[str, str]] = attrs.Factory(list)
-
-    def append(self, ids: Sequence[int], *, model: bool, log_probs: Sequence[float] | None) -> None:
-        self.token_ids.extend(ids)
-        self.loss_mask.extend([int(model)] * len(ids))
-        if log_probs is not None and len(log_probs) == len(ids):
-            self.log_probs.extend(log_probs)
-        else:
-            self.log_probs.extend([0.0] * len(ids))
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "turns": list(self.messages),
-            "num_turns": self.turns,
-            "tool_calls": self.tool_calls,
-            "tool_errors": self.tool_errors,
-            "truncated": self.truncated,
-        }
 
 
 def _in_daemon_thread(fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
@@ -278,8 +245,8 @@ class AgentLoop:
         import numpy as np
         import torch
 
+        from rlcore.engine_utils import rollout_tensors
         from rlcore.protocol import DataProto
-        from rlcore.rollout_layout import rollout_tensors
 
         prompt_ids = prompts.batch["input_ids"]  # (B, P) left-padded
         prompt_mask = prompts.batch["attention_mask"]

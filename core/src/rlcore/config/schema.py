@@ -271,8 +271,8 @@ class TrainerConfig:
     # Consecutive steps with a non-finite loss or gradient (each skipped) before the run stops.
     max_consecutive_nonfinite: int = attrs.field(default=3, validator=_pos)
     # Divergence guard: a step whose actor or critic gradient norm (before clipping) exceeds
-    # this stops the run unsaved (rlcore.divergence); None: no ceiling. RLCORE_MAX_GRAD_NORM,
-    # when set, overrides it.
+    # this stops the run unsaved (rlcore.trainer.divergence); None: no ceiling.
+    # RLCORE_MAX_GRAD_NORM, when set, overrides it.
     grad_norm_ceiling: float | None = attrs.field(default=None, validator=v.optional(v.gt(0.0)))
     experiment_name: str = attrs.field(default="rlcore", validator=_nonempty)
     run_dir: str | None = None  # resolved: runs/<experiment_name>

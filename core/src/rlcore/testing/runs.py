@@ -45,7 +45,7 @@ import logging, sys
 from pathlib import Path
 from rlcore.config import load_config_text
 from rlcore.errors import RlcoreError
-from rlcore.ray_utils import start_ray
+from rlcore.workers.cluster import start_ray
 from rlcore.trainer import run_training
 
 logging.basicConfig(level=logging.INFO, stream=sys.stderr)

@@ -1,7 +1,7 @@
 """From a resolved :class:`RunConfig` to the objects a run needs.
 
 Driver side: the reward manager and the algorithm (for advantages), each built through
-:class:`rlcore.components.Component`, as the workers build theirs. Worker side: one resource
+:class:`rlcore.plugins.Component`, as the workers build theirs. Worker side: one resource
 pool (``nnodes × processes_per_node`` processes) holding every role, colocated in one process
 per device: the policy (``ActorRolloutRefWorker``) and, when the algorithm needs one, the
 critic. The specs decide which roles exist; nothing here branches on a plugin name.
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from rlcore.components import Component
+from rlcore.plugins import Component
 
 if TYPE_CHECKING:
     from rlcore.config import RunConfig

@@ -37,14 +37,14 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import numpy as np
 
-from rlcore import divergence
 from rlcore.errors import RlcoreError
-from rlcore.metrics import (
+from rlcore.tracking.metrics import (
     compute_data_metrics,
     compute_throughput_metrics,
     timed,
     timing_metrics,
 )
+from rlcore.trainer import divergence
 from rlcore.trainer.layout import mini_batch_layout
 from rlcore.trainer.mismatch import logprob_diff_metrics
 from rlcore.trainer.roles import ACTOR_MESH, CRITIC_MESH, POLICY_INPUT_KEYS
@@ -476,7 +476,7 @@ def _deferred_interrupt() -> Iterator[threading.Event]:
         yield event  # signal handlers can only be set from the main thread
         return
 
-    from rlcore.termination import STOP_SIGNALS, note_signal  # SIGTERM as Ctrl-C
+    from rlcore.workers.termination import STOP_SIGNALS, note_signal  # SIGTERM as Ctrl-C
 
     previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
 

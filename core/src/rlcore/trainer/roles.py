@@ -8,7 +8,7 @@ After every actor update the new weights are copied into the rollout in the same
 
 Each worker gets its role's spec (:mod:`rlcore.trainer.specs`), built on the driver, never the
 run config; engines, rollout and algorithm are built from their
-:class:`~rlcore.components.Component` inside the worker: the worker never branches on a plugin
+:class:`~rlcore.plugins.Component` inside the worker: the worker never branches on a plugin
 name. Both classes stay undecorated (the worker group applies ``ray.remote``) and importable
 from this module, as Ray needs for classes touching torch.distributed.
 

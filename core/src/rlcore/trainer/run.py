@@ -65,7 +65,6 @@ def run_training(config: RunConfig, prepared: Preflight | None = None) -> int:
 
     from rlcore.checkpoint import CHECKPOINTS_DIR, CheckpointManager
     from rlcore.data import build_datasets, build_loaders, load_tokenizer
-    from rlcore.ray_utils import start_ray
     from rlcore.tracking import Tracker
     from rlcore.trainer.builder import (
         build_algorithm,
@@ -75,6 +74,7 @@ def run_training(config: RunConfig, prepared: Preflight | None = None) -> int:
     )
     from rlcore.trainer.fit import Trainer
     from rlcore.trainer.specs import build_specs
+    from rlcore.workers.cluster import start_ray
     from rlcore.workers.worker import pin_torch_threads
 
     pin_torch_threads()  # the driver scores rewards and advantages: one thread is plenty
@@ -160,7 +160,7 @@ def _plot(run_dir: Path) -> None:
         log.info("no plots: pip install matplotlib, then rlcore plot %s", run_dir)
         return
     from rlcore.errors import RlcoreError
-    from rlcore.plotting import plot_run
+    from rlcore.tracking.plotting import plot_run
 
     try:
         written = plot_run(run_dir)

@@ -1,7 +1,7 @@
 """One spec per role, built on the driver from the run config: what each worker gets.
 
 Workers never read the run config. The driver reads each setting once, here, and hands every
-role exactly what it uses: the components to build (:class:`rlcore.components.Component`),
+role exactly what it uses: the components to build (:class:`rlcore.plugins.Component`),
 their :class:`~rlcore.interfaces.EngineSpec`/:class:`~rlcore.interfaces.RolloutSpec`, the
 update plan (:class:`UpdateSpec`) and the two arguments of every forward pass (temperature,
 entropy with gradient). ``rollout.n`` is read here too, for the driver only: it repeats the
@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from rlcore.components import Component
 from rlcore.interfaces import EngineSpec, OptimConfig, RolloutSpec, SamplingParams
+from rlcore.plugins import Component
 
 if TYPE_CHECKING:
     from rlcore.config import AgentConfig, RunConfig

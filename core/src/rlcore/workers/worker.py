@@ -165,7 +165,7 @@ class Worker:
         if backend == "nccl":
             # Ray usually narrows CUDA_VISIBLE_DEVICES to this actor's one GPU: device 0.
             torch.cuda.set_device(self._local_rank % max(1, torch.cuda.device_count()))
-        from rlcore.bound_store import rendezvous_store  # listens on MASTER_ADDR only
+        from rlcore.workers.bound_store import rendezvous_store  # listens on MASTER_ADDR only
 
         timeout = collective_timeout_s() if timeout_s is None else timeout_s
         store = rendezvous_store(
@@ -217,7 +217,9 @@ class Worker:
         return self._master_addr, self._master_port
 
     def rlcore_process_info(self) -> dict[str, Any]:
-        from rlcore.liveness import start_heartbeat  # the group watches this process from now
+        from rlcore.workers.liveness import (
+            start_heartbeat,  # the group watches this process from now
+        )
 
         start_heartbeat(node_ip_address())
         return {

@@ -52,7 +52,6 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from rlcore import liveness
 from rlcore.dispatch import (
     DEFAULT_MESH,
     DispatchCall,
@@ -66,6 +65,7 @@ from rlcore.dispatch import (
 )
 from rlcore.errors import WorkerError, WorkerGroupError, WorkerTimeoutError
 from rlcore.resources import ResourcePool
+from rlcore.workers import liveness
 from rlcore.workers._group_util import (
     _UNPLACED_STATES,
     _actor_state,
@@ -521,7 +521,7 @@ class RayWorkerGroup:
         """Hook run while a call waits (every few seconds); a liveness check may raise here."""
 
         def check(left: list[int], waited: float) -> None:
-            # A stopped or wedged rank never finishes: its heartbeat stops (rlcore.liveness).
+            # A stopped or wedged rank never finishes: its heartbeat stops (workers.liveness).
             info = self.__dict__.get("process_info")
             liveness.check_ranks(self._role, info, [ranks[i] for i in left], method)
 

@@ -80,8 +80,8 @@ def test_each_data_parallel_shard_is_sent_once_and_collected_once(group, tiny_pa
 def critic_group(ray_session, tiny_path, group):
     import _megatron_workers
 
-    from rlcore.components import Component
     from rlcore.interfaces import EngineSpec, OptimConfig
+    from rlcore.plugins import Component
     from rlcore.trainer.specs import CriticSpec, EngineRole, UpdateSpec
     from rlcore_megatron.engine import MegatronEngine
 

@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from rlcore.agent.tool import BaseTool, ToolError
+from rlcore.interfaces import BaseTool, ToolError
 from rlcore.testing.conformance._common import check_config, check_subclass, fail, name_of
 
 __all__ = ["ADVERSARIAL_ARGUMENTS", "check_tool"]

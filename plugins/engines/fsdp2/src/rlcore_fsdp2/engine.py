@@ -37,6 +37,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
+from rlcore.checkpoint.safe_load import safe_dcp_load
 from rlcore.engine_utils import (
     batch_totals,
     clip_and_step,
@@ -46,7 +47,6 @@ from rlcore.engine_utils import (
 from rlcore.errors import ConfigError, RlcoreError
 from rlcore.interfaces import BaseEngine, EngineSpec, LossFn, ModelOutputs
 from rlcore.protocol import DataProto
-from rlcore.safe_checkpoint import safe_dcp_load
 from rlcore_fsdp2 import forward, lora, packing
 from rlcore_fsdp2.lora import LoraSettings
 

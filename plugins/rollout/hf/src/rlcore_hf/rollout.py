@@ -15,10 +15,10 @@ from typing import Any
 import attrs
 import torch
 
+from rlcore.engine_utils import rollout_tensors
 from rlcore.errors import ConfigError, RlcoreError
 from rlcore.interfaces import BaseRollout, RolloutSpec, SamplingParams
 from rlcore.protocol import DataProto
-from rlcore.rollout_layout import rollout_tensors
 
 log = logging.getLogger(__name__)
 

@@ -47,8 +47,8 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import attrs
 
+from rlcore.engine_utils import rollout_tensors
 from rlcore.errors import RlcoreError
-from rlcore.rollout_layout import rollout_tensors
 
 if TYPE_CHECKING:
     import torch

@@ -28,10 +28,10 @@ import attrs
 import numpy as np
 import torch
 
+from rlcore.engine_utils import rollout_tensors
 from rlcore.errors import ConfigError, RlcoreError
 from rlcore.interfaces import BaseRollout, GenerationResult, RolloutSpec, SamplingParams
 from rlcore.protocol import DataProto
-from rlcore.rollout_layout import rollout_tensors
 from rlcore_vllm.model_info import check_cpu_head_size, model_config, special_ids
 from rlcore_vllm.parallel import (
     check_tensor_parallel,

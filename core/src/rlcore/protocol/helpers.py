@@ -4,15 +4,12 @@ with a cycle guard, meta_info merging."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import Any, TypeAlias
 
 import numpy as np
 import torch
 
 from rlcore.errors import DataProtoError
-
-if TYPE_CHECKING:
-    from rlcore.protocol import DataProto
 
 Index: TypeAlias = (
     "int | np.integer[Any] | slice | Sequence[int] | Sequence[bool] | np.ndarray | torch.Tensor"
@@ -143,7 +140,7 @@ def _values_equal(a: Any, b: Any, _path: set[tuple[int, int]] | None = None) -> 
         path.discard(key)
 
 
-def _merge_meta(data: Sequence[DataProto]) -> dict[str, Any]:
+def _merge_meta(data: Sequence[Any]) -> dict[str, Any]:
     merged: dict[str, Any] = {}
     metrics: dict[str, list[Any]] = {}
     has_metrics = False

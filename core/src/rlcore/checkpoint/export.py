@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from rlcore.checkpoint import ACTOR_DIR, CONFIG_FILE, find_checkpoint
+from rlcore.checkpoint.manager import ACTOR_DIR, CONFIG_FILE, find_checkpoint
 from rlcore.errors import RlcoreError
 
 log = logging.getLogger(__name__)
@@ -210,7 +210,7 @@ def export_checkpoint(
 
 def _check_before_loading(actor_dir: Path, model_path: str, target: Path, tmp: Path) -> None:
     """The model folder fits the checkpoint and OUT's folder is writable: one line if not."""
-    from rlcore.safe_checkpoint import shape_mismatch
+    from rlcore.checkpoint.safe_load import shape_mismatch
 
     mismatch = shape_mismatch(actor_dir, model_path)
     if mismatch:

@@ -22,7 +22,6 @@ so what passes here loads there; :class:`Preflight` hands them back for the trai
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from pathlib import Path
@@ -30,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from rlcore.errors import ConfigError, DataError
+from rlcore.preflight.model import check_model_files, check_model_folder, check_tokenizer
 
 if TYPE_CHECKING:
     from rlcore.config import RunConfig
@@ -39,71 +38,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Preflight", "check_model_folder", "check_tokenizer", "preflight"]
-
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model")
+__all__ = ["Preflight", "check_model_files", "check_model_folder", "check_tokenizer", "preflight"]
 
 
-def check_model_folder(path: str, key: str) -> None:
-    """A local Hugging Face model folder: ``config.json`` and weights. ``key`` names the field."""
-    folder = Path(path)
-    if not folder.exists():
-        msg = f"{key}: {folder} does not exist; give a local Hugging Face model folder"
-        raise ConfigError(msg)
-    if not folder.is_dir():
-        msg = f"{key}: {folder} is not a folder; give a local Hugging Face model folder"
-        raise ConfigError(msg)
-    config = folder / "config.json"
-    if not config.is_file():
-        msg = f"{key}: {folder} has no config.json; it is not a Hugging Face model folder"
-        raise ConfigError(msg)
-    try:
-        json.loads(config.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        msg = f"{key}: {config} is not valid JSON ({err})"
-        raise ConfigError(msg) from err
-    weights = [*folder.glob("*.safetensors"), *folder.glob("pytorch_model*.bin")]
-    if not weights:
-        msg = (
-            f"{key}: {folder} has no weights (*.safetensors or pytorch_model*.bin); "
-            "download or save the model there"
-        )
-        raise ConfigError(msg)
 
 
-def check_tokenizer(path: str, *, chat_template: bool) -> Any:
-    """Load the tokenizer at ``path``; with ``chat_template`` it must carry one."""
-    from rlcore.data import load_tokenizer
 
-    key = "model.tokenizer_path"
-    folder = Path(path)
-    if not folder.is_dir():
-        msg = f"{key}: {folder} does not exist; give the folder holding the tokenizer files"
-        raise ConfigError(msg)
-    # transformers builds an empty tokenizer from a model folder without tokenizer files:
-    # every prompt would then encode to zero tokens.
-    if not any((folder / name).is_file() for name in _TOKENIZER_FILES):
-        msg = (
-            f"{key}: {folder} has no tokenizer files ({', '.join(_TOKENIZER_FILES)}); "
-            "save the tokenizer there or set model.tokenizer_path"
-        )
-        raise ConfigError(msg)
-    try:
-        tokenizer = load_tokenizer(folder, require_chat_template=False)
-    except DataError as err:
-        msg = f"{key}: {err}"
-        raise ConfigError(msg) from err
-    if chat_template and not getattr(tokenizer, "chat_template", None):
-        msg = (
-            f"{key}: the tokenizer in {folder} has no chat template; add one "
-            "(chat_template.jinja) or set data.apply_chat_template = false for plain-text prompts"
-        )
-        raise ConfigError(msg)
-    return tokenizer
 
 
 def _needs_critic(config: RunConfig, registry: PluginRegistry) -> bool:
-    from rlcore.components import Component
+    from rlcore.plugins import Component
 
     section = config.algorithm
     component = Component(
@@ -145,7 +89,7 @@ def preflight(config: RunConfig, *, registry: PluginRegistry | None = None) -> P
     )
 
     from rlcore.data.build import build_datasets
-    from rlcore.preflight_checks import check_inputs  # headers, shapes, rows, seeds, env, run dir
+    from rlcore.preflight.inputs import check_inputs  # headers, shapes, rows, seeds, env, run dir
 
     check_inputs(config, tokenizer)
     train_set, val_set = build_datasets(config, tokenizer)
@@ -158,7 +102,7 @@ def preflight(config: RunConfig, *, registry: PluginRegistry | None = None) -> P
     elif resume == "auto" and config.trainer.run_dir:  # a crafted or damaged one, before Ray
         found = CheckpointManager(Path(config.trainer.run_dir) / CHECKPOINTS_DIR).latest()
     if found is not None:  # the same model and optimizer settings, or one line naming keys
-        from rlcore.resume_check import check_resume_compatible
+        from rlcore.checkpoint.resume_check import check_resume_compatible
 
         check_resume_compatible(config, found)
     log.info(

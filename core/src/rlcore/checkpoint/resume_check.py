@@ -21,7 +21,7 @@ import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlcore.checkpoint import CONFIG_FILE, CheckpointError
+from rlcore.checkpoint.manager import CONFIG_FILE, CheckpointError
 
 if TYPE_CHECKING:
     from rlcore.config import RunConfig

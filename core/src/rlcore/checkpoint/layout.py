@@ -1,7 +1,7 @@
 """Names of a checkpoint directory's parts, shared by the manager and the safety checks.
 
-Kept apart from :mod:`rlcore.checkpoint` so that :mod:`rlcore.safe_checkpoint`, which the
-manager calls, can use them without an import cycle.
+The manager (:mod:`rlcore.checkpoint.manager`) and the safety checks
+(:mod:`rlcore.checkpoint.safe_load`) both read them; neither imports the other for them.
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ from typing import Any
 
 import attrs
 
-from rlcore.checkpoint_layout import (
+from rlcore.checkpoint.layout import (
     _STEP_PREFIX,
     _TMP_PREFIX,
     _TRASH_PREFIX,
@@ -180,7 +180,7 @@ class CheckpointManager:
             raise self._save_error(step, err) from err
         try:
             write_fn(tmp)
-            from rlcore.safe_checkpoint import write_manifest  # resume checks every file
+            from rlcore.checkpoint.safe_load import write_manifest  # resume checks every file
 
             write_manifest(tmp)
             marker = {"step": step, "time": time.time()}
@@ -250,8 +250,8 @@ class CheckpointManager:
 
     def latest(self) -> Path | None:
         """The intact checkpoint ``latest`` names, else the newest intact one (warnings say
-        which were skipped and why; see :func:`rlcore.safe_checkpoint.pick_resume`)."""
-        from rlcore.safe_checkpoint import pick_resume
+        which were skipped and why; see :func:`rlcore.checkpoint.safe_load.pick_resume`)."""
+        from rlcore.checkpoint.safe_load import pick_resume
 
         return pick_resume(self.root, self.checkpoints())
 
@@ -285,7 +285,7 @@ def find_checkpoint(path: str | os.PathLike[str], *, key: str | None = None) -> 
         raise CheckpointError(msg)
     if step_of(p) is not None:
         if _is_complete(p):
-            from rlcore.safe_checkpoint import require_intact
+            from rlcore.checkpoint.safe_load import require_intact
 
             return require_intact(p, where)
         msg = (

@@ -144,7 +144,7 @@ def plot_run(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m rlcore.plotting RUN_DIR [--out DIR]``; the CLI's ``rlcore plot`` calls
+    """``python -m rlcore.tracking.plotting RUN_DIR [--out DIR]``; the CLI's ``rlcore plot`` calls
     :func:`plot_run` directly."""
     import argparse
 

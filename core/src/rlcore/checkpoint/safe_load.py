@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from rlcore.checkpoint_layout import (
+from rlcore.checkpoint.layout import (
     ACTOR_DIR,
     COMPLETE_MARKER,
     CRITIC_DIR,
@@ -427,7 +427,7 @@ def shape_mismatch(
     DCP names the model's tensors ``model.<hf name>`` (the engine's ``{"model": state}``);
     names found on one side only are not compared. Reads headers and metadata only.
     """
-    from rlcore.preflight_checks import read_safetensors_header
+    from rlcore.checkpoint.safetensors_header import read_safetensors_header
 
     meta_file = Path(engine_dir) / DCP_METADATA
     if not meta_file.is_file():

@@ -1,12 +1,8 @@
 """More checks before Ray starts, each one line naming the key or file and the fix.
 
-Called by :func:`rlcore.preflight.preflight` once the model folder and the tokenizer passed:
+Called by :func:`rlcore.preflight.preflight` once the model folder and the tokenizer passed
+(:mod:`rlcore.preflight.model`; :func:`check_inputs` runs its weight-file checks too):
 
-- weights: every ``*.safetensors`` of ``model.path`` (and a separate ``critic.model_path``) has
-  a complete header and data (a 0-byte or truncated download is named), every file a
-  ``model.safetensors.index.json`` lists exists; read from the headers only, nothing loaded;
-- ``config.json`` names a ``model_type``, and its ``vocab_size`` / ``hidden_size`` agree with
-  the embedding matrix in the weights; the model's vocabulary holds every tokenizer id;
 - data rows: chat prompts are non-empty lists of ``{"role": str, "content": str}``; a plain
   prompt (``data.apply_chat_template = false``) is not empty;
 - ``data.seed`` and ``trainer.seed`` within ``[0, 2**32)`` (what numpy and torch accept);
@@ -19,12 +15,12 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlcore.errors import ConfigError, DataError
+from rlcore.preflight.model import check_model_files
 
 if TYPE_CHECKING:
     from rlcore.config import RunConfig
@@ -33,93 +29,15 @@ __all__ = [
     "check_chat_rows",
     "check_environment",
     "check_inputs",
-    "check_model_files",
     "check_run_dir",
     "check_seeds",
-    "read_safetensors_header",
 ]
 
 SEED_LIMIT = 2**32
-_HEADER_LIMIT = 100 * 2**20  # safetensors caps its JSON header at 100 MB
-_EMBEDDING_SUFFIXES = ("embed_tokens.weight", "wte.weight", "word_embeddings.weight")
 
 
-def read_safetensors_header(file: Path, key: str) -> dict[str, Any]:
-    """The JSON header of a safetensors file, after checking the file holds all its data."""
-    try:
-        size = file.stat().st_size
-        with file.open("rb") as fh:
-            head = fh.read(8)
-            n = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
-            raw = fh.read(n) if 0 < n <= _HEADER_LIMIT else b""
-    except OSError as err:
-        msg = f"{key}: cannot read {file} ({err.strerror or err})"
-        raise ConfigError(msg) from err
-    fix = "download or save the model again"
-    if size < 8 or n <= 0 or n > _HEADER_LIMIT or len(raw) < n:
-        msg = f"{key}: {file} is not a complete safetensors file ({size} bytes); {fix}"
-        raise ConfigError(msg)
-    try:
-        header = json.loads(raw)
-        ends = [int(t["data_offsets"][1]) for k, t in header.items() if k != "__metadata__"]
-    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as err:
-        msg = f"{key}: {file} has a damaged safetensors header ({type(err).__name__}); {fix}"
-        raise ConfigError(msg) from err
-    need = 8 + n + max(ends, default=0)
-    if size < need:
-        msg = f"{key}: {file} is truncated ({size} bytes, its header describes {need}); {fix}"
-        raise ConfigError(msg)
-    return dict(header)
 
 
-def check_model_files(path: str, key: str, tokenizer: Any | None = None) -> None:
-    """Weights headers, ``config.json`` against the weights, vocabulary against the tokenizer."""
-    folder = Path(path)
-    index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        try:
-            listed = set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values())
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
-            msg = f"{key}: {index} is unreadable ({type(err).__name__})"
-            raise ConfigError(msg) from err
-        for name in sorted(listed):
-            if not (folder / str(name)).is_file():
-                msg = f"{key}: {folder / str(name)} is missing (listed in {index.name})"
-                raise ConfigError(msg)
-    shapes: dict[str, list[int]] = {}
-    for file in sorted(folder.glob("*.safetensors")):
-        header = read_safetensors_header(file, key)
-        for name, info in header.items():
-            if name != "__metadata__" and isinstance(info, dict):
-                shapes[name] = list(info.get("shape") or [])
-    config_file = folder / "config.json"
-    config = json.loads(config_file.read_text(encoding="utf-8"))  # valid JSON: checked before
-    if not isinstance(config, dict) or not config.get("model_type"):
-        msg = f"{key}: {config_file} names no model_type; it is not a transformers model config"
-        raise ConfigError(msg)
-    nested = config.get("text_config")
-    text: dict[str, Any] = nested if isinstance(nested, dict) else config
-    vocab, hidden = text.get("vocab_size"), text.get("hidden_size")
-    embedding = next(
-        ((n, s) for n, s in shapes.items() if n.endswith(_EMBEDDING_SUFFIXES) and len(s) == 2),
-        None,
-    )
-    if embedding is not None and isinstance(vocab, int) and isinstance(hidden, int):
-        name, shape = embedding
-        if shape != [vocab, hidden]:
-            msg = (
-                f"{key}: {config_file} says vocab_size={vocab}, hidden_size={hidden} but the "
-                f"weights hold {name} of shape {shape}; the config and the weights are from "
-                "different models"
-            )
-            raise ConfigError(msg)
-    if tokenizer is not None and isinstance(vocab, int) and len(tokenizer) > vocab:
-        msg = (
-            f"{key}: the model's vocab_size ({vocab}) is smaller than the tokenizer's "
-            f"{len(tokenizer)} tokens; use the tokenizer saved with this model "
-            "(model.tokenizer_path)"
-        )
-        raise ConfigError(msg)
 
 
 def check_chat_rows(files: tuple[str, ...], key: str, prompt_key: str, chat: bool) -> None:
@@ -166,8 +84,8 @@ def check_seeds(config: RunConfig) -> None:
 
 def check_environment(environ: dict[str, str] | None = None) -> None:
     """Every environment variable rlcore reads, parsed now instead of in a worker."""
-    from rlcore.divergence import grad_norm_ceiling
-    from rlcore.liveness import heartbeat_timeout_s
+    from rlcore.trainer.divergence import grad_norm_ceiling
+    from rlcore.workers.liveness import heartbeat_timeout_s
     from rlcore.workers.worker import collective_timeout_s
 
     env = dict(os.environ if environ is None else environ)

@@ -29,7 +29,7 @@ Deliberate differences, and why:
   (verl fails on non-tensor keys when ``split_keys`` is None).
 - ``save_to_disk`` writes a file that loads without unpickling arbitrary objects.
 
-Pickling (and so Ray) carries tensors as numpy buffers; see ``_serialize``.
+Pickling (and so Ray) carries tensors as numpy buffers; see :mod:`rlcore.protocol.serialize`.
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ from typing import Any, Self
 import numpy as np
 import torch
 
-from rlcore._protocol_helpers import (
+from rlcore.errors import DataProtoError
+from rlcore.protocol.helpers import (
     DataProtoIndexError,
     Index,
     Keys,
@@ -58,14 +59,7 @@ from rlcore._protocol_helpers import (
     _require_keys,
     _values_equal,
 )
-from rlcore._protocol_rows import (
-    DataProtoConfig,
-    fold_batch_dim,
-    pad_dataproto_to_divisor,
-    unfold_batch_dim,
-    unpad_dataproto,
-)
-from rlcore._serialize import (
+from rlcore.protocol.serialize import (
     compact_tensor,
     decode_safe,
     encode_safe,
@@ -74,20 +68,11 @@ from rlcore._serialize import (
     numpy_to_tensor,
     tensor_to_numpy,
 )
-from rlcore.errors import DataProtoError
+from rlcore.protocol.settings import DataProtoConfig
 
 log = logging.getLogger(__name__)
 
-__all__ = [
-    "DataProto",
-    "DataProtoConfig",
-    "DataProtoIndexError",
-    "DataProtoItem",
-    "fold_batch_dim",
-    "pad_dataproto_to_divisor",
-    "unfold_batch_dim",
-    "unpad_dataproto",
-]
+__all__ = ["DataProto", "DataProtoItem"]
 
 
 _FILE_FORMAT = "rlcore.DataProto"
@@ -183,7 +168,7 @@ class DataProto:
         Tensors go to ``batch``, ``NonTensorStack`` entries to ``non_tensor_batch``,
         ``NonTensorData`` entries to ``meta_info`` (as verl's ``to_tensordict`` writes them).
         """
-        from rlcore._protocol_tensordict import from_tensordict
+        from rlcore.protocol.tensordict_bridge import from_tensordict
 
         if num_batch_dims != 1:
             msg = f"from_tensordict: num_batch_dims={num_batch_dims!r} is not supported (use 1)"
@@ -196,7 +181,7 @@ class DataProto:
     def to_tensordict(self) -> Any:
         """A ``tensordict.TensorDict`` with the tensors, per-row values as ``NonTensorStack``
         and meta_info entries as ``NonTensorData`` (verl's layout; needs ``tensordict``)."""
-        from rlcore._protocol_tensordict import to_tensordict
+        from rlcore.protocol.tensordict_bridge import to_tensordict
 
         return to_tensordict(self.batch, self.non_tensor_batch, self.meta_info, len(self))
 
@@ -535,11 +520,34 @@ class DataProto:
 
     def fold_batch_dim(self, new_batch_size: int) -> DataProto:
         """Rows ``(bsz, ...)`` -> ``(new_batch_size, bsz // new_batch_size, ...)``."""
-        return fold_batch_dim(self, new_batch_size)
+        n = len(self)
+        if not isinstance(new_batch_size, int) or new_batch_size < 1 or n % new_batch_size:
+            msg = f"fold_batch_dim: {n} rows do not fold into {new_batch_size!r} equal rows"
+            raise DataProtoError(msg)
+        batch = {k: v.reshape(new_batch_size, -1, *v.shape[1:]) for k, v in self._batch.items()}
+        non_tensors = {
+            k: v.reshape(new_batch_size, -1, *v.shape[1:]) for k, v in self.non_tensor_batch.items()
+        }
+        return type(self)(batch=batch, non_tensor_batch=non_tensors, meta_info=self.meta_info)
 
     def unfold_batch_dim(self, batch_dims: int = 2) -> DataProto:
         """The first ``batch_dims`` dims of every entry become one row dim."""
-        return unfold_batch_dim(self, batch_dims)
+        shapes = {
+            **{f"batch[{k!r}]": tuple(v.shape) for k, v in self._batch.items()},
+            **{f"non_tensor_batch[{k!r}]": v.shape for k, v in self.non_tensor_batch.items()},
+        }
+        leading = {shape[:batch_dims] for shape in shapes.values()}
+        if batch_dims < 1 or len(leading) > 1 or any(len(s) < batch_dims for s in shapes.values()):
+            msg = (
+                f"unfold_batch_dim: entries must share their first {batch_dims} dims, got "
+                + ", ".join(f"{k} {v}" for k, v in shapes.items())
+            )
+            raise DataProtoError(msg)
+        batch = {k: v.reshape(-1, *v.shape[batch_dims:]) for k, v in self._batch.items()}
+        non_tensors = {
+            k: v.reshape(-1, *v.shape[batch_dims:]) for k, v in self.non_tensor_batch.items()
+        }
+        return type(self)(batch=batch, non_tensor_batch=non_tensors, meta_info=self.meta_info)
 
     def reorder(self, indices: torch.Tensor | np.ndarray | Sequence[int]) -> None:
         """Permute rows in place: row i becomes old row ``indices[i]``."""

@@ -15,10 +15,10 @@ from rlcore.protocol import (
     DataProto,
     DataProtoIndexError,
     DataProtoItem,
-    _values_equal,
     pad_dataproto_to_divisor,
     unpad_dataproto,
 )
+from rlcore.protocol.helpers import _values_equal
 
 
 def make(n: int = 6, meta: dict | None = None) -> DataProto:

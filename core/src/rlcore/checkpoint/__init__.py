@@ -16,46 +16,7 @@ CheckpointManager``).
 
 from __future__ import annotations
 
-from rlcore.checkpoint.manager import (
-    ACTOR_DIR,
-    CHECKPOINTS_DIR,
-    COMPLETE_MARKER,
-    CONFIG_FILE,
-    CRITIC_DIR,
-    LATEST_FILE,
-    RNG_FILE,
-    STATE_FILE,
-    CheckpointError,
-    CheckpointManager,
-    DriverState,
-    capture_rng_state,
-    find_checkpoint,
-    load_driver_state,
-    load_worker_state,
-    restore_rng_state,
-    save_driver_state,
-    save_worker_state,
-    step_of,
-)
-
-__all__ = [
-    "ACTOR_DIR",
-    "CHECKPOINTS_DIR",
-    "COMPLETE_MARKER",
-    "CONFIG_FILE",
-    "CRITIC_DIR",
-    "LATEST_FILE",
-    "RNG_FILE",
-    "STATE_FILE",
-    "CheckpointError",
-    "CheckpointManager",
-    "DriverState",
-    "capture_rng_state",
-    "find_checkpoint",
-    "load_driver_state",
-    "load_worker_state",
-    "restore_rng_state",
-    "save_driver_state",
-    "save_worker_state",
-    "step_of",
-]
+# The manager's own ``__all__`` is the one list of these names: a star import keeps the two from
+# drifting apart.
+from rlcore.checkpoint.manager import *  # noqa: F403
+from rlcore.checkpoint.manager import __all__ as __all__

@@ -4,6 +4,12 @@ Any :class:`~rlcore.errors.RlcoreError` becomes ``error: <message>`` on stderr a
 2, without a traceback unless ``--debug``; anything else is a bug and keeps its traceback.
 Commands written elsewhere (``plot``, ``export``) are listed only when their module is
 installed and are imported only when run, so ``rlcore --help`` stays fast.
+
+Where a key's value comes from, lowest to highest precedence: its default, the TOML file, an
+environment variable of :data:`ENV_KEYS` (e.g. ``RLCORE_CALL_TIMEOUT_S=60`` sets
+``resources.call_timeout_s``), a ``KEY=VALUE`` on the command line. This table is the only
+place rlcore reads an ``RLCORE_*`` variable; each becomes an ordinary override, parsed and
+checked like one (``rlcore config show`` prints the result).
 """
 
 from __future__ import annotations
@@ -11,11 +17,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import json
 import logging
+import os
 import sys
 import traceback
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TextIO
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final, TextIO
 
 from rlcore import __version__
 from rlcore.errors import RlcoreError
@@ -26,7 +34,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["main"]
+__all__ = ["ENV_KEYS", "env_overrides", "main"]
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
@@ -36,6 +44,68 @@ _EXTERNAL: dict[str, tuple[str, str]] = {
     "plot": ("rlcore.tracking.plotting", "plot the metrics of a run directory"),
     "export": ("rlcore.checkpoint.export", "export a checkpoint (e.g. to a Hugging Face folder)"),
 }
+
+
+# Environment variable -> the config key it sets. Where two name one key, the first one set
+# wins (RLCORE_NUM_THREADS over OMP_NUM_THREADS, as before).
+ENV_KEYS: Final[dict[str, str]] = {
+    "RLCORE_CALL_TIMEOUT_S": "resources.call_timeout_s",
+    "RLCORE_START_TIMEOUT_S": "resources.start_timeout_s",
+    "RLCORE_PLACEMENT_TIMEOUT_S": "resources.placement_timeout_s",
+    "RLCORE_COLLECTIVE_TIMEOUT_S": "resources.collective_timeout_s",
+    "RLCORE_HEARTBEAT_TIMEOUT_S": "resources.heartbeat_timeout_s",
+    "RLCORE_NUM_THREADS": "resources.driver_num_threads",
+    "OMP_NUM_THREADS": "resources.driver_num_threads",
+    "RLCORE_MAX_GRAD_NORM": "trainer.grad_norm_ceiling",
+    "RLCORE_AUTO_PADDING": "trainer.auto_padding",
+    "RLCORE_DISABLE_PLUGINS": "plugins.disabled",
+}
+# Keys whose variable is not a TOML value: a switch (1/true/yes, 0/false/no) and a
+# comma-separated list of names.
+_FLAG_KEYS: Final = frozenset({"trainer.auto_padding"})
+_LIST_KEYS: Final = frozenset({"plugins.disabled"})
+
+
+def env_overrides(environ: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
+    """``(variable, "key=value")`` for every variable of :data:`ENV_KEYS` that is set (blank
+    counts as unset); the loader parses and checks each as a command-line override."""
+    env = os.environ if environ is None else environ
+    out: list[tuple[str, str]] = []
+    keys: set[str] = set()
+    for name, key in ENV_KEYS.items():
+        raw = env.get(name, "").strip()
+        if not raw or key in keys:
+            continue
+        keys.add(key)
+        if key in _LIST_KEYS:
+            value = json.dumps([n.strip() for n in raw.split(",") if n.strip()])
+        elif key in _FLAG_KEYS and raw.lower() in ("1", "true", "yes", "0", "false", "no"):
+            value = "true" if raw.lower() in ("1", "true", "yes") else "false"
+        else:
+            value = raw  # a number, or a word the key's check reports
+        out.append((name, f"{key}={value}"))
+    return out
+
+
+def _load_config(args: argparse.Namespace) -> RunConfig:
+    """The config file with the environment's and the command line's overrides, in that
+    order; an error caused by a variable says which one set it."""
+    from rlcore.config import ConfigValidationError, load_config
+
+    from_env = env_overrides()
+    try:
+        return load_config(args.config, [o for _, o in from_env] + args.overrides, args.registry)
+    except ConfigValidationError as err:
+        given = {o.partition("=")[0].strip() for o in args.overrides}
+        lines = []
+        for line in err.errors:
+            for name, override in from_env:
+                key = override.partition("=")[0]
+                if key not in given and line.startswith((f"{key}:", f"override '{key}=")):
+                    line = f"{line} (set by {name}={os.environ.get(name, '').strip()!r})"
+                    break
+            lines.append(line)
+        raise ConfigValidationError(err.source, lines) from None
 
 
 def _installed(module: str) -> bool:
@@ -49,11 +119,14 @@ def _installed(module: str) -> bool:
 
 
 def _cmd_plugins(args: argparse.Namespace) -> int:
+    from rlcore.config import apply_overrides
     from rlcore.plugins import default_registry
 
     # The table shows every problem; the same lines as log warnings would only repeat it.
     logging.getLogger("rlcore.plugins").setLevel(logging.ERROR)
-    registry = args.registry or default_registry()
+    raw: dict[str, Any] = {}
+    apply_overrides(raw, [o for _, o in env_overrides() if o.startswith("plugins.disabled=")])
+    registry = args.registry or default_registry(raw.get("plugins", {}).get("disabled", ()))
     rows = [("KIND", "NAME", "DISTRIBUTION", "VERSION", "STATUS")]
     for e in registry.entries():
         # Each target resolved (module found, class present) without importing backends.
@@ -76,27 +149,26 @@ def _print_table(rows: Sequence[tuple[str, ...]], out: TextIO) -> None:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from rlcore.config import load_config
-
-    load_config(args.config, args.overrides, args.registry)
+    _load_config(args)
     print(f"ok: {args.config} is valid")
     return 0
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
-    from rlcore.config import config_to_dict, dump_toml, load_config
+    from rlcore.config import config_to_dict, dump_toml, unset_keys
 
-    config = load_config(args.config, args.overrides, args.registry)
+    config = _load_config(args)
     sys.stdout.write(dump_toml(config_to_dict(config)))
+    unset = unset_keys(config)
+    if unset:  # TOML has no null: name the keys left unset, so every key is shown
+        sys.stdout.write("\n# unset (no value): " + ", ".join(unset) + "\n")
     return 0
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from rlcore.config import load_config
-
     # Validates every section and resolves every selected plugin (engine, rollout, rewards,
     # algorithm): a missing plugin is reported with how to install it before Ray starts.
-    config = load_config(args.config, args.overrides, args.registry)
+    config = _load_config(args)
     from rlcore.preflight import preflight
 
     # Model, tokenizer, data files and the resume path are checked before Ray starts, so a bad
@@ -112,7 +184,6 @@ def _cmd_train(args: argparse.Namespace) -> int:
         sigterm_as_interrupt,
     )
 
-    assert config.trainer.run_dir is not None  # resolved by load_config
     lock = acquire_run_lock(config.trainer.run_dir)  # a second train on it fails in one line
     started = False
     try:

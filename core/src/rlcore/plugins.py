@@ -6,8 +6,8 @@ distribution and version, and imports a component's ``"module:Class"`` target on
 :meth:`PluginRegistry.resolve` asks for it. A plugin that fails to load is recorded with its
 distribution and does not take the others down; ``strict=True`` raises instead.
 
-``RLCORE_DISABLE_PLUGINS`` (comma-separated distribution or entry-point names, or ``*``)
-skips entry points before they are imported.
+``[plugins] disabled`` (distribution or entry-point names, or ``"*"``; the ``rlcore`` command
+maps ``RLCORE_DISABLE_PLUGINS`` onto it) skips entry points before they are imported.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import importlib
 import importlib.metadata
 import importlib.util
 import logging
-import os
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, Protocol
@@ -34,7 +33,7 @@ from rlcore.interfaces import BaseAlgorithm, BaseEngine, BaseReward, BaseRollout
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "DISABLE_ENV",
+    "DISABLED_KEY",
     "ENTRY_POINT_GROUP",
     "INSTALL_HINTS",
     "KINDS",
@@ -43,10 +42,11 @@ __all__ = [
     "PluginProblem",
     "PluginRegistry",
     "default_registry",
+    "set_disabled_plugins",
 ]
 
 ENTRY_POINT_GROUP: Final = "rlcore"
-DISABLE_ENV: Final = "RLCORE_DISABLE_PLUGINS"
+DISABLED_KEY: Final = "[plugins] disabled"
 
 KINDS: Final = ("engine", "rollout", "reward", "algorithm", "tool")
 _HOOKS: Final = {
@@ -163,7 +163,7 @@ class PluginRegistry:
         self._provenance: dict[int, _Provenance] = {}
         self._resolved: dict[tuple[str, str], type] = {}
         if disabled is None:
-            disabled = os.environ.get(DISABLE_ENV, "").split(",")
+            disabled = _process_disabled
         self._disabled = {_normalize(d.strip()) for d in disabled if d.strip()}
         if entry_points:
             self._load_entry_points()
@@ -210,9 +210,9 @@ class PluginRegistry:
                 prov = _Provenance(dist_name, dist.version, ep.name)
                 if self._is_disabled(dist_name, ep.name):
                     msg = (
-                        f"{dist_name} {dist.version}: plugin {ep.name!r} disabled by {DISABLE_ENV}"
+                        f"{dist_name} {dist.version}: plugin {ep.name!r} disabled by {DISABLED_KEY}"
                     )
-                    self._problem(prov, "disabled", f"disabled by {DISABLE_ENV}", msg)
+                    self._problem(prov, "disabled", f"disabled by {DISABLED_KEY}", msg)
                     continue
                 try:
                     module = ep.load()
@@ -497,10 +497,26 @@ def _missing_top_level_imports(tree: ast.Module) -> list[str]:
     return missing
 
 
+# This process's ``[plugins] disabled``: set by the run (driver and every worker, from the
+# config and the worker's spec) before anything is resolved.
+_process_disabled: tuple[str, ...] = ()
+
+
+def set_disabled_plugins(names: Iterable[str]) -> None:
+    """Make ``names`` this process's ``[plugins] disabled`` (for registries built from now)."""
+    global _process_disabled
+    _process_disabled = tuple(names)
+
+
+def default_registry(disabled: Iterable[str] | None = None) -> PluginRegistry:
+    """The process-wide registry of installed plugins, loaded on first use (one per
+    ``disabled`` list; None: this process's, see :func:`set_disabled_plugins`)."""
+    return _registry(tuple(_process_disabled if disabled is None else disabled))
+
+
 @functools.cache
-def default_registry() -> PluginRegistry:
-    """The process-wide registry of installed plugins, loaded on first use."""
-    return PluginRegistry()
+def _registry(disabled: tuple[str, ...]) -> PluginRegistry:
+    return PluginRegistry(disabled=disabled)
 
 
 # --- the one component builder ------------------------------------------------------------

@@ -26,7 +26,7 @@ actor exists::
 Differences from verl's ``RayResourcePool``: a bundle holds ``cpus_per_process`` CPUs (verl:
 ``max_colocate_count`` CPUs) because rlcore sizes torch's threads from the bundle, and
 ``use_gpu`` defaults to False (the CPU path is the tested default here). The placement-group
-wait is bounded: ``ready_timeout_s`` or ``RLCORE_PLACEMENT_TIMEOUT_S`` (120 s), see
+wait is bounded: ``ready_timeout_s`` (120 s; a run's ``resources.placement_timeout_s``), see
 :mod:`rlcore.workers.waiting`.
 
 Ray is imported only when a pool is used.
@@ -42,6 +42,7 @@ from typing import Any
 
 import attrs
 
+from rlcore.config.schema import DEFAULT_PLACEMENT_TIMEOUT_S
 from rlcore.errors import ResourceError
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,7 @@ class ResourcePool:
         cpus_per_process: float = 1.0,
         name: str = "global_pool",
         max_colocate_count: int = 10,
-        ready_timeout_s: float | None = None,
+        ready_timeout_s: float = DEFAULT_PLACEMENT_TIMEOUT_S,
     ) -> None:
         if process_on_nodes is None:
             if nnodes is None or processes_per_node is None:
@@ -96,7 +97,7 @@ class ResourcePool:
                 f"got {max_colocate_count!r}"
             )
             raise ResourceError(msg)
-        from rlcore.workers.waiting import placement_timeout_s
+        from rlcore.workers.waiting import seconds_setting
 
         self.process_on_nodes = counts
         self.max_colocate_count = max_colocate_count
@@ -104,7 +105,7 @@ class ResourcePool:
         self.use_gpu = use_gpu
         self.cpus_per_process = float(cpus_per_process)
         self.name = name
-        self.ready_timeout_s = placement_timeout_s(ready_timeout_s)
+        self.ready_timeout_s = seconds_setting("ready_timeout_s", ready_timeout_s)
         self._pgs: list[Any] | None = None
 
     @property
@@ -187,7 +188,7 @@ class ResourcePool:
                 msg = (
                     f"{who or 'pool ' + repr(self.name)}: placement groups for "
                     f"{self.describe()} were not ready after {self.ready_timeout_s:g} s "
-                    "(RLCORE_PLACEMENT_TIMEOUT_S); other jobs may hold the resources"
+                    "(resources.placement_timeout_s); other jobs may hold the resources"
                 )
                 raise ResourceError(msg)
             self._pgs = pgs

@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from rlcore.config.dump import config_to_dict, dump_toml
+from rlcore.config.dump import config_to_dict, dump_toml, unset_keys
 from rlcore.config.loader import (
     ConfigValidationError,
     apply_overrides,
@@ -24,6 +24,7 @@ from rlcore.config.schema import (
     CriticConfig,
     DataConfig,
     ModelConfig,
+    PluginsConfig,
     PluginSection,
     RefConfig,
     ResourcesConfig,
@@ -44,6 +45,7 @@ __all__ = [
     "DataConfig",
     "ModelConfig",
     "PluginSection",
+    "PluginsConfig",
     "RefConfig",
     "ResourcesConfig",
     "RewardConfig",
@@ -58,5 +60,6 @@ __all__ = [
     "load_config",
     "load_config_text",
     "read_toml",
+    "unset_keys",
     "validate",
 ]

@@ -15,7 +15,7 @@ from typing import Any
 
 import attrs
 
-__all__ = ["config_to_dict", "dump_toml", "format_key", "format_value"]
+__all__ = ["config_to_dict", "dump_toml", "format_key", "format_value", "unset_keys"]
 
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
@@ -43,6 +43,22 @@ def config_to_dict(obj: Any) -> Any:
     if isinstance(obj, list | tuple):
         return [config_to_dict(v) for v in obj]
     return obj
+
+
+def unset_keys(obj: Any, prefix: str = "") -> list[str]:
+    """The dotted paths of the ``None`` fields that :func:`config_to_dict` leaves out
+    (``trainer.grad_norm_ceiling`` when no ceiling is set); plugin options included."""
+    out: list[str] = []
+    if attrs.has(type(obj)):
+        for field in attrs.fields(type(obj)):
+            value = getattr(obj, field.name)
+            if field.metadata.get("flatten"):  # a plugin's options, in its section's table
+                out.extend(unset_keys(value, prefix))
+            elif value is None:
+                out.append(f"{prefix}{field.name}")
+            elif attrs.has(type(value)):
+                out.extend(unset_keys(value, f"{prefix}{field.name}."))
+    return out
 
 
 def format_key(key: str | int) -> str:

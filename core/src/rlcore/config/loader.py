@@ -25,6 +25,7 @@ from rlcore.config.schema import (
     CriticConfig,
     DataConfig,
     ModelConfig,
+    PluginsConfig,
     PluginSection,
     RefConfig,
     ResourcesConfig,
@@ -57,6 +58,7 @@ _SECTIONS: dict[str, type] = {
     "algorithm": AlgorithmConfig,
     "trainer": TrainerConfig,
     "resources": ResourcesConfig,
+    "plugins": PluginsConfig,
     "agent": AgentConfig,
 }
 _ROLLOUT_CORE_KEYS = frozenset(f.name for f in attrs.fields(RolloutConfig)) - {"options"}
@@ -364,25 +366,35 @@ def _cross_checks(s: dict[str, Any]) -> list[Problem]:
 DEFAULT_MAX_TOKENS_PER_MICRO_BATCH = 16384
 
 
+def _micro_unset(cfg: Any) -> bool:
+    return cfg.micro_batch_size is None and cfg.max_tokens_per_micro_batch is None
+
+
+def _micro_or(cfg: Any, inherited: dict[str, Any]) -> dict[str, Any]:
+    """A role's own micro-batching when it sets one, else the actor's."""
+    return inherited if _micro_unset(cfg) else {}
+
+
 def _resolved(s: dict[str, Any], reward_configs: dict[str, Any]) -> RunConfig:
     data: DataConfig = s["data"]
     model: ModelConfig = s["model"]
     actor: ActorConfig = s["actor"]
-    if actor.micro_batch_size is None and actor.max_tokens_per_micro_batch is None:
-        # Dynamic micro-batches by default: as many rows as fit the budget, instead of one
-        # row per forward/backward (issue 16); set micro_batch_size for fixed counts.
-        actor = attrs.evolve(actor, max_tokens_per_micro_batch=DEFAULT_MAX_TOKENS_PER_MICRO_BATCH)
-    actor = attrs.evolve(
-        actor, ppo_mini_batch_size=actor.ppo_mini_batch_size or data.train_batch_size
+    # The micro-batch rule's one default, for the actor; ref and critic inherit the actor's.
+    # Dynamic micro-batches: as many rows as fit the budget, instead of one row per
+    # forward/backward (issue 16); set micro_batch_size for fixed counts.
+    micro: dict[str, Any] = (
+        {"micro_batch_size": None, "max_tokens_per_micro_batch": DEFAULT_MAX_TOKENS_PER_MICRO_BATCH}
+        if _micro_unset(actor)
+        else {
+            "micro_batch_size": actor.micro_batch_size,
+            "max_tokens_per_micro_batch": actor.max_tokens_per_micro_batch,
+        }
     )
-    micro: dict[str, Any] = {
-        "micro_batch_size": actor.micro_batch_size,
-        "max_tokens_per_micro_batch": actor.max_tokens_per_micro_batch,
-    }
+    actor = attrs.evolve(
+        actor, ppo_mini_batch_size=actor.ppo_mini_batch_size or data.train_batch_size, **micro
+    )
     ref: RefConfig = s["ref"]
-    ref = attrs.evolve(ref, engine=ref.engine or actor.engine)
-    if ref.micro_batch_size is None and ref.max_tokens_per_micro_batch is None:
-        ref = attrs.evolve(ref, **micro)
+    ref = attrs.evolve(ref, engine=ref.engine or actor.engine, **_micro_or(ref, micro))
     critic: CriticConfig = s["critic"]
     critic = attrs.evolve(
         critic,
@@ -390,9 +402,8 @@ def _resolved(s: dict[str, Any], reward_configs: dict[str, Any]) -> RunConfig:
         engine=critic.engine or actor.engine,
         ppo_mini_batch_size=critic.ppo_mini_batch_size or actor.ppo_mini_batch_size,
         ppo_epochs=critic.ppo_epochs or actor.ppo_epochs,
+        **_micro_or(critic, micro),
     )
-    if critic.micro_batch_size is None and critic.max_tokens_per_micro_batch is None:
-        critic = attrs.evolve(critic, **micro)
     reward: RewardConfig = s["reward"]
     weights = {name: reward.weights.get(name, 1.0) for name in reward.selected()}
     reward = attrs.evolve(reward, weights=weights, options=reward_configs)
@@ -415,6 +426,7 @@ def _resolved(s: dict[str, Any], reward_configs: dict[str, Any]) -> RunConfig:
         algorithm=s["algorithm"],
         trainer=trainer,
         resources=s["resources"],
+        plugins=s["plugins"],
         agent=s["agent"],
     )
 
@@ -430,9 +442,10 @@ def build_config(
     registry: PluginRegistry | None = None,
 ) -> RunConfig:
     """Validate parsed TOML data; raise :class:`ConfigValidationError` listing every problem."""
-    registry = registry if registry is not None else default_registry()
     data: dict[str, Any] = copy.deepcopy(dict(raw))
     lines = apply_overrides(data, overrides)
+    if registry is None:  # [plugins] disabled decides which entry points are imported at all
+        registry = default_registry(_disabled_plugins(data))
     problems: list[Problem] = [
         ((key,), unknown_key(key, _SECTIONS, "section")) for key in data if key not in _SECTIONS
     ]
@@ -471,6 +484,15 @@ def build_config(
     if lines:
         raise ConfigValidationError(source, lines)
     return _resolved(sections, reward_configs)
+
+
+def _disabled_plugins(data: Mapping[str, Any]) -> tuple[str, ...]:
+    """``[plugins] disabled`` as given, before validation (which reports a bad value)."""
+    table = data.get("plugins")
+    names = table.get("disabled") if isinstance(table, dict) else None
+    if not isinstance(names, list | tuple):
+        return ()
+    return tuple(n for n in names if isinstance(n, str))
 
 
 def load_config_text(

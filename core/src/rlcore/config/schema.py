@@ -2,13 +2,20 @@
 
 Plugin-selected sections (``[actor.engine]``, ``[rollout]``, ``[algorithm]``,
 ``[reward.options.NAME]``) keep the selected plugin's own ``Config`` instance in an
-``options`` field; the loader builds it from the keys the core does not own. Fields documented
-as "resolved" are ``None`` only before :func:`rlcore.config.load_config` fills them in; a
-loaded ``RunConfig`` always has them set.
+``options`` field; the loader builds it from the keys the core does not own. Fields marked
+``RESOLVED`` default to a key whose value depends on other keys (``model.tokenizer_path``:
+``model.path``); their type is the resolved one, because :func:`rlcore.config.load_config`
+fills every one of them in before anyone reads the config (``None`` exists only inside the
+loader).
+
+Every knob of a run is a key here, timeouts and thread counts included
+(``[resources] call_timeout_s``, ...); the ``rlcore`` command maps the ``RLCORE_*``
+environment variables onto these keys (``rlcore.cli.ENV_KEYS``), nothing else reads them.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 import attrs
@@ -25,6 +32,7 @@ __all__ = [
     "DataConfig",
     "ModelConfig",
     "PluginSection",
+    "PluginsConfig",
     "RefConfig",
     "ResourcesConfig",
     "RewardConfig",
@@ -32,6 +40,7 @@ __all__ = [
     "RunConfig",
     "TrainerConfig",
     "ValSamplingConfig",
+    "check_seconds",
 ]
 
 LOGGERS = ("console", "jsonl", "tensorboard")
@@ -41,6 +50,40 @@ _FLATTEN = {"flatten": True}
 
 _pos = v.ge(1)
 _opt_pos = v.optional(v.ge(1))
+
+# The default of a field the loader resolves from other keys; typed ``Any`` so the field keeps
+# its resolved type (``str``, not ``str | None``) for everyone who reads a loaded config.
+RESOLVED: Any = None
+
+# Bounds on every wait of a run ([resources] *_timeout_s), in seconds.
+DEFAULT_CALL_TIMEOUT_S = 3600.0  # one worker-group call: a whole generate or update may be one
+DEFAULT_START_TIMEOUT_S = 600.0  # a group's actors placed and their __init__ done
+DEFAULT_PLACEMENT_TIMEOUT_S = 120.0  # a pool's placement groups reserved by Ray
+DEFAULT_COLLECTIVE_TIMEOUT_S = 600.0  # each torch.distributed collective in the workers
+DEFAULT_HEARTBEAT_TIMEOUT_S = 30.0  # a worker's heartbeat still for this long: stopped
+
+
+def check_seconds(key: str, value: Any) -> float:
+    """``value`` as seconds, or ``ValueError`` in one line naming ``key``: the one rule for
+    every timeout (config keys and the worker group's constructor arguments alike)."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if not (ok and math.isfinite(value) and value > 0):
+        shown = value if ok else repr(value)
+        msg = f"{key} must be a finite number > 0, got {shown}"
+        raise ValueError(msg)
+    return float(value)
+
+
+def _seconds(_inst: object, attr: attrs.Attribute[Any], value: Any) -> None:
+    try:
+        check_seconds(attr.name, value)
+    except ValueError as err:
+        # The loader prefixes the section path: resources.call_timeout_s: must be ...
+        raise ValueError(str(err).removeprefix(f"{attr.name} ")) from None
+
+
+def _timeout(default: float) -> Any:
+    return attrs.field(default=default, validator=_seconds)
 
 
 def _nonempty(_inst: object, _attr: attrs.Attribute[Any], value: str | tuple[str, ...]) -> None:
@@ -90,7 +133,7 @@ class ModelConfig:
     """``[model]``: the policy's local Hugging Face folder."""
 
     path: str = attrs.field(validator=_nonempty)
-    tokenizer_path: str | None = None  # resolved: defaults to ``path``
+    tokenizer_path: str = RESOLVED  # resolved: ``path``
     dtype: Dtype = attrs.field(
         default="float32", validator=v.in_(("float32", "bfloat16", "float16"))
     )
@@ -103,7 +146,8 @@ class ActorConfig:
 
     engine: PluginSection = attrs.Factory(lambda: PluginSection(name="fsdp2"))
     optim: OptimConfig = attrs.Factory(OptimConfig)
-    ppo_mini_batch_size: int | None = attrs.field(default=None, validator=_opt_pos)  # resolved
+    # resolved: data.train_batch_size
+    ppo_mini_batch_size: int = attrs.field(default=RESOLVED, validator=_opt_pos)
     # Rows per data-parallel rank per micro-batch, or a token budget; resolved: exactly one set.
     micro_batch_size: int | None = attrs.field(default=None, validator=_opt_pos)
     max_tokens_per_micro_batch: int | None = attrs.field(default=None, validator=_opt_pos)
@@ -184,8 +228,9 @@ class RolloutConfig:
 class RefConfig:
     """``[ref]``: the frozen reference policy (used when the algorithm needs KL)."""
 
-    engine: PluginSection | None = None  # resolved: the actor's engine, options included
-    micro_batch_size: int | None = attrs.field(default=None, validator=_opt_pos)  # resolved
+    engine: PluginSection = RESOLVED  # resolved: the actor's engine, options included
+    # resolved: the actor's micro-batching when neither is set
+    micro_batch_size: int | None = attrs.field(default=None, validator=_opt_pos)
     max_tokens_per_micro_batch: int | None = attrs.field(default=None, validator=_opt_pos)
 
 
@@ -193,13 +238,15 @@ class RefConfig:
 class CriticConfig:
     """``[critic]``: the value model (used when the algorithm needs a critic, e.g. PPO)."""
 
-    model_path: str | None = None  # resolved: model.path
-    engine: PluginSection | None = None  # resolved: the actor's engine, options included
+    model_path: str = RESOLVED  # resolved: model.path
+    engine: PluginSection = RESOLVED  # resolved: the actor's engine, options included
     optim: OptimConfig = attrs.Factory(lambda: OptimConfig(lr=1e-5))
-    ppo_mini_batch_size: int | None = attrs.field(default=None, validator=_opt_pos)  # resolved
-    micro_batch_size: int | None = attrs.field(default=None, validator=_opt_pos)  # resolved
+    # resolved: actor.ppo_mini_batch_size
+    ppo_mini_batch_size: int = attrs.field(default=RESOLVED, validator=_opt_pos)
+    # resolved: the actor's micro-batching when neither is set
+    micro_batch_size: int | None = attrs.field(default=None, validator=_opt_pos)
     max_tokens_per_micro_batch: int | None = attrs.field(default=None, validator=_opt_pos)
-    ppo_epochs: int | None = attrs.field(default=None, validator=_opt_pos)  # resolved
+    ppo_epochs: int = attrs.field(default=RESOLVED, validator=_opt_pos)  # resolved: actor's
     grad_clip: float = attrs.field(default=1.0, validator=v.gt(0.0))
     gradient_checkpointing: bool = False
 
@@ -272,10 +319,12 @@ class TrainerConfig:
     max_consecutive_nonfinite: int = attrs.field(default=3, validator=_pos)
     # Divergence guard: a step whose actor or critic gradient norm (before clipping) exceeds
     # this stops the run unsaved (rlcore.trainer.divergence); None: no ceiling.
-    # RLCORE_MAX_GRAD_NORM, when set, overrides it.
     grad_norm_ceiling: float | None = attrs.field(default=None, validator=v.optional(v.gt(0.0)))
+    # DataProtoConfig.auto_padding in the driver and every worker: chunk() may split a batch
+    # unevenly (verl's VERL_AUTO_PADDING, which still works on its own).
+    auto_padding: bool = False
     experiment_name: str = attrs.field(default="rlcore", validator=_nonempty)
-    run_dir: str | None = None  # resolved: runs/<experiment_name>
+    run_dir: str = RESOLVED  # resolved: runs/<experiment_name>
     seed: int = 0
     loggers: tuple[str, ...] = attrs.field(default=("console", "jsonl"), validator=_loggers)
     log_freq: int = attrs.field(default=1, validator=_pos)  # console table every N steps
@@ -289,11 +338,29 @@ class ResourcesConfig:
     nnodes: int = attrs.field(default=1, validator=_pos)
     processes_per_node: int = attrs.field(default=1, validator=_pos)
     ray_address: str | None = None  # None: RAY_ADDRESS, else a local Ray
+    # Each worker's torch threads follow its CPU share: floor(cpus_per_process), at least 1.
     cpus_per_process: float = attrs.field(default=1.0, validator=v.gt(0.0))
+    # Torch threads of the driver process (it scores rewards and advantages).
+    driver_num_threads: int = attrs.field(default=1, validator=_pos)
+    # Every wait is bounded (seconds): a worker-group call, a group's start, a pool's
+    # placement, a collective inside the workers, a worker's heartbeat.
+    call_timeout_s: float = _timeout(DEFAULT_CALL_TIMEOUT_S)
+    start_timeout_s: float = _timeout(DEFAULT_START_TIMEOUT_S)
+    placement_timeout_s: float = _timeout(DEFAULT_PLACEMENT_TIMEOUT_S)
+    collective_timeout_s: float = _timeout(DEFAULT_COLLECTIVE_TIMEOUT_S)
+    heartbeat_timeout_s: float = _timeout(DEFAULT_HEARTBEAT_TIMEOUT_S)
 
     @property
     def world_size(self) -> int:
         return self.nnodes * self.processes_per_node
+
+
+@attrs.frozen(kw_only=True)
+class PluginsConfig:
+    """``[plugins]``: ``disabled`` distribution or entry-point names (``"*"``: all) are skipped
+    before they are imported, in the driver and in every worker (e.g. a broken plugin)."""
+
+    disabled: tuple[str, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -310,4 +377,5 @@ class RunConfig:
     algorithm: AlgorithmConfig = attrs.Factory(AlgorithmConfig)
     trainer: TrainerConfig = attrs.Factory(TrainerConfig)
     resources: ResourcesConfig = attrs.Factory(ResourcesConfig)
+    plugins: PluginsConfig = attrs.Factory(PluginsConfig)
     agent: AgentConfig | None = None  # None: no [agent] section, single-turn generation

@@ -41,11 +41,6 @@ log = logging.getLogger(__name__)
 __all__ = ["Preflight", "check_model_files", "check_model_folder", "check_tokenizer", "preflight"]
 
 
-
-
-
-
-
 def _needs_critic(config: RunConfig, registry: PluginRegistry) -> bool:
     from rlcore.plugins import Component
 
@@ -74,7 +69,7 @@ def preflight(config: RunConfig, *, registry: PluginRegistry | None = None) -> P
     from rlcore.checkpoint import CHECKPOINTS_DIR, CheckpointManager, find_checkpoint
     from rlcore.plugins import default_registry
 
-    registry = registry if registry is not None else default_registry()
+    registry = registry if registry is not None else default_registry(config.plugins.disabled)
     check_model_folder(config.model.path, "model.path")
     critic_path = config.critic.model_path
     if (
@@ -84,7 +79,7 @@ def preflight(config: RunConfig, *, registry: PluginRegistry | None = None) -> P
     ):
         check_model_folder(critic_path, "critic.model_path")
     tokenizer = check_tokenizer(
-        config.model.tokenizer_path or config.model.path,
+        config.model.tokenizer_path,
         chat_template=config.data.apply_chat_template,
     )
 

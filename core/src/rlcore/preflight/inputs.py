@@ -6,15 +6,12 @@ Called by :func:`rlcore.preflight.preflight` once the model folder and the token
 - data rows: chat prompts are non-empty lists of ``{"role": str, "content": str}``; a plain
   prompt (``data.apply_chat_template = false``) is not empty;
 - ``data.seed`` and ``trainer.seed`` within ``[0, 2**32)`` (what numpy and torch accept);
-- environment variables rlcore reads (``RLCORE_COLLECTIVE_TIMEOUT_S``, ``RLCORE_MAX_GRAD_NORM``,
-  ``RLCORE_HEARTBEAT_TIMEOUT_S``, ``RLCORE_NUM_THREADS``, ``OMP_NUM_THREADS``);
 - ``trainer.run_dir`` can be created and written (and its ``checkpoints/``, when present).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,17 +24,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "check_chat_rows",
-    "check_environment",
     "check_inputs",
     "check_run_dir",
     "check_seeds",
 ]
 
 SEED_LIMIT = 2**32
-
-
-
-
 
 
 def check_chat_rows(files: tuple[str, ...], key: str, prompt_key: str, chat: bool) -> None:
@@ -82,23 +74,6 @@ def check_seeds(config: RunConfig) -> None:
             raise ConfigError(msg)
 
 
-def check_environment(environ: dict[str, str] | None = None) -> None:
-    """Every environment variable rlcore reads, parsed now instead of in a worker."""
-    from rlcore.trainer.divergence import grad_norm_ceiling
-    from rlcore.workers.liveness import heartbeat_timeout_s
-    from rlcore.workers.worker import collective_timeout_s
-
-    env = dict(os.environ if environ is None else environ)
-    collective_timeout_s(env)
-    grad_norm_ceiling(env)
-    heartbeat_timeout_s(env)
-    for name in ("RLCORE_NUM_THREADS", "OMP_NUM_THREADS"):
-        raw = env.get(name, "").strip()
-        if raw and not (raw.isdigit() and int(raw) >= 1):
-            msg = f"{name}={raw!r}: expected a whole number of threads >= 1"
-            raise ConfigError(msg)
-
-
 def check_run_dir(run_dir: str) -> None:
     """``run_dir`` (and its ``checkpoints/``) can be created and written by this user."""
     folder = Path(run_dir)
@@ -123,7 +98,6 @@ def check_run_dir(run_dir: str) -> None:
 
 def check_inputs(config: RunConfig, tokenizer: Any, critic_path: str | None = None) -> None:
     """Everything above, in the order a user would fix it."""
-    check_environment()
     check_seeds(config)
     check_model_files(config.model.path, "model.path", tokenizer)
     if critic_path is not None:

@@ -15,11 +15,9 @@ class _DataProtoConfigMeta(type):
 
     @property
     def auto_padding(cls) -> bool:
-        """On when set here or by ``VERL_AUTO_PADDING``/``RLCORE_AUTO_PADDING`` = true/1."""
-        by_env = any(
-            os.environ.get(name, "").strip().upper() in ("TRUE", "1")
-            for name in ("VERL_AUTO_PADDING", "RLCORE_AUTO_PADDING")
-        )
+        """On when set here or by verl's ``VERL_AUTO_PADDING`` = true/1 (a run sets it from
+        ``trainer.auto_padding``, where ``RLCORE_AUTO_PADDING`` maps to)."""
+        by_env = os.environ.get("VERL_AUTO_PADDING", "").strip().upper() in ("TRUE", "1")
         return by_env or cls._config.get(cls.auto_padding_key, False)
 
     @auto_padding.setter

@@ -55,7 +55,8 @@ def total_training_steps(config: RunConfig, batches_per_epoch: int) -> int:
     trainer = config.trainer
     if trainer.total_steps is not None:
         return trainer.total_steps
-    return (trainer.total_epochs or 1) * batches_per_epoch
+    assert trainer.total_epochs is not None  # resolved: set whenever total_steps is not
+    return trainer.total_epochs * batches_per_epoch
 
 
 def build_reward_manager(
@@ -116,6 +117,7 @@ def build_workers(config: RunConfig, specs: RunSpecs) -> Workers:
         processes_per_node=res.processes_per_node,
         use_gpu=res.device == "cuda",
         cpus_per_process=res.cpus_per_process,
+        ready_timeout_s=res.placement_timeout_s,
         # Placement-group names must not clash with an earlier run in the same Ray session.
         name=f"{config.trainer.experiment_name}-{uuid.uuid4().hex[:8]}",
     )
@@ -125,7 +127,14 @@ def build_workers(config: RunConfig, specs: RunSpecs) -> Workers:
     # Every role shares the one pool: colocated in one process per device.
     manager = ResourcePoolManager({"global_pool": pool}, {name: "global_pool" for name in roles})
     manager.check_resources()
-    group = RayWorkerGroup(pool, create_colocated_worker_cls(roles), role="rlcore")
+    group = RayWorkerGroup(
+        pool,
+        create_colocated_worker_cls(roles),
+        role="rlcore",
+        call_timeout_s=res.call_timeout_s,
+        start_timeout_s=res.start_timeout_s,
+        heartbeat_timeout_s=res.heartbeat_timeout_s,
+    )
     try:
         views = group.spawn()
         critic = views.get(CRITIC)

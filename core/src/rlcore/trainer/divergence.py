@@ -3,8 +3,8 @@
 Two checks, both on the driver:
 
 - every step, a gradient norm above ``trainer.grad_norm_ceiling`` (unset: no ceiling) stops
-  the run (:func:`check_grad_norm`); the environment variable ``RLCORE_MAX_GRAD_NORM``, when
-  set, overrides the config key (e.g. for one rerun without editing the file). Non-finite
+  the run (:func:`check_grad_norm`; the ``rlcore`` command maps ``RLCORE_MAX_GRAD_NORM`` onto
+  the key, e.g. for one rerun without editing the file). Non-finite
   gradients are already skipped by the engines and counted by the trainer
   (``trainer.max_consecutive_nonfinite``);
 - before every checkpoint, the actor scores the step's batch once more with the weights about
@@ -20,22 +20,18 @@ change; the last saved checkpoint is still the newest one.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping
 from typing import Any
 
-from rlcore.errors import ConfigError, RlcoreError
+from rlcore.errors import RlcoreError
 
 __all__ = [
-    "GRAD_NORM_ENV",
     "GRAD_NORM_KEY",
     "DivergenceError",
     "check_grad_norm",
     "check_policy_finite",
-    "grad_norm_ceiling",
 ]
 
-GRAD_NORM_ENV = "RLCORE_MAX_GRAD_NORM"
 GRAD_NORM_KEY = "trainer.grad_norm_ceiling"
 _ROLES = ("actor", "critic")
 _ADVICE = (
@@ -48,55 +44,16 @@ class DivergenceError(RlcoreError):
     """An update made the model diverge; nothing of that step was saved."""
 
 
-def grad_norm_ceiling(
-    environ: Mapping[str, str] | None = None, configured: float | None = None
-) -> float | None:
-    """The ceiling in force: ``RLCORE_MAX_GRAD_NORM`` when set, else ``configured``."""
-    found = _ceiling(environ, configured)
-    return None if found is None else found[0]
-
-
-def _ceiling(
-    environ: Mapping[str, str] | None, configured: float | None
-) -> tuple[float, str] | None:
-    """(ceiling, where it was set), None when neither the environment nor the config sets it."""
-    env = os.environ if environ is None else environ
-    raw = env.get(GRAD_NORM_ENV, "").strip()
-    if not raw:
-        return None if configured is None else (configured, GRAD_NORM_KEY)
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        msg = (
-            f"{GRAD_NORM_ENV}={raw!r}: expected a positive number (the gradient-norm ceiling); "
-            "unset it for none"
-        )
-        raise ConfigError(msg)
-    return value, GRAD_NORM_ENV
-
-
-def check_grad_norm(
-    metrics: Mapping[str, float],
-    step: int,
-    environ: Mapping[str, str] | None = None,
-    *,
-    configured: float | None = None,
-) -> None:
-    """Raise :class:`DivergenceError` if a role's ``grad_norm`` exceeds the ceiling.
-
-    ``configured`` is ``trainer.grad_norm_ceiling``; ``RLCORE_MAX_GRAD_NORM`` overrides it.
-    """
-    found = _ceiling(environ, configured)
-    if found is None:
+def check_grad_norm(metrics: Mapping[str, float], step: int, ceiling: float | None) -> None:
+    """Raise :class:`DivergenceError` if a role's ``grad_norm`` exceeds ``ceiling``
+    (``trainer.grad_norm_ceiling``; None: no ceiling)."""
+    if ceiling is None:
         return
-    ceiling, source = found
     for role in _ROLES:
         norm = metrics.get(f"{role}/grad_norm")
         if norm is not None and math.isfinite(norm) and norm > ceiling:
             msg = (
-                f"step {step}: {role}/grad_norm = {norm:.4g} exceeds {source} = "
+                f"step {step}: {role}/grad_norm = {norm:.4g} exceeds {GRAD_NORM_KEY} = "
                 f"{ceiling:g}; {_ADVICE}"
             )
             raise DivergenceError(msg)

@@ -249,9 +249,7 @@ class Trainer:
                     state.step += 1
                     last = state.step >= state.total_steps
                     self._check_finite(metrics)
-                    divergence.check_grad_norm(
-                        metrics, state.step, configured=cfg.grad_norm_ceiling
-                    )
+                    divergence.check_grad_norm(metrics, state.step, cfg.grad_norm_ceiling)
                     if (
                         self.val_loader is not None
                         and cfg.test_freq

@@ -116,6 +116,7 @@ class ActorRolloutRefWorker(Worker):
 
     def __init__(self, spec: PolicySpec) -> None:
         super().__init__()
+        self.apply_settings(spec.settings)
         self.spec = spec
         self.actor: BaseEngine | None = None
         self.rollout: BaseRollout | None = None
@@ -347,6 +348,7 @@ class CriticWorker(Worker):
 
     def __init__(self, spec: CriticSpec) -> None:
         super().__init__()
+        self.apply_settings(spec.settings)
         self.spec = spec
         self.critic: BaseEngine | None = None
         self.algorithm: BaseAlgorithm | None = None

@@ -43,7 +43,6 @@ def prepare_run_dir(config: RunConfig, *, resuming: bool = False) -> Path:
     from rlcore.config import config_to_dict, dump_toml
     from rlcore.tracking import METRICS_FILE
 
-    assert config.trainer.run_dir is not None  # resolved by load_config
     run_dir = Path(config.trainer.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / CONFIG_FILE).write_text(dump_toml(config_to_dict(config)), encoding="utf-8")
@@ -73,12 +72,13 @@ def run_training(config: RunConfig, prepared: Preflight | None = None) -> int:
         total_training_steps,
     )
     from rlcore.trainer.fit import Trainer
-    from rlcore.trainer.specs import build_specs
+    from rlcore.trainer.specs import build_specs, worker_settings
     from rlcore.workers.cluster import start_ray
     from rlcore.workers.worker import pin_torch_threads
 
-    pin_torch_threads()  # the driver scores rewards and advantages: one thread is plenty
-    assert config.trainer.run_dir is not None  # resolved by load_config
+    worker_settings(config).apply()  # the driver's own switches, as every worker's
+    # The driver scores rewards and advantages: one thread is plenty.
+    pin_torch_threads(config.resources.driver_num_threads)
     checkpoints = CheckpointManager(
         Path(config.trainer.run_dir) / CHECKPOINTS_DIR, keep_last=config.trainer.keep_last
     )
@@ -88,7 +88,6 @@ def run_training(config: RunConfig, prepared: Preflight | None = None) -> int:
         start_ray(config.resources)
 
     if prepared is None:
-        assert config.model.tokenizer_path is not None  # resolved by load_config
         tokenizer = load_tokenizer(
             config.model.tokenizer_path, require_chat_template=config.data.apply_chat_template
         )

@@ -17,6 +17,7 @@ import attrs
 
 from rlcore.interfaces import EngineSpec, OptimConfig, RolloutSpec, SamplingParams
 from rlcore.plugins import Component
+from rlcore.workers.worker import WorkerSettings
 
 if TYPE_CHECKING:
     from rlcore.config import AgentConfig, RunConfig
@@ -30,6 +31,7 @@ __all__ = [
     "RunSpecs",
     "UpdateSpec",
     "build_specs",
+    "worker_settings",
 ]
 
 
@@ -84,9 +86,11 @@ class PolicySpec:
     ``temperature``: the log-prob temperature of every pass (training sampling's, 1.0 when
     greedy). ``with_entropy``: the policy loss needs the entropy with gradient.
     ``rollout_spec.seed`` is the run seed; the worker offsets it by its rank.
+    ``settings``: what the process applies to itself first (timeouts, padding, plugins).
     """
 
     backend: str
+    settings: WorkerSettings
     actor: EngineRole
     ref: EngineRole | None
     rollout: Component
@@ -106,6 +110,7 @@ class CriticSpec:
     """The critic worker: the value engine, and the algorithm for its value loss."""
 
     backend: str
+    settings: WorkerSettings
     critic: EngineRole
     algorithm: Component
     update: UpdateSpec
@@ -123,16 +128,25 @@ class RunSpecs:
     val_sampling: SamplingParams
 
 
+def worker_settings(config: RunConfig) -> WorkerSettings:
+    """The run's settings every worker process applies (and the driver, to itself)."""
+    return WorkerSettings(
+        collective_timeout_s=config.resources.collective_timeout_s,
+        auto_padding=config.trainer.auto_padding,
+        disabled_plugins=config.plugins.disabled,
+    )
+
+
 def _update(
     config: RunConfig,
     *,
-    mini_prompts: int | None,
+    mini_prompts: int,
     epochs: int,
     optim: OptimConfig,
     total_steps: int,
 ) -> UpdateSpec:
     train = config.data.train_batch_size
-    mini = min(mini_prompts or train, train)
+    mini = min(mini_prompts, train)
     mini_batches = math.ceil(train / mini)
     return UpdateSpec(
         rows_per_mini_batch=mini * config.rollout.n,
@@ -150,13 +164,11 @@ def _agent_spec(config: RunConfig) -> AgentSpec | None:
     agent = config.agent
     if agent is None:
         return None
-    tools = tuple(
-        Component(kind="tool", name=name, where="[agent] tools") for name in agent.tools
-    )
+    tools = tuple(Component(kind="tool", name=name, where="[agent] tools") for name in agent.tools)
     return AgentSpec(
         config=agent,
         tools=tools,
-        tokenizer_path=config.model.tokenizer_path or config.model.path,
+        tokenizer_path=config.model.tokenizer_path,
         trust_remote_code=config.model.trust_remote_code,
     )
 
@@ -176,6 +188,7 @@ def build_specs(config: RunConfig, algorithm: BaseAlgorithm, total_steps: int) -
     """The per-role specs of a run of ``total_steps`` training steps."""
     model, actor, res = config.model, config.actor, config.resources
     backend = "nccl" if res.device == "cuda" else "gloo"
+    settings = worker_settings(config)
     common: dict[str, Any] = {
         "dtype": model.dtype,
         "trust_remote_code": model.trust_remote_code,
@@ -207,7 +220,7 @@ def build_specs(config: RunConfig, algorithm: BaseAlgorithm, total_steps: int) -
     if algorithm.needs_reference:
         ref = config.ref
         ref_role = EngineRole(
-            engine=Component.of("engine", ref.engine or actor.engine, where="[ref.engine]"),
+            engine=Component.of("engine", ref.engine, where="[ref.engine]"),
             spec=EngineSpec(
                 role="ref",
                 model_path=model.path,
@@ -226,6 +239,7 @@ def build_specs(config: RunConfig, algorithm: BaseAlgorithm, total_steps: int) -
     rollout = config.rollout
     policy = PolicySpec(
         backend=backend,
+        settings=settings,
         actor=actor_role,
         ref=ref_role,
         rollout=Component(
@@ -262,19 +276,18 @@ def build_specs(config: RunConfig, algorithm: BaseAlgorithm, total_steps: int) -
         critic_update = _update(
             config,
             mini_prompts=critic.ppo_mini_batch_size,
-            epochs=critic.ppo_epochs or actor.ppo_epochs,
+            epochs=critic.ppo_epochs,
             optim=critic.optim,
             total_steps=total_steps,
         )
         critic_spec = CriticSpec(
             backend=backend,
+            settings=settings,
             critic=EngineRole(
-                engine=Component.of(
-                    "engine", critic.engine or actor.engine, where="[critic.engine]"
-                ),
+                engine=Component.of("engine", critic.engine, where="[critic.engine]"),
                 spec=EngineSpec(
                     role="critic",
-                    model_path=critic.model_path or model.path,
+                    model_path=critic.model_path,
                     optim=critic.optim,
                     total_steps=critic_update.schedule_steps,
                     grad_clip=critic.grad_clip,

@@ -9,15 +9,16 @@ worker computes (torch and gloo release the GIL), and stops when the process is 
 While the driver waits for a call (``RayWorkerGroup._gather``), it looks at the counters of
 the ranks still running whenever nothing finished for :data:`POLL_S` seconds (the group's
 wait poll, ``rlcore.workers.waiting.DEFAULT_POLL_S``; :func:`check_ranks`). A counter that has
-not moved for ``RLCORE_HEARTBEAT_TIMEOUT_S`` seconds (default :data:`DEFAULT_TIMEOUT_S`, by
-the driver's clock, so clocks of other nodes do not matter) ends the run with one line::
+not moved for ``resources.heartbeat_timeout_s`` seconds (default 30, the group's
+``heartbeat_timeout_s``; by the driver's clock, so clocks of other nodes do not matter) ends the
+run with one line::
 
     role actor rank 1 (node 127.0.0.1, pid 4242) stopped responding in update_actor: no
-    heartbeat for 30 s (RLCORE_HEARTBEAT_TIMEOUT_S=30); the process is stopped or wedged
+    heartbeat for 31 s (resources.heartbeat_timeout_s = 30); the process is stopped or wedged
 
 So a stopped worker is reported within ``timeout + POLL_S`` seconds of its last beat.
 
-A collective can give up first: with ``RLCORE_COLLECTIVE_TIMEOUT_S`` shorter than the heartbeat
+A collective can give up first: with ``resources.collective_timeout_s`` shorter than the heartbeat
 timeout, the *healthy* rank waiting for the stopped one fails ("timed out" in gloo). Before
 reporting that, the group asks :func:`stopped_rank` whether a rank still running has a
 heartbeat that does not move for :data:`CONFIRM_S` seconds, and names that one instead.
@@ -26,51 +27,33 @@ heartbeat that does not move for :data:`CONFIRM_S` seconds, and names that one i
 from __future__ import annotations
 
 import logging
-import math
 import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rlcore.errors import ConfigError, WorkerError
+from rlcore.config.schema import DEFAULT_HEARTBEAT_TIMEOUT_S
+from rlcore.errors import WorkerError
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "BEAT_S",
     "CONFIRM_S",
-    "DEFAULT_TIMEOUT_S",
     "POLL_S",
-    "TIMEOUT_ENV",
+    "TIMEOUT_KEY",
     "check_ranks",
-    "heartbeat_timeout_s",
     "start_heartbeat",
     "stopped_rank",
 ]
 
-TIMEOUT_ENV = "RLCORE_HEARTBEAT_TIMEOUT_S"
-DEFAULT_TIMEOUT_S = 30.0
+TIMEOUT_KEY = "resources.heartbeat_timeout_s"
 BEAT_S = 1.0
 POLL_S = 5.0  # rlcore.workers.waiting.DEFAULT_POLL_S (not imported: it imports this module)
 CONFIRM_S = 2.5 * BEAT_S  # a counter still for this long, while its peers beat, is stopped
 _NAMESPACE = "rlcore_heartbeat"
 _started = threading.Event()
-
-
-def heartbeat_timeout_s(environ: Mapping[str, str] | None = None) -> float:
-    env = os.environ if environ is None else environ
-    raw = env.get(TIMEOUT_ENV, "").strip()
-    if not raw:
-        return DEFAULT_TIMEOUT_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        msg = f"{TIMEOUT_ENV}={raw!r}: expected a positive number of seconds"
-        raise ConfigError(msg)
-    return value
 
 
 def _key(node_ip: str, pid: int) -> bytes:
@@ -120,12 +103,12 @@ def check_ranks(
     process_info: Sequence[Mapping[str, Any]] | None,
     ranks: Sequence[int],
     method: str,
-    environ: Mapping[str, str] | None = None,
+    timeout: float = DEFAULT_HEARTBEAT_TIMEOUT_S,
 ) -> None:
-    """Raise :class:`WorkerError` for the first of ``ranks`` whose heartbeat stopped."""
+    """Raise :class:`WorkerError` for the first of ``ranks`` whose heartbeat has not moved
+    for ``timeout`` seconds (``resources.heartbeat_timeout_s``)."""
     if not process_info or not ranks:
         return
-    timeout = heartbeat_timeout_s(environ)
     kv = _kv()
     now = time.monotonic()
     for rank in ranks:
@@ -143,7 +126,7 @@ def check_ranks(
         if quiet > timeout:
             msg = (
                 f"role {role} rank {rank} (node {info['node_ip']}, pid {info['pid']}) stopped "
-                f"responding in {method}: no heartbeat for {quiet:.0f} s ({TIMEOUT_ENV}="
+                f"responding in {method}: no heartbeat for {quiet:.0f} s ({TIMEOUT_KEY} = "
                 f"{timeout:g}); the process is stopped or wedged"
             )
             raise WorkerError(msg)
@@ -183,7 +166,7 @@ def stopped_rank(
             msg = (
                 f"role {role} rank {rank} (node {info['node_ip']}, pid {info['pid']}) stopped "
                 f"responding in {method}: no heartbeat for {wait_s:g} s while rank {failed_rank} "
-                "gave up waiting for it (a collective timed out, RLCORE_COLLECTIVE_TIMEOUT_S); "
+                "gave up waiting for it (a collective timed out, resources.collective_timeout_s); "
                 "the process is stopped or wedged"
             )
             return WorkerError(msg)

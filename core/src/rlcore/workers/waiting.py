@@ -1,17 +1,17 @@
 """Bounded waits for the single controller: every wait on Ray has a deadline and a name.
 
-Settings (environment variables, read when a group or pool is built; a constructor argument
-wins over the variable):
+The bounds are config keys (``[resources]``, defaults in :mod:`rlcore.config.schema`), handed
+to the worker group and the pool as constructor arguments:
 
-============================== ==== ===========================================================
-``RLCORE_CALL_TIMEOUT_S``      3600 one group call: every rank's result (or the first error)
-``RLCORE_START_TIMEOUT_S``     600  a group's actors placed in their bundles, ``__init__`` done
-``RLCORE_PLACEMENT_TIMEOUT_S`` 120  a pool's placement groups reserved by Ray
-============================== ==== ===========================================================
+=============================== ==== ==========================================================
+``resources.call_timeout_s``     3600 one group call: every rank's result (or the first error)
+``resources.start_timeout_s``    600  a group's actors placed in their bundles, ``__init__`` done
+``resources.placement_timeout_s`` 120 a pool's placement groups reserved by Ray
+=============================== ==== ==========================================================
 
 The call default is long because one call may be a whole generate or training pass; lower it
 for tests and for runs whose calls are known to be short. Collectives inside the workers have
-their own bound, ``RLCORE_COLLECTIVE_TIMEOUT_S`` (see :mod:`rlcore.workers.worker`).
+their own bound, ``resources.collective_timeout_s`` (see :mod:`rlcore.workers.worker`).
 
 :func:`wait_in_completion_order` is the one loop that waits on a call's ObjectRefs: it yields
 each ref's index as it finishes, wakes every ``poll_s`` seconds to run an optional ``on_tick``
@@ -21,72 +21,37 @@ the error that ``on_timeout`` builds from the indices still pending.
 
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from rlcore.config.schema import check_seconds
 from rlcore.errors import ConfigError
 
 __all__ = [
-    "CALL_TIMEOUT_ENV",
-    "PLACEMENT_TIMEOUT_ENV",
-    "START_TIMEOUT_ENV",
-    "call_timeout_s",
-    "placement_timeout_s",
-    "start_timeout_s",
-    "timeout_setting",
+    "CALL_TIMEOUT_KEY",
+    "PLACEMENT_TIMEOUT_KEY",
+    "START_TIMEOUT_KEY",
+    "seconds_setting",
     "wait_in_completion_order",
 ]
 
-CALL_TIMEOUT_ENV = "RLCORE_CALL_TIMEOUT_S"
-START_TIMEOUT_ENV = "RLCORE_START_TIMEOUT_S"
-PLACEMENT_TIMEOUT_ENV = "RLCORE_PLACEMENT_TIMEOUT_S"
-DEFAULT_CALL_TIMEOUT_S = 3600.0
-DEFAULT_START_TIMEOUT_S = 600.0
-DEFAULT_PLACEMENT_TIMEOUT_S = 120.0
+# The config keys that set each bound, named in the errors a timeout raises.
+CALL_TIMEOUT_KEY = "resources.call_timeout_s"
+START_TIMEOUT_KEY = "resources.start_timeout_s"
+PLACEMENT_TIMEOUT_KEY = "resources.placement_timeout_s"
 
 # How often a pending wait wakes up to run its on_tick hook.
 DEFAULT_POLL_S = 5.0
 
 
-def timeout_setting(
-    name: str,
-    default: float,
-    given: float | None = None,
-    environ: Mapping[str, str] | None = None,
-) -> float:
-    """``given`` if not None, else the positive number in environment variable ``name``, else
-    ``default``; a non-positive or non-numeric value raises ``ConfigError`` naming it."""
-    if given is not None:
-        if not given > 0:
-            msg = f"{name.lower().removeprefix('rlcore_')}={given!r}: expected a positive number"
-            raise ConfigError(msg)
-        return float(given)
-    env = os.environ if environ is None else environ
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
+def seconds_setting(name: str, value: float) -> float:
+    """A timeout given to a constructor (``call_timeout_s=...``), checked by the config's own
+    rule (:func:`rlcore.config.schema.check_seconds`); a bad one is one ``ConfigError`` line."""
     try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        msg = f"{name}={raw!r}: expected a positive number of seconds"
-        raise ConfigError(msg)
-    return value
-
-
-def call_timeout_s(given: float | None = None) -> float:
-    return timeout_setting(CALL_TIMEOUT_ENV, DEFAULT_CALL_TIMEOUT_S, given)
-
-
-def start_timeout_s(given: float | None = None) -> float:
-    return timeout_setting(START_TIMEOUT_ENV, DEFAULT_START_TIMEOUT_S, given)
-
-
-def placement_timeout_s(given: float | None = None) -> float:
-    return timeout_setting(PLACEMENT_TIMEOUT_ENV, DEFAULT_PLACEMENT_TIMEOUT_S, given)
+        return check_seconds(name, value)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
 
 
 def wait_in_completion_order(

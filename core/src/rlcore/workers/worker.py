@@ -3,8 +3,12 @@
 A ``Worker`` learns its place from environment variables the group sets when it places the
 actor: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` and
 ``MASTER_PORT`` (the torch.distributed names, so ``init_process_group`` needs nothing else),
-plus ``RLCORE_ROLE`` and ``RLCORE_NUM_THREADS``. Rank 0 picks a free port on its own node;
-the group reads it back and passes it to the other ranks.
+plus ``OMP_NUM_THREADS`` (its CPU share). Rank 0 picks a free port on its own node; the group
+reads it back and passes it to the other ranks, and names the worker's role in its first call.
+
+The run's settings come in the worker's spec, not from the environment: a role's ``__init__``
+calls :meth:`Worker.apply_settings` with its :class:`WorkerSettings` (collective timeout,
+DataProto padding, disabled plugins) before anything else.
 
 Subclasses stay undecorated (no ``@ray.remote``): the group applies ``ray.remote`` where it
 places them, because Ray cannot pickle by value a class that touches torch.distributed
@@ -20,46 +24,48 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
+import attrs
+
+from rlcore.config.schema import DEFAULT_COLLECTIVE_TIMEOUT_S
 from rlcore.dispatch import DEFAULT_MESH, DispatchError, DispatchInfo
-from rlcore.errors import ConfigError
+from rlcore.plugins import set_disabled_plugins
+from rlcore.protocol import DataProtoConfig
 
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "COLLECTIVE_TIMEOUT_ENV",
+    "COLLECTIVE_TIMEOUT_KEY",
     "Worker",
-    "collective_timeout_s",
+    "WorkerSettings",
     "find_free_port",
     "node_ip_address",
     "pin_torch_threads",
 ]
 
-COLLECTIVE_TIMEOUT_ENV = "RLCORE_COLLECTIVE_TIMEOUT_S"
-DEFAULT_COLLECTIVE_TIMEOUT_S = 600.0
+COLLECTIVE_TIMEOUT_KEY = "resources.collective_timeout_s"
 
 
-def collective_timeout_s(environ: Mapping[str, str] | None = None) -> float:
-    """Seconds a collective may wait for its peers: ``RLCORE_COLLECTIVE_TIMEOUT_S`` or 600.
+@attrs.frozen(kw_only=True)
+class WorkerSettings:
+    """The run's settings a worker process applies to itself, carried in each role's spec.
 
-    Long enough for a slow rank's generate or checkpoint save, short enough that a hang
-    becomes an error the same hour.
+    ``collective_timeout_s`` (``resources.collective_timeout_s``): how long a collective waits
+    for its peers; long enough for a slow rank's generate or checkpoint save, short enough
+    that a hang becomes an error the same hour. ``auto_padding``: ``trainer.auto_padding``.
+    ``disabled_plugins``: ``[plugins] disabled``.
     """
-    env = os.environ if environ is None else environ
-    raw = env.get(COLLECTIVE_TIMEOUT_ENV, "").strip()
-    if not raw:
-        return DEFAULT_COLLECTIVE_TIMEOUT_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        msg = f"{COLLECTIVE_TIMEOUT_ENV}={raw!r}: expected a positive number of seconds"
-        raise ConfigError(msg)
-    return value
+
+    collective_timeout_s: float = DEFAULT_COLLECTIVE_TIMEOUT_S
+    auto_padding: bool = False
+    disabled_plugins: tuple[str, ...] = ()
+
+    def apply(self) -> None:
+        """Set this process's switches (the driver applies the same ones to itself)."""
+        DataProtoConfig.auto_padding = self.auto_padding
+        set_disabled_plugins(self.disabled_plugins)
 
 
 def node_ip_address() -> str:
@@ -80,12 +86,15 @@ def find_free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def pin_torch_threads() -> int:
-    """Limit torch to this process's CPU share; returns the thread count.
+def pin_torch_threads(n: int | None = None) -> int:
+    """Limit torch to ``n`` threads (default: ``OMP_NUM_THREADS``, which the worker group sets
+    to the actor's CPU share, else 1); returns the thread count.
 
     Measured on 2 cores: an unpinned 2-thread generate under contention ran 30x slower.
     """
-    n = int(os.environ.get("RLCORE_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS") or 1)
+    if n is None:
+        given = os.environ.get("OMP_NUM_THREADS", "").strip()
+        n = int(given) if given.isdigit() and int(given) >= 1 else 1
     os.environ["OMP_NUM_THREADS"] = str(n)
     import torch
 
@@ -103,7 +112,8 @@ class Worker:
         self._world_size = int(env.get("WORLD_SIZE", "1"))
         self._local_rank = int(env.get("LOCAL_RANK", "0"))
         self._local_world_size = int(env.get("LOCAL_WORLD_SIZE", str(self._world_size)))
-        self._role = env.get("RLCORE_ROLE", type(self).__name__)
+        self._role = type(self).__name__  # until the group names it (rlcore_process_info)
+        self._collective_timeout_s = DEFAULT_COLLECTIVE_TIMEOUT_S
         if self._rank == 0 and not env.get("MASTER_PORT"):
             # Rank 0 chooses; the group reads it back (rlcore_master_address) for the others.
             env["MASTER_ADDR"] = env.get("MASTER_ADDR") or node_ip_address()
@@ -143,6 +153,11 @@ class Worker:
     def role(self) -> str:
         return self._role
 
+    def apply_settings(self, settings: WorkerSettings) -> None:
+        """Apply the run's settings from this worker's spec (call first in ``__init__``)."""
+        settings.apply()
+        self._collective_timeout_s = settings.collective_timeout_s
+
     # --- torch.distributed ----------------------------------------------------------------
 
     def init_process_group(
@@ -150,9 +165,10 @@ class Worker:
     ) -> None:
         """Join the group's default process group (gloo on CPU, nccl when CUDA is there).
 
-        ``timeout_s`` (default: :func:`collective_timeout_s`, i.e. ``RLCORE_COLLECTIVE_TIMEOUT_S``
-        or 600 s) bounds the rendezvous and every later collective: a rank left waiting in an
-        all-reduce that a dead or diverged peer never joins raises ``RuntimeError`` instead of
+        ``timeout_s`` (default: the collective timeout of :meth:`apply_settings`,
+        ``resources.collective_timeout_s``, 600 s) bounds the rendezvous and every later
+        collective: a rank left waiting in an all-reduce that a dead or diverged peer never
+        joins raises ``RuntimeError`` instead of
         hanging the run (gloo honours it directly; nccl through its watchdog).
         """
         import torch
@@ -167,7 +183,7 @@ class Worker:
             torch.cuda.set_device(self._local_rank % max(1, torch.cuda.device_count()))
         from rlcore.workers.bound_store import rendezvous_store  # listens on MASTER_ADDR only
 
-        timeout = collective_timeout_s() if timeout_s is None else timeout_s
+        timeout = self._collective_timeout_s if timeout_s is None else timeout_s
         store = rendezvous_store(
             self._master_addr,
             self._master_port,
@@ -216,11 +232,14 @@ class Worker:
     def rlcore_master_address(self) -> tuple[str, int]:
         return self._master_addr, self._master_port
 
-    def rlcore_process_info(self) -> dict[str, Any]:
+    def rlcore_process_info(self, role: str | None = None) -> dict[str, Any]:
+        """The group's first call: names this worker's role, starts its heartbeat."""
         from rlcore.workers.liveness import (
             start_heartbeat,  # the group watches this process from now
         )
 
+        if role is not None:
+            self._role = role
         start_heartbeat(node_ip_address())
         return {
             "pid": os.getpid(),

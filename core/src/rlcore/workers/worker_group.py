@@ -26,13 +26,16 @@ fraction of its bundle), e.g. an actor group and a critic group side by side; se
 :mod:`rlcore.resources`.
 
 No wait is unbounded. Actor start (placement in the pool's bundles and ``__init__``) is bounded
-by ``start_timeout_s`` / ``RLCORE_START_TIMEOUT_S`` (600 s), every call (and
-``GroupFuture.get()``) by ``call_timeout_s`` / ``RLCORE_CALL_TIMEOUT_S`` (3600 s); on expiry a
+by ``start_timeout_s`` (600 s, a run's ``resources.start_timeout_s``), every call (and
+``GroupFuture.get()``) by ``call_timeout_s`` (3600 s, ``resources.call_timeout_s``); on expiry a
 ``WorkerTimeoutError`` names the group, the ranks still pending and what they were doing::
 
-    role critic: ranks [0, 1] did not start within 2 s (RLCORE_START_TIMEOUT_S): not placed in
+    role critic: ranks [0] did not start within 2 s (resources.start_timeout_s): not placed in
     pool 'global_pool' bundles [0, 1] (its resources are held by others); ...
-    role actor: method hang on ranks [0, 1] did not return within 2 s (RLCORE_CALL_TIMEOUT_S)
+    role actor: method hang on ranks [0, 1] did not return within 2 s (resources.call_timeout_s)
+
+While a call waits, the ranks' heartbeats are watched (:mod:`rlcore.workers.liveness`): one still
+for ``heartbeat_timeout_s`` (30 s, ``resources.heartbeat_timeout_s``) ends the call.
 
 A user ``runtime_env`` may add environment variables but not override the ones the group sets
 (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ...): that raises ``WorkerGroupError`` before any
@@ -48,10 +51,14 @@ from __future__ import annotations
 import inspect
 import logging
 import math
-import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from rlcore.config.schema import (
+    DEFAULT_CALL_TIMEOUT_S,
+    DEFAULT_HEARTBEAT_TIMEOUT_S,
+    DEFAULT_START_TIMEOUT_S,
+)
 from rlcore.dispatch import (
     DEFAULT_MESH,
     DispatchCall,
@@ -77,25 +84,17 @@ from rlcore.workers._group_util import (
 )
 from rlcore.workers.colocate import ClassWithInitArgs, ColocatedWorker
 from rlcore.workers.waiting import (
-    CALL_TIMEOUT_ENV,
-    START_TIMEOUT_ENV,
+    CALL_TIMEOUT_KEY,
+    START_TIMEOUT_KEY,
+    seconds_setting,
     wait_in_completion_order,
 )
-from rlcore.workers.waiting import call_timeout_s as _call_timeout
-from rlcore.workers.waiting import start_timeout_s as _start_timeout
-from rlcore.workers.worker import (
-    COLLECTIVE_TIMEOUT_ENV,
-    Worker,
-    find_free_port,
-    node_ip_address,
-)
+from rlcore.workers.worker import Worker, find_free_port, node_ip_address
 
 log = logging.getLogger(__name__)
 
 __all__ = ["PROTECTED_ENV", "RayWorkerGroup", "registered_methods"]
 
-# Settings read in the workers; a joined cluster's workers do not inherit the driver's.
-_FORWARDED_ENV = (COLLECTIVE_TIMEOUT_ENV, CALL_TIMEOUT_ENV)
 # Set by the group for each actor; a user runtime_env may not override them.
 PROTECTED_ENV = frozenset(
     {
@@ -105,8 +104,6 @@ PROTECTED_ENV = frozenset(
         "LOCAL_WORLD_SIZE",
         "MASTER_ADDR",
         "MASTER_PORT",
-        "RLCORE_ROLE",
-        "RLCORE_NUM_THREADS",
         "OMP_NUM_THREADS",
         "MKL_NUM_THREADS",
     }
@@ -156,8 +153,9 @@ class RayWorkerGroup:
         role: str = "worker",
         runtime_env: Mapping[str, Any] | None = None,
         who: str | None = None,
-        call_timeout_s: float | None = None,
-        start_timeout_s: float | None = None,
+        call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
+        start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
+        heartbeat_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S,
     ) -> None:
         import ray
 
@@ -176,8 +174,9 @@ class RayWorkerGroup:
         self._owner = True
         self._pool = resource_pool
         self._who = who or f"role {role}"
-        self._call_timeout_s = _call_timeout(call_timeout_s)
-        start_s = _start_timeout(start_timeout_s)
+        self._call_timeout_s = seconds_setting("call_timeout_s", call_timeout_s)
+        start_s = seconds_setting("start_timeout_s", start_timeout_s)
+        self._heartbeat_timeout_s = seconds_setting("heartbeat_timeout_s", heartbeat_timeout_s)
         self.method_names: list[str] = []
         self._actors: list[Any] = []
         # Unknown dispatch modes fail here, before anything is placed.
@@ -242,20 +241,15 @@ class RayWorkerGroup:
         threads = max(1, math.floor(pool.cpus_per_process))
         share = pool.actor_share()
         remote_cls = ray.remote(self._cls)
-        # The user's value of a forwarded setting wins over the driver's.
-        forwarded = {k: os.environ[k] for k in _FORWARDED_ENV if k in os.environ}
 
         def start(rank: int, addr: str | None, port: int | None) -> Any:
             loc = locations[rank]
             env = {
-                **forwarded,
                 **user_vars,
                 "RANK": str(rank),
                 "WORLD_SIZE": str(self._world_size),
                 "LOCAL_RANK": str(loc.local_rank),
                 "LOCAL_WORLD_SIZE": str(loc.local_world_size),
-                "RLCORE_ROLE": role,
-                "RLCORE_NUM_THREADS": str(threads),
                 "OMP_NUM_THREADS": str(threads),
                 "MKL_NUM_THREADS": str(threads),
             }
@@ -289,7 +283,7 @@ class RayWorkerGroup:
         self.master_addr, self.master_port = addr, port
         # Waits for every __init__, so construction errors surface here, with role and rank.
         self.process_info: list[dict[str, Any]] = self._gather(
-            [a.rlcore_process_info.remote() for a in self._actors],
+            [a.rlcore_process_info.remote(role) for a in self._actors],
             "__init__",
             list(range(self._world_size)),
             timeout_s=timeout_s,
@@ -308,6 +302,7 @@ class RayWorkerGroup:
         view._pool = self._pool
         view._who = self._who
         view._call_timeout_s = self._call_timeout_s
+        view._heartbeat_timeout_s = self._heartbeat_timeout_s
         view.method_names = []
         view._world_size = self._world_size
         view._actors = self._actors
@@ -479,7 +474,7 @@ class RayWorkerGroup:
         out: list[Any] = [None] * len(refs)
         pending = set(index)
         limit = self._call_timeout_s if timeout_s is None else timeout_s
-        setting = START_TIMEOUT_ENV if method == "__init__" else CALL_TIMEOUT_ENV
+        setting = START_TIMEOUT_KEY if method == "__init__" else CALL_TIMEOUT_KEY
 
         def on_timeout(left: list[int], waited: float) -> BaseException:
             return self._timeout_error(method, [ranks[i] for i in left], limit, waited, setting)
@@ -523,7 +518,9 @@ class RayWorkerGroup:
         def check(left: list[int], waited: float) -> None:
             # A stopped or wedged rank never finishes: its heartbeat stops (workers.liveness).
             info = self.__dict__.get("process_info")
-            liveness.check_ranks(self._role, info, [ranks[i] for i in left], method)
+            liveness.check_ranks(
+                self._role, info, [ranks[i] for i in left], method, self._heartbeat_timeout_s
+            )
 
         return check
 
@@ -561,7 +558,7 @@ class RayWorkerGroup:
             pids = ", ".join(str(p) for p in running.values())
             parts.append(
                 f"ranks {list(running)} still in __init__ (pids {pids}; a slow model load or a "
-                "hang: raise RLCORE_START_TIMEOUT_S or look at the workers' logs)"
+                "hang: raise resources.start_timeout_s or look at the workers' logs)"
             )
         other = [r for r in states if r not in unplaced and r not in running]
         if other:

@@ -10,6 +10,11 @@ from rlcore.workers import Worker
 
 
 class FaultWorker(Worker):
+    def __init__(self, collective_timeout_s: float) -> None:
+        super().__init__()
+        # A run's workers take it from their spec (resources.collective_timeout_s).
+        self.collective_timeout_s = collective_timeout_s
+
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def pid(self, _: int = 0) -> int:
         return os.getpid()
@@ -20,7 +25,7 @@ class FaultWorker(Worker):
         import torch
         import torch.distributed as dist
 
-        self.init_process_group("gloo")
+        self.init_process_group("gloo", timeout_s=self.collective_timeout_s)
         if self.rank == absent_rank:
             return 0.0
         t = torch.ones(1)
@@ -44,7 +49,7 @@ class FaultWorker(Worker):
         import torch
         import torch.distributed as dist
 
-        self.init_process_group("gloo")
+        self.init_process_group("gloo", timeout_s=self.collective_timeout_s)
         if self.rank == stopped_rank:
             os.kill(os.getpid(), signal.SIGSTOP)
         t = torch.ones(1)

@@ -197,25 +197,27 @@ def test_model_vocab_smaller_than_the_tokenizer(run, capsys, registry, tmp_path,
         (
             "RLCORE_COLLECTIVE_TIMEOUT_S",
             "abc",
-            "RLCORE_COLLECTIVE_TIMEOUT_S='abc': expected a positive number of seconds",
+            'resources.collective_timeout_s: expected a number, got "abc" '
+            "(set by RLCORE_COLLECTIVE_TIMEOUT_S='abc')",
         ),
         (
             "RLCORE_MAX_GRAD_NORM",
-            "abc",
-            "RLCORE_MAX_GRAD_NORM='abc': expected a positive number (the gradient-norm "
-            "ceiling); unset it for none",
+            "0",
+            "trainer.grad_norm_ceiling: must be > 0.0, got 0.0 (set by RLCORE_MAX_GRAD_NORM='0')",
         ),
         (
             "RLCORE_NUM_THREADS",
             "two",
-            "RLCORE_NUM_THREADS='two': expected a whole number of threads >= 1",
+            'resources.driver_num_threads: expected an integer, got "two" '
+            "(set by RLCORE_NUM_THREADS='two')",
         ),
     ],
     ids=lambda v: v if isinstance(v, str) and v.startswith("RLCORE") else None,
 )
 def test_bad_environment_variable(run, capsys, registry, monkeypatch, name, value, message):
+    """The CLI maps each variable onto its config key: the key's own check, naming both."""
     monkeypatch.setenv(name, value)
-    bi.case(run, capsys, registry, [], message)
+    bi.case(run, capsys, registry, [], f"{run}: {message}")
 
 
 def test_run_dir_not_writable(run, capsys, registry, tmp_path):

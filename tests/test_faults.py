@@ -1,7 +1,7 @@
 """Failure handling around the Ray workers, in the test session's Ray.
 
 - a rank left alone in a collective raises after the collective timeout
-  (``RLCORE_COLLECTIVE_TIMEOUT_S``), and the driver gets one ``WorkerError`` naming it;
+  (``resources.collective_timeout_s``, a worker's ``init_process_group(timeout_s=)``), and the driver gets one ``WorkerError`` naming it;
 - a rank that dies while the others block (in a collective, a long generate) is reported at
   once, not after the others finish;
 - a rank that is stopped (SIGSTOP) while its peer waits in a collective is the one named when
@@ -21,10 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from rlcore.errors import ConfigError, WorkerError
+from rlcore.errors import WorkerError
 from rlcore.resources import ResourcePool
 from rlcore.workers import ClassWithInitArgs, RayWorkerGroup
-from rlcore.workers.worker import collective_timeout_s
 
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
@@ -37,19 +36,12 @@ TIMEOUT_S = 5
 @pytest.fixture
 def group(ray_session, request):
     pool = ResourcePool([2], cpus_per_process=0.5, name=f"faults-{request.node.name[:40]}")
-    env = {"env_vars": {"PYTHONPATH": str(HERE), "RLCORE_COLLECTIVE_TIMEOUT_S": str(TIMEOUT_S)}}
-    wg = RayWorkerGroup(pool, ClassWithInitArgs(fw.FaultWorker), role="faulty", runtime_env=env)
+    env = {"env_vars": {"PYTHONPATH": str(HERE)}}
+    worker = ClassWithInitArgs(fw.FaultWorker, TIMEOUT_S)
+    wg = RayWorkerGroup(pool, worker, role="faulty", runtime_env=env)
     yield wg
     wg.shutdown()
     pool.remove()
-
-
-def test_collective_timeout_comes_from_the_environment():
-    assert collective_timeout_s({}) == 600.0
-    assert collective_timeout_s({"RLCORE_COLLECTIVE_TIMEOUT_S": "7.5"}) == 7.5
-    for bad in ("0", "-1", "soon"):
-        with pytest.raises(ConfigError, match="RLCORE_COLLECTIVE_TIMEOUT_S"):
-            collective_timeout_s({"RLCORE_COLLECTIVE_TIMEOUT_S": bad})
 
 
 @pytest.mark.slow
@@ -95,7 +87,7 @@ def test_a_stopped_rank_is_named_not_the_peer_whose_collective_timed_out(group):
     assert re.fullmatch(
         rf"role faulty rank 1 \(node [\d.]+, pid {pids[1]}\) stopped responding in "
         rf"all_reduce_with_stopped: no heartbeat for {CONFIRM_S:g} s while rank 0 gave up "
-        r"waiting for it \(a collective timed out, RLCORE_COLLECTIVE_TIMEOUT_S\); the process "
+        r"waiting for it \(a collective timed out, resources\.collective_timeout_s\); the process "
         r"is stopped or wedged",
         text,
     ), text

@@ -1,5 +1,6 @@
 """A stopped worker (``kill -STOP``) ends the run with one line naming its role, rank and pid,
-within ``RLCORE_HEARTBEAT_TIMEOUT_S`` plus the driver's poll interval (see rlcore.workers.liveness);
+within ``resources.heartbeat_timeout_s`` (here set by ``RLCORE_HEARTBEAT_TIMEOUT_S``, which the
+CLI maps onto it) plus the driver's poll interval (see rlcore.workers.liveness);
 nothing of the run is left behind. A real ``rlcore train`` in its own session."""
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ def test_a_stopped_worker_ends_the_run_in_bounded_time(tmp_path):
     assert len(errors) == 1, out[-3000:]
     assert re.fullmatch(
         rf"error: role rlcore\.\w+ rank 0 \(node [\d.]+, pid {workers[0]}\) stopped responding "
-        rf"in \w+: no heartbeat for \d+ s \(RLCORE_HEARTBEAT_TIMEOUT_S={TIMEOUT_S}\); the "
+        rf"in \w+: no heartbeat for \d+ s \(resources\.heartbeat_timeout_s = {TIMEOUT_S}\); the "
         r"process is stopped or wedged",
         errors[0],
     ), errors

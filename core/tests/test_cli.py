@@ -117,7 +117,7 @@ def test_plugins_table(registry, capsys):
 def test_plugins_table_of_installed_distributions():
     # Through the console script in a subprocess: the fake distributions on PYTHONPATH.
     env = {**os.environ, "PYTHONPATH": str(REPO / "tests" / "data" / "fake-plugin")}
-    env.pop("RLCORE_DISABLE_PLUGINS", None)
+    env.pop("RLCORE_DISABLE_PLUGINS", None)  # the CLI maps it onto [plugins] disabled
     proc = subprocess.run(
         [sys.executable, "-m", "rlcore.cli", "plugins"],
         env=env,

@@ -50,11 +50,9 @@ PLUGIN_API: tuple[str, ...] = (
 )
 RUNTIME: tuple[str, ...] = ("rlcore.trainer", "rlcore.workers", "rlcore.cli")
 
-# Known upward imports, to be removed, not added to: the environment-variable parsers that
-# preflight calls go when every RLCORE_* knob is a TOML key (one config channel).
-KNOWN_UPWARD: frozenset[tuple[str, str]] = frozenset(
-    {("rlcore.preflight.inputs", "rlcore.trainer.divergence")}
-)
+# Known upward imports, to be removed, not added to. (The last one, preflight calling the
+# trainer's environment-variable parser, went with the one config channel.)
+KNOWN_UPWARD: frozenset[tuple[str, str]] = frozenset()
 
 
 def _module_name(path: Path, root: Path = ROOT) -> str:

@@ -20,7 +20,7 @@ from rlcore import hookspecs
 from rlcore.errors import PluginError
 from rlcore.hookspecs import hookimpl
 from rlcore.interfaces import BaseEngine, BaseReward
-from rlcore.plugins import DISABLE_ENV, KINDS, PluginRegistry, default_registry
+from rlcore.plugins import DISABLED_KEY, KINDS, PluginRegistry, default_registry
 
 REPO = Path(__file__).resolve().parents[2]
 FAKE_PATH = REPO / "tests" / "data" / "fake-plugin"
@@ -37,8 +37,7 @@ DUP = "reward 'fake_dup' is provided by both rlcore-fake 0.1 and rlcore-fake-dup
 
 
 @pytest.fixture
-def registry(monkeypatch):
-    monkeypatch.delenv(DISABLE_ENV, raising=False)
+def registry():
     return PluginRegistry()
 
 
@@ -90,8 +89,7 @@ def test_duplicate_name_fails_only_that_name(registry):
     assert registry.resolve("reward", "fake_exact").__name__ == "FakeExactReward"
 
 
-def test_strict_mode_raises_on_the_first_broken_plugin(monkeypatch):
-    monkeypatch.delenv(DISABLE_ENV, raising=False)
+def test_strict_mode_raises_on_the_first_broken_plugin():
     with pytest.raises(PluginError) as exc:
         PluginRegistry(strict=True)
     assert str(exc.value) == BROKEN
@@ -102,21 +100,19 @@ def test_strict_mode_raises_on_the_first_broken_plugin(monkeypatch):
 
 
 @pytest.mark.parametrize("value", ["rlcore-fake", "rlcore_fake", "*"])
-def test_disable_env(monkeypatch, value):
-    monkeypatch.setenv(DISABLE_ENV, f"unrelated, {value}")
-    reg = PluginRegistry()
+def test_disabled_plugins(value):
+    reg = PluginRegistry(disabled=["unrelated", f" {value}"])
     assert "fake" not in reg.names("engine")
     disabled = {p.plugin: p for p in reg.problems if p.status == "disabled"}
     assert set(disabled) >= {"fake_good", "fake_broken", "fake_typo"}
     assert disabled["fake_good"].message == (
-        f"rlcore-fake 0.1: plugin 'fake_good' disabled by {DISABLE_ENV}"
+        f"rlcore-fake 0.1: plugin 'fake_good' disabled by {DISABLED_KEY}"
     )
     assert not [p for p in reg.problems if p.distribution == "rlcore-fake" and p.status == "error"]
 
 
-def test_disable_one_entry_point(monkeypatch):
-    monkeypatch.setenv(DISABLE_ENV, "fake_broken,fake_typo")
-    reg = PluginRegistry()
+def test_disable_one_entry_point():
+    reg = default_registry(["fake_broken", "fake_typo"])
     assert "fake" in reg.names("engine")
     fake = {p.plugin: p.status for p in reg.problems if p.distribution == "rlcore-fake"}
     assert fake == {"fake_broken": "disabled", "fake_typo": "disabled"}
@@ -274,7 +270,6 @@ def test_discovery_imports_no_heavy_framework():
         "assert not heavy, heavy\n"
     )
     env = {**os.environ, "PYTHONPATH": str(FAKE_PATH)}
-    env.pop(DISABLE_ENV, None)
     proc = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
     )

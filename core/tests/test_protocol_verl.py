@@ -92,7 +92,6 @@ def test_auto_padding_marks_the_proto_and_allows_uneven_chunks():
 
 def test_dataproto_config_switch_and_env(monkeypatch):
     monkeypatch.delenv("VERL_AUTO_PADDING", raising=False)
-    monkeypatch.delenv("RLCORE_AUTO_PADDING", raising=False)
     assert DataProtoConfig.auto_padding is False
     try:
         DataProtoConfig.auto_padding = True
@@ -104,8 +103,8 @@ def test_dataproto_config_switch_and_env(monkeypatch):
     monkeypatch.setenv("VERL_AUTO_PADDING", "TRUE")
     assert DataProtoConfig.auto_padding is True
     monkeypatch.setenv("VERL_AUTO_PADDING", "0")
-    monkeypatch.setenv("RLCORE_AUTO_PADDING", "1")
-    assert three().is_padding_enabled()
+    assert not three().is_padding_enabled()
+    # RLCORE_AUTO_PADDING is trainer.auto_padding of a run (core/tests/test_config_knobs.py).
     with pytest.raises(DataProtoError, match="must be a bool"):
         DataProtoConfig.auto_padding = "yes"  # type: ignore[assignment]
 

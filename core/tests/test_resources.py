@@ -119,14 +119,10 @@ def test_colocation_shares_and_group_places():
     assert pool.groups == ["role actor", "role ref", "role reward"]
 
 
-def test_placement_timeout_setting(monkeypatch):
+def test_placement_timeout_setting():
     from rlcore.errors import ConfigError
 
-    monkeypatch.delenv("RLCORE_PLACEMENT_TIMEOUT_S", raising=False)
-    assert ResourcePool([1]).ready_timeout_s == 120.0
-    monkeypatch.setenv("RLCORE_PLACEMENT_TIMEOUT_S", "7.5")
-    assert ResourcePool([1]).ready_timeout_s == 7.5
-    assert ResourcePool([1], ready_timeout_s=3).ready_timeout_s == 3.0  # the argument wins
-    monkeypatch.setenv("RLCORE_PLACEMENT_TIMEOUT_S", "soon")
-    with pytest.raises(ConfigError, match="RLCORE_PLACEMENT_TIMEOUT_S='soon': expected a positive"):
-        ResourcePool([1])
+    assert ResourcePool([1]).ready_timeout_s == 120.0  # resources.placement_timeout_s's default
+    assert ResourcePool([1], ready_timeout_s=3).ready_timeout_s == 3.0
+    with pytest.raises(ConfigError, match="ready_timeout_s must be a finite number > 0, got 0"):
+        ResourcePool([1], ready_timeout_s=0)

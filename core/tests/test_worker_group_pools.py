@@ -125,7 +125,7 @@ def test_unplaceable_actor_times_out_naming_pool_and_ranks(ray_session):
         elapsed = time.monotonic() - t0
         text = str(info.value)
         assert text.startswith(
-            "role critic: ranks [0] did not start within 2 s (RLCORE_START_TIMEOUT_S): "
+            "role critic: ranks [0] did not start within 2 s (resources.start_timeout_s): "
             "ranks [0] not placed in their bundles of pool 'test_held_pool' "
             "(no process yet; each actor asks 0.5 CPU"
         ), text
@@ -152,7 +152,7 @@ def test_init_that_never_ends_times_out(ray_session):
         t0 = time.monotonic()
         with pytest.raises(
             WorkerTimeoutError,
-            match=r"^role slow: ranks \[0\] did not start within 10 s \(RLCORE_START_TIMEOUT_S\): "
+            match=r"^role slow: ranks \[0\] did not start within 10 s \(resources\.start_timeout_s\): "
             r"ranks \[0\] still in __init__ \(pids \d+;",
         ):
             RayWorkerGroup(
@@ -171,13 +171,16 @@ def test_init_that_never_ends_times_out(ray_session):
 
 
 @pytest.mark.timeout(120)
-def test_method_that_never_returns_times_out(ray_session, monkeypatch):
-    monkeypatch.setenv("RLCORE_CALL_TIMEOUT_S", "2")  # the documented setting, read at build time
+def test_method_that_never_returns_times_out(ray_session):
     pool = ResourcePool([2], cpus_per_process=0.5, name="test_hang_pool")
     wg = None
     try:
         wg = RayWorkerGroup(
-            pool, ClassWithInitArgs(wp.HangWorker), role="actor", runtime_env=RUNTIME_ENV
+            pool,
+            ClassWithInitArgs(wp.HangWorker),
+            role="actor",
+            runtime_env=RUNTIME_ENV,
+            call_timeout_s=2,  # a run's resources.call_timeout_s
         )
         assert wg.ping() == [0, 1]
         t0 = time.monotonic()
@@ -186,7 +189,7 @@ def test_method_that_never_returns_times_out(ray_session, monkeypatch):
         elapsed = time.monotonic() - t0
         assert str(info.value).startswith(
             "role actor: method hang on ranks [0, 1] did not return within 2 s "
-            "(RLCORE_CALL_TIMEOUT_S)"
+            "(resources.call_timeout_s)"
         )
         assert isinstance(info.value, TimeoutError)
         assert 2.0 <= elapsed < 30.0, elapsed

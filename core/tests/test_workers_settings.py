@@ -7,7 +7,10 @@ import pytest
 from rlcore.dispatch import DispatchError
 from rlcore.errors import ConfigError
 from rlcore.workers import Worker
-from rlcore.workers.waiting import call_timeout_s, start_timeout_s, timeout_setting
+from rlcore.protocol import DataProtoConfig
+from rlcore.workers import Worker as _Worker
+from rlcore.workers.waiting import seconds_setting
+from rlcore.workers.worker import WorkerSettings
 
 
 @pytest.fixture
@@ -28,17 +31,26 @@ def test_set_dispatch_info_refuses_a_mesh_declared_twice(worker):
     assert worker.rlcore_dispatch_info().dp_size == 2  # the first declaration stands
 
 
-def test_timeout_settings(monkeypatch):
-    monkeypatch.delenv("RLCORE_CALL_TIMEOUT_S", raising=False)
-    monkeypatch.delenv("RLCORE_START_TIMEOUT_S", raising=False)
-    assert call_timeout_s() == 3600.0
-    assert start_timeout_s() == 600.0
-    monkeypatch.setenv("RLCORE_CALL_TIMEOUT_S", " 12 ")
-    assert call_timeout_s() == 12.0
-    assert call_timeout_s(3.0) == 3.0  # a constructor argument wins
-    for bad in ("0", "-1", "never", "nan"):
-        monkeypatch.setenv("RLCORE_START_TIMEOUT_S", bad)
-        with pytest.raises(ConfigError, match=f"RLCORE_START_TIMEOUT_S='{bad}'"):
-            start_timeout_s()
-    with pytest.raises(ConfigError, match="call_timeout_s=0"):
-        timeout_setting("RLCORE_CALL_TIMEOUT_S", 1.0, given=0)
+def test_timeout_arguments_follow_the_config_rule():
+    assert seconds_setting("call_timeout_s", 12) == 12.0
+    for bad in (0, -1, float("inf"), float("nan"), "12", True):
+        with pytest.raises(ConfigError) as info:
+            seconds_setting("call_timeout_s", bad)
+        assert str(info.value).startswith("call_timeout_s must be a finite number > 0, got ")
+
+
+def test_worker_settings_are_applied_by_the_worker(worker):
+    from rlcore import plugins
+
+    assert worker._collective_timeout_s == 600.0  # the default until the spec says otherwise
+    try:
+        worker.apply_settings(
+            WorkerSettings(collective_timeout_s=7.5, auto_padding=True, disabled_plugins=("x",))
+        )
+        assert worker._collective_timeout_s == 7.5
+        assert DataProtoConfig.auto_padding is True
+        assert plugins._process_disabled == ("x",)
+    finally:
+        _Worker.apply_settings(worker, WorkerSettings())
+    assert DataProtoConfig.auto_padding is False
+    assert plugins._process_disabled == ()

@@ -1,7 +1,8 @@
 """Failure handling around the Ray workers, in the test session's Ray.
 
 - a rank left alone in a collective raises after the collective timeout
-  (``resources.collective_timeout_s``, a worker's ``init_process_group(timeout_s=)``), and the driver gets one ``WorkerError`` naming it;
+  (``resources.collective_timeout_s``; here ``init_process_group(timeout_s=)``), and the
+  driver gets one ``WorkerError`` naming it;
 - a rank that dies while the others block (in a collective, a long generate) is reported at
   once, not after the others finish;
 - a rank that is stopped (SIGSTOP) while its peer waits in a collective is the one named when
@@ -14,6 +15,7 @@ The same through ``rlcore train`` in a subprocess (kill, Ctrl-C, orphans, resume
 from __future__ import annotations
 
 import importlib
+import os
 import re
 import sys
 import time
@@ -36,7 +38,9 @@ TIMEOUT_S = 5
 @pytest.fixture
 def group(ray_session, request):
     pool = ResourcePool([2], cpus_per_process=0.5, name=f"faults-{request.node.name[:40]}")
-    env = {"env_vars": {"PYTHONPATH": str(HERE)}}
+    # The helpers, and the same rlcore as this process (a checkout's sources, when on the path).
+    path = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p)
+    env = {"env_vars": {"PYTHONPATH": path}}
     worker = ClassWithInitArgs(fw.FaultWorker, TIMEOUT_S)
     wg = RayWorkerGroup(pool, worker, role="faulty", runtime_env=env)
     yield wg

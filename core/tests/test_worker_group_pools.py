@@ -8,6 +8,7 @@ contention on shared CPUs), the exact bound is the group's setting.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import time
 from pathlib import Path
@@ -23,7 +24,10 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 wp = importlib.import_module("_workers_pool")
-RUNTIME_ENV = {"env_vars": {"PYTHONPATH": str(HERE)}}
+# The workers import the test helpers and the same rlcore as this process (a checkout's
+# sources on PYTHONPATH, when the tests run from one).
+_PATH = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p)
+RUNTIME_ENV = {"env_vars": {"PYTHONPATH": _PATH}}
 
 
 def _actor_states() -> dict[str, str]:
@@ -152,8 +156,8 @@ def test_init_that_never_ends_times_out(ray_session):
         t0 = time.monotonic()
         with pytest.raises(
             WorkerTimeoutError,
-            match=r"^role slow: ranks \[0\] did not start within 10 s \(resources\.start_timeout_s\): "
-            r"ranks \[0\] still in __init__ \(pids \d+;",
+            match=r"^role slow: ranks \[0\] did not start within 10 s "
+            r"\(resources\.start_timeout_s\): ranks \[0\] still in __init__ \(pids \d+;",
         ):
             RayWorkerGroup(
                 pool,

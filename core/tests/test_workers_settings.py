@@ -6,9 +6,8 @@ import pytest
 
 from rlcore.dispatch import DispatchError
 from rlcore.errors import ConfigError
-from rlcore.workers import Worker
 from rlcore.protocol import DataProtoConfig
-from rlcore.workers import Worker as _Worker
+from rlcore.workers import Worker
 from rlcore.workers.waiting import seconds_setting
 from rlcore.workers.worker import WorkerSettings
 
@@ -51,6 +50,6 @@ def test_worker_settings_are_applied_by_the_worker(worker):
         assert DataProtoConfig.auto_padding is True
         assert plugins._process_disabled == ("x",)
     finally:
-        _Worker.apply_settings(worker, WorkerSettings())
+        worker.apply_settings(WorkerSettings())
     assert DataProtoConfig.auto_padding is False
     assert plugins._process_disabled == ()

@@ -90,7 +90,6 @@ class PolicySpec:
     """
 
     backend: str
-    settings: WorkerSettings
     actor: EngineRole
     ref: EngineRole | None
     rollout: Component
@@ -103,6 +102,7 @@ class PolicySpec:
     # Issue 16's levers (rlcore.trainer.levers), decided here from config and algorithm.
     reuse_old_log_probs: bool = False  # the driver skips the old-log-prob pass
     skip_zero_advantage_rows: bool = False
+    settings: WorkerSettings = attrs.Factory(WorkerSettings)
 
 
 @attrs.frozen(kw_only=True)
@@ -110,10 +110,10 @@ class CriticSpec:
     """The critic worker: the value engine, and the algorithm for its value loss."""
 
     backend: str
-    settings: WorkerSettings
     critic: EngineRole
     algorithm: Component
     update: UpdateSpec
+    settings: WorkerSettings = attrs.Factory(WorkerSettings)
 
 
 @attrs.frozen(kw_only=True)

@@ -5,37 +5,26 @@ naming the key (and the variable that set it), and the workers get it in their s
 from __future__ import annotations
 
 import ast
+import importlib
+import sys
 import tomllib
 from pathlib import Path
 
 import pytest
-import rlcore_fake.good
 
 import rlcore
 from rlcore.cli import ENV_KEYS, env_overrides, main
 from rlcore.config import load_config
 from rlcore.plugins import PluginRegistry
 
-CONFIG = """
-[data]
-train_files = "train.jsonl"
-train_batch_size = 4
-
-[model]
-path = "/models/tiny"
-
-[actor.engine]
-name = "fake"
-
-[rollout]
-name = "fake"
-
-[reward]
-default = "fake"
-
-[algorithm]
-name = "fake"
-"""
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+# The CLI tests' config (fake plugins) and registry fixture.
+_cli = importlib.import_module("test_cli")
+CONFIG = _cli.CONFIG
+registry = _cli.registry
+config = _cli.config
 
 # (variable, section, key, a value as the variable is written, the value config show prints,
 #  the default, a bad value, the line it gives)
@@ -59,20 +48,6 @@ KNOBS = [
     ("RLCORE_DISABLE_PLUGINS", "plugins", "disabled", "a, b", ["a", "b"], [], None, None),
 ]  # fmt: skip
 IDS = [k[0] for k in KNOBS]
-
-
-@pytest.fixture
-def registry():
-    reg = PluginRegistry(entry_points=False)
-    reg.register(rlcore_fake.good)
-    return reg
-
-
-@pytest.fixture
-def config(tmp_path):
-    path = tmp_path / "run.toml"
-    path.write_text(CONFIG)
-    return path
 
 
 @pytest.fixture(autouse=True)

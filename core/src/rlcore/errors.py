@@ -43,7 +43,7 @@ class WorkerTimeoutError(WorkerError, TimeoutError):
     """A call, an actor start or a placement did not finish within its configured timeout.
 
     The message names the group, role, ranks still pending, what was waited for and the setting
-    that bounds it (e.g. ``RLCORE_CALL_TIMEOUT_S``).
+    that bounds it (e.g. ``resources.call_timeout_s``).
     """
 
 

@@ -32,7 +32,6 @@ import attrs
 from rlcore.config.schema import DEFAULT_COLLECTIVE_TIMEOUT_S
 from rlcore.dispatch import DEFAULT_MESH, DispatchError, DispatchInfo
 from rlcore.plugins import set_disabled_plugins
-from rlcore.protocol import DataProtoConfig
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +63,8 @@ class WorkerSettings:
 
     def apply(self) -> None:
         """Set this process's switches (the driver applies the same ones to itself)."""
+        from rlcore.protocol import DataProtoConfig  # torch: imported when a process applies it
+
         DataProtoConfig.auto_padding = self.auto_padding
         set_disabled_plugins(self.disabled_plugins)
 

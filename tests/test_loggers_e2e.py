@@ -37,18 +37,24 @@ def _wandb_rows(run: Path) -> list[dict]:
 
 def test_wandb_and_mlflow_hold_what_metrics_jsonl_holds(ray_session, tmp_path):
     from mlflow.tracking import MlflowClient
-    from rlcore_mlflow.logger import metric_key
 
     from rlcore.config import load_config_text
     from rlcore.testing.runs import arithmetic_rows, tiny_run_model, tiny_run_toml, write_jsonl
     from rlcore.trainer import run_training
+    from rlcore_mlflow.logger import metric_key
 
     model = tiny_run_model(tmp_path / "model")
-    train = write_jsonl(arithmetic_rows([(a, b) for a in range(3) for b in range(3)]), tmp_path / "t.jsonl")
+    train = write_jsonl(
+        arithmetic_rows([(a, b) for a in range(3) for b in range(3)]), tmp_path / "t.jsonl"
+    )
     val = write_jsonl(arithmetic_rows([(10, 20), (5, 6)], "test"), tmp_path / "v.jsonl")
     run = tmp_path / "run"
     text = tiny_run_toml(
-        model=model, train_files=[train], val_files=[val], run_dir=run, test_freq=2,
+        model=model,
+        train_files=[train],
+        val_files=[val],
+        run_dir=run,
+        test_freq=2,
         experiment_name="loggers-e2e",
     )
     config = load_config_text(

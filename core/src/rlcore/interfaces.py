@@ -696,8 +696,8 @@ class BaseLogger(abc.ABC):
     def log(self, metrics: Mapping[str, float | int | str | None], step: int) -> None:
         """Record ``metrics`` for ``step`` (the number of completed training steps)."""
 
-    def log_files(self, paths: Sequence[Path]) -> None:  # noqa: B027 - optional hook
+    def log_files(self, paths: Sequence[Path]) -> None:
         """Attach files the run made (its plots, at the end); most loggers ignore them."""
 
-    def close(self) -> None:  # noqa: B027 - optional hook
+    def close(self) -> None:
         """Flush and end the run's record; called once, also when the run failed."""

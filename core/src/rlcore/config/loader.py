@@ -300,7 +300,6 @@ def _plugin_config(registry: PluginRegistry, choice: _Choice) -> tuple[Any, list
 def _reward_configs(
     registry: PluginRegistry, reward: RewardConfig | None, given: dict[str, Any]
 ) -> tuple[dict[str, Any], list[Problem]]:
-    problems: list[Problem] = []
     wanted: dict[str, Path] = {}  # name -> where it was first selected
     if reward is not None:
         for name in reward.default:

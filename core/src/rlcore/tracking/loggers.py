@@ -110,7 +110,6 @@ def format_table(
     return f"{head}\n{body}"
 
 
-
 class ConsoleLogger(BaseLogger):
     """A tqdm bar with step, reward and ETA on standard error (only when it is a terminal,
     unless ``progress_bar`` says otherwise), plus a table every ``[trainer] log_freq`` steps

@@ -99,7 +99,9 @@ class Tracker:
             try:
                 call(logger)
             except Exception as err:  # a tracking service down must not end the run
-                log.warning("logger %r failed in %s and is skipped from now on: %s", name, what, err)
+                log.warning(
+                    "logger %r failed in %s and is skipped from now on: %s", name, what, err
+                )
                 self._loggers.remove(entry)
                 self._close_one(name, logger)
 

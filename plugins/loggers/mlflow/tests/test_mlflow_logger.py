@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 from mlflow.tracking import MlflowClient
-from rlcore_mlflow.logger import RUN_ID_FILE, MlflowLogger, flat_params, metric_key
 
 from rlcore.testing.conformance import check_plugin_module
 from rlcore.tracking import Tracker
+from rlcore_mlflow.logger import RUN_ID_FILE, MlflowLogger, flat_params, metric_key
 
 STEPS = [
     {"critic/score/mean": 0.25, "actor/pg_loss": -0.125, "timing_s/step": 1.5},
@@ -41,9 +40,7 @@ def mlflow_metrics(client: MlflowClient, run_id: str) -> dict[str, list[tuple[in
 def test_local_store_holds_the_jsonl_metrics_params_and_plots(tmp_path):
     run_dir = tmp_path / "run"
     config = {"actor": {"optim": {"lr": 1e-6}}, "trainer": {"seed": 3, "loggers": ["mlflow"]}}
-    with Tracker(
-        run_dir, ["jsonl", "mlflow"], experiment_name="exp", config=config
-    ) as tracker:
+    with Tracker(run_dir, ["jsonl", "mlflow"], experiment_name="exp", config=config) as tracker:
         for step, metrics in enumerate(STEPS, start=1):
             tracker.log(metrics, step)
         plot = run_dir / "plots" / "summary.png"

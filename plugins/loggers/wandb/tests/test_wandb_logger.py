@@ -8,12 +8,12 @@ import time
 from pathlib import Path
 
 import pytest
-from rlcore_wandb import records
-from rlcore_wandb.logger import RUN_ID_FILE, WandbLogger
 
 from rlcore.config import load_config_text
 from rlcore.testing.conformance import check_plugin_module
 from rlcore.tracking import Tracker
+from rlcore_wandb import records
+from rlcore_wandb.logger import RUN_ID_FILE, WandbLogger
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 

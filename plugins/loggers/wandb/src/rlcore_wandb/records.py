@@ -71,7 +71,9 @@ def config(path: str | Path) -> dict[str, Any]:
     found: dict[str, Any] = {}
     for record in records(path):
         if record.WhichOneof("record_type") in ("config", "run"):
-            updates = record.config.update if record.HasField("config") else record.run.config.update
+            updates = (
+                record.config.update if record.HasField("config") else record.run.config.update
+            )
             for item in updates:
                 found[item.key or "/".join(item.nested_key)] = json.loads(item.value_json)
     return found

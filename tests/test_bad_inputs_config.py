@@ -46,8 +46,9 @@ CONFIG_CASES = [
     ),
     (['resources.device="tpu"'], 'resources.device: must be one of "cpu", "cuda"; got "tpu"'),
     (
-        ['trainer.loggers=["wandb"]'],
-        "trainer.loggers: unknown logger 'wandb'; choose from console, jsonl, tensorboard",
+        ['trainer.loggers=["nosuch"]'],
+        "trainer.loggers[0]: unknown logger 'nosuch'. "
+        "Installed: console, jsonl, mlflow, tensorboard, wandb",
     ),
     (["data.train_files=[]"], "data.train_files: must not be empty"),
     (

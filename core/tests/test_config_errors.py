@@ -145,8 +145,11 @@ CASES = [
         ["reward.weights.math: reward 'math' is not selected by reward.default or reward.sources"],
     ),
     (
-        ['trainer.loggers=["console", "wandb"]'],
-        ["trainer.loggers: unknown logger 'wandb'; choose from console, jsonl, tensorboard"],
+        ['trainer.loggers=["console", "nosuch"]'],
+        [
+            "trainer.loggers[1]: unknown logger 'nosuch'. "
+            "Installed: console, jsonl, tensorboard."  # the test registry: built-ins only
+        ],
     ),
     # --- overrides themselves ---
     (

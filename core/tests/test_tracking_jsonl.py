@@ -12,7 +12,7 @@ import re
 import pytest
 import torch
 
-from rlcore.errors import ConfigError
+from rlcore.errors import PluginError
 from rlcore.tracking import Tracker, format_table
 
 
@@ -86,9 +86,9 @@ def test_format_table_aligns_the_key_metrics():
     assert len(head) == len(body)
 
 
-def test_unknown_logger_is_a_config_error(tmp_path):
-    with pytest.raises(ConfigError, match=r"unknown logger 'wandb'.*console, jsonl, tensorboard"):
-        Tracker(tmp_path, ["jsonl", "wandb"])
+def test_unknown_logger_names_the_installed_ones(tmp_path):
+    with pytest.raises(PluginError, match=r"unknown logger 'nosuch'.*Installed: console, jsonl"):
+        Tracker(tmp_path, ["jsonl", "nosuch"])
 
 
 def test_tensorboard_writes_events_or_says_why_not(tmp_path, caplog):

@@ -92,3 +92,18 @@ def register_tools() -> Mapping[str, str | type]:  # type: ignore[empty-body]
         def register_tools():
             return {"calculator": "rlcore_calculator.tool:CalculatorTool"}
     """
+
+
+@hookspec
+def register_loggers() -> Mapping[str, str | type]:  # type: ignore[empty-body]
+    """Experiment trackers (subclasses of :class:`rlcore.interfaces.BaseLogger`).
+
+    Selected by ``[trainer] loggers = [...]``; options in ``[trainer.logger_options.NAME]``.
+    The core's own ``console``, ``jsonl`` and ``tensorboard`` are registered the same way.
+
+    Example::
+
+        @hookimpl
+        def register_loggers():
+            return {"wandb": "rlcore_wandb.logger:WandbLogger"}
+    """

@@ -28,7 +28,14 @@ import pluggy
 
 from rlcore import hookspecs
 from rlcore.errors import PluginError
-from rlcore.interfaces import BaseAlgorithm, BaseEngine, BaseReward, BaseRollout, BaseTool
+from rlcore.interfaces import (
+    BaseAlgorithm,
+    BaseEngine,
+    BaseLogger,
+    BaseReward,
+    BaseRollout,
+    BaseTool,
+)
 
 log = logging.getLogger(__name__)
 
@@ -48,13 +55,14 @@ __all__ = [
 ENTRY_POINT_GROUP: Final = "rlcore"
 DISABLED_KEY: Final = "[plugins] disabled"
 
-KINDS: Final = ("engine", "rollout", "reward", "algorithm", "tool")
+KINDS: Final = ("engine", "rollout", "reward", "algorithm", "tool", "logger")
 _HOOKS: Final = {
     "engine": "register_engines",
     "rollout": "register_rollouts",
     "reward": "register_rewards",
     "algorithm": "register_algorithms",
     "tool": "register_tools",
+    "logger": "register_loggers",
 }
 _BASES: Final[dict[str, type]] = {
     "engine": BaseEngine,
@@ -62,6 +70,7 @@ _BASES: Final[dict[str, type]] = {
     "reward": BaseReward,
     "algorithm": BaseAlgorithm,
     "tool": BaseTool,
+    "logger": BaseLogger,
 }
 
 # Where the first-party components live, for "not installed" messages only: the core never
@@ -78,6 +87,8 @@ INSTALL_HINTS: Final[dict[tuple[str, str], str]] = {
     ("algorithm", "grpo"): "rlcore-grpo",
     ("algorithm", "rloo"): "rlcore-rloo",
     ("tool", "calculator"): "rlcore-calculator",
+    ("logger", "wandb"): "rlcore-wandb",
+    ("logger", "mlflow"): "rlcore-mlflow",
 }
 
 
@@ -153,6 +164,7 @@ class PluginRegistry:
         *,
         strict: bool = False,
         entry_points: bool = True,
+        builtins: bool = True,
         disabled: Iterable[str] | None = None,
     ) -> None:
         self.strict = strict
@@ -165,6 +177,13 @@ class PluginRegistry:
         if disabled is None:
             disabled = _process_disabled
         self._disabled = {_normalize(d.strip()) for d in disabled if d.strip()}
+        # The core's own components (the console, jsonl and tensorboard loggers) register
+        # through the same hooks; a registry without entry points still has them unless
+        # ``builtins`` is off (checking one plugin module alone).
+        if builtins:
+            from rlcore.tracking import builtin
+
+            self._register(builtin, _Provenance("rlcore", _core_version(), "builtin"))
         if entry_points:
             self._load_entry_points()
 
@@ -495,6 +514,13 @@ def _missing_top_level_imports(tree: ast.Module) -> list[str]:
             if top != "__future__" and importlib.util.find_spec(top) is None:
                 missing.append(top)
     return missing
+
+
+def _core_version() -> str:
+    try:
+        return importlib.metadata.version("rlcore")
+    except importlib.metadata.PackageNotFoundError:  # a source checkout on sys.path
+        return "0+unknown"
 
 
 # This process's ``[plugins] disabled``: set by the run (driver and every worker, from the

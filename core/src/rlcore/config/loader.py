@@ -235,7 +235,9 @@ def _take_named(raw: dict[str, Any], section: str, kind: str, default: str) -> _
     return _Choice(kind, name, options, (section,), (section, "name"), core)
 
 
-def _extract_choices(raw: dict[str, Any]) -> tuple[list[_Choice], dict[str, Any], list[Problem]]:
+def _extract_choices(
+    raw: dict[str, Any],
+) -> tuple[list[_Choice], dict[str, dict[str, Any]], list[Problem]]:
     choices = []
     actor = _take_engine(raw, "actor", _DEFAULT_ENGINE)
     if actor is not None:
@@ -256,16 +258,26 @@ def _extract_choices(raw: dict[str, Any]) -> tuple[list[_Choice], dict[str, Any]
         choice = _take_named(raw, section, kind, default)
         if choice is not None:
             choices.append(choice)
-    reward_options: dict[str, Any] = {}
     problems: list[Problem] = []
-    reward = raw.get("reward")
-    if isinstance(reward, dict) and "options" in reward:
-        given = reward.pop("options")
-        if isinstance(given, dict):
-            reward_options = given
-        else:
-            problems.append((("reward", "options"), "expected a table of [reward.options.NAME]"))
-    return choices, reward_options, problems
+    given = {
+        section: _take_options(raw, section, key, problems)
+        for section, key in (("reward", "options"), ("trainer", "logger_options"))
+    }
+    return choices, given, problems
+
+
+def _take_options(
+    raw: dict[str, Any], section: str, key: str, problems: list[Problem]
+) -> dict[str, Any]:
+    """Pop ``[section.key.NAME]`` tables (plugin options the registry must type first)."""
+    table = raw.get(section)
+    if not isinstance(table, dict) or key not in table:
+        return {}
+    given = table.pop(key)
+    if isinstance(given, dict):
+        return given
+    problems.append(((section, key), f"expected a table of [{section}.{key}.NAME]"))
+    return {}
 
 
 def _resolve(
@@ -290,7 +302,6 @@ def _plugin_config(registry: PluginRegistry, choice: _Choice) -> tuple[Any, list
 def _reward_configs(
     registry: PluginRegistry, reward: RewardConfig | None, given: dict[str, Any]
 ) -> tuple[dict[str, Any], list[Problem]]:
-    problems: list[Problem] = []
     wanted: dict[str, Path] = {}  # name -> where it was first selected
     if reward is not None:
         for name in reward.default:
@@ -300,14 +311,26 @@ def _reward_configs(
                 wanted.setdefault(name, ("reward", "sources", source))
     for name in given:
         wanted.setdefault(name, ("reward", "options", name))
+    return _named_configs(registry, "reward", wanted, given, ("reward", "options"))
+
+
+def _named_configs(
+    registry: PluginRegistry,
+    kind: str,
+    wanted: Mapping[str, Path],
+    given: Mapping[str, Any],
+    options_path: Path,
+) -> tuple[dict[str, Any], list[Problem]]:
+    """Each wanted plugin name's ``Config``, typed from its options table (or defaults)."""
+    problems: list[Problem] = []
     configs: dict[str, Any] = {}
     for name, where in wanted.items():
-        cls, found = _resolve(registry, "reward", name, where)
+        cls, found = _resolve(registry, kind, name, where)
         problems.extend(found)
         if cls is None:
             continue
         table = given.get(name, {})
-        path: Path = ("reward", "options", name)
+        path: Path = (*options_path, name)
         if not isinstance(table, dict):
             problems.append((path, "expected a table"))
             continue
@@ -315,6 +338,19 @@ def _reward_configs(
         problems.extend(found)
         configs[name] = config
     return configs, problems
+
+
+def _logger_configs(
+    registry: PluginRegistry, trainer: TrainerConfig | None, given: dict[str, Any]
+) -> tuple[dict[str, Any], list[Problem]]:
+    wanted: dict[str, Path] = {}
+    for i, name in enumerate(trainer.loggers if trainer is not None else ()):
+        wanted.setdefault(name, ("trainer", "loggers", i))
+    for name in given:
+        if name not in wanted:
+            msg = f"options for logger {name!r}, which [trainer] loggers does not select"
+            return {}, [(("trainer", "logger_options", name), msg)]
+    return _named_configs(registry, "logger", wanted, given, ("trainer", "logger_options"))
 
 
 # --- rules across keys ------------------------------------------------------------------------
@@ -375,7 +411,9 @@ def _micro_or(cfg: Any, inherited: dict[str, Any]) -> dict[str, Any]:
     return inherited if _micro_unset(cfg) else {}
 
 
-def _resolved(s: dict[str, Any], reward_configs: dict[str, Any]) -> RunConfig:
+def _resolved(
+    s: dict[str, Any], reward_configs: dict[str, Any], logger_configs: dict[str, Any]
+) -> RunConfig:
     data: DataConfig = s["data"]
     model: ModelConfig = s["model"]
     actor: ActorConfig = s["actor"]
@@ -414,6 +452,7 @@ def _resolved(s: dict[str, Any], reward_configs: dict[str, Any]) -> RunConfig:
         if trainer.total_steps is None and not trainer.total_epochs
         else trainer.total_epochs,
         run_dir=trainer.run_dir or f"runs/{trainer.experiment_name}",
+        logger_options=logger_configs,
     )
     return RunConfig(
         data=data,
@@ -449,7 +488,7 @@ def build_config(
     problems: list[Problem] = [
         ((key,), unknown_key(key, _SECTIONS, "section")) for key in data if key not in _SECTIONS
     ]
-    choices, reward_given, found = _extract_choices(data)
+    choices, given, found = _extract_choices(data)
     problems.extend(found)
 
     sections: dict[str, Any] = {}
@@ -473,7 +512,9 @@ def build_config(
             sections[owner_key] = attrs.evolve(owner, engine=section)
         else:
             sections[owner_key] = attrs.evolve(owner, options=options)
-    reward_configs, found = _reward_configs(registry, sections["reward"], reward_given)
+    reward_configs, found = _reward_configs(registry, sections["reward"], given["reward"])
+    problems.extend(found)
+    logger_configs, found = _logger_configs(registry, sections["trainer"], given["trainer"])
     problems.extend(found)
 
     # No batch-size divisibility rules: the driver expands rows and pads every mini-batch to
@@ -483,7 +524,7 @@ def build_config(
     lines.extend(f"{render_path(p)}: {m}" if p else m for p, m in problems)
     if lines:
         raise ConfigValidationError(source, lines)
-    return _resolved(sections, reward_configs)
+    return _resolved(sections, reward_configs, logger_configs)
 
 
 def _disabled_plugins(data: Mapping[str, Any]) -> tuple[str, ...]:

@@ -22,6 +22,7 @@ import attrs
 from attrs import validators as v
 
 from rlcore.interfaces import Device, Dtype, OptimConfig, SamplingParams
+from rlcore.tracking.loggers import LOGGERS
 
 __all__ = [
     "LOGGERS",
@@ -42,8 +43,6 @@ __all__ = [
     "ValSamplingConfig",
     "check_seconds",
 ]
-
-LOGGERS = ("console", "jsonl", "tensorboard")
 
 # Merged into the parent table when dumped: the plugin's options sit next to ``name``.
 _FLATTEN = {"flatten": True}
@@ -93,9 +92,10 @@ def _nonempty(_inst: object, _attr: attrs.Attribute[Any], value: str | tuple[str
 
 
 def _loggers(_inst: object, _attr: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
+    # Which names exist is the plugin registry's to say (the loader checks each one).
     for name in value:
-        if name not in LOGGERS:
-            msg = f"unknown logger {name!r}; choose from {', '.join(LOGGERS)}"
+        if value.count(name) > 1:
+            msg = f"logger {name!r} is listed twice"
             raise ValueError(msg)
 
 
@@ -326,7 +326,10 @@ class TrainerConfig:
     experiment_name: str = attrs.field(default="rlcore", validator=_nonempty)
     run_dir: str = RESOLVED  # resolved: runs/<experiment_name>
     seed: int = 0
+    # Logger plugins: the core's console, jsonl, tensorboard; rlcore-wandb, rlcore-mlflow, ...
     loggers: tuple[str, ...] = attrs.field(default=("console", "jsonl"), validator=_loggers)
+    # Each selected logger's Config, from [trainer.logger_options.NAME] (resolved: every one).
+    logger_options: dict[str, Any] = attrs.Factory(dict)
     log_freq: int = attrs.field(default=1, validator=_pos)  # console table every N steps
 
 

@@ -1,7 +1,8 @@
 """Where a run's numbers go and how they are read back.
 
 - :mod:`~rlcore.tracking.metrics` — per-step metrics with verl's names, phase timers, throughput;
-- :mod:`~rlcore.tracking.tracker` — the :class:`Tracker`: console, ``metrics.jsonl``, TensorBoard;
+- :mod:`~rlcore.tracking.tracker` — the :class:`Tracker`: every logger in ``[trainer] loggers``;
+- :mod:`~rlcore.tracking.loggers` — the core's loggers: console, ``metrics.jsonl``, TensorBoard;
 - :mod:`~rlcore.tracking.plotting` — ``rlcore plot RUN_DIR``: PNG curves from ``metrics.jsonl``.
 """
 

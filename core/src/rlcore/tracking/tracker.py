@@ -1,229 +1,132 @@
-"""Where a run's metrics go: a progress bar and tables on the console, JSONL, TensorBoard.
+"""Where a run's metrics go: every logger selected in ``[trainer] loggers``.
 
-    tracker = Tracker(run_dir, ["console", "jsonl", "tensorboard"], total_steps=200)
+    tracker = Tracker(run_dir, ["console", "jsonl", "wandb"], total_steps=200)
     for step in ...:
         tracker.log(metrics, step)          # one flat dict of floats per step
+    tracker.log_files(plot_paths)           # at the end: the run's plots
     tracker.close()
 
-``metrics.jsonl`` in the run directory gets one line per ``log`` call,
-``{"step": 3, "critic/score/mean": 0.41, ...}``, appended and flushed at once so a crashed or
-resumed run keeps what it had (readers take the last value of a key for a step).
-``rlcore plot RUN_DIR`` reads that file. TensorBoard event files go to ``run_dir/tensorboard``
-when the ``tensorboard`` package is installed; otherwise a note says how to get them.
+Each name is a logger plugin (kind ``logger``): the core's ``console``, ``jsonl`` and
+``tensorboard`` (:mod:`rlcore.tracking.loggers`) or an installed one (``rlcore-wandb``,
+``rlcore-mlflow``). A logger that fails while the run goes on (a tracking service that is
+down) is warned about once and skipped from then on; the run's ``metrics.jsonl`` stays the
+record. Values reach every logger as JSON-safe scalars (NaN and inf as ``None``).
 """
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import logging
-import math
 import os
-import sys
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from rlcore.errors import ConfigError
+from rlcore.errors import PluginError
+from rlcore.interfaces import BaseLogger, RunInfo
+from rlcore.plugins import PluginRegistry, default_registry
+from rlcore.tracking.loggers import LOGGERS, METRICS_FILE, ConsoleLogger, format_table, scalar
 
 log = logging.getLogger(__name__)
 
 __all__ = ["LOGGERS", "METRICS_FILE", "Tracker", "format_table"]
 
-LOGGERS = ("console", "jsonl", "tensorboard")
-METRICS_FILE = "metrics.jsonl"
-REWARD_KEY = "critic/score/mean"
-
-# (column title, metric key) for the console table; a column shows only when its key is logged.
-TABLE_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("reward", REWARD_KEY),
-    ("pg_loss", "actor/pg_loss"),
-    ("kl", "actor/ppo_kl"),
-    ("kl_loss", "actor/kl_loss"),
-    ("entropy", "actor/entropy"),
-    ("grad_norm", "actor/grad_norm"),
-    ("vf_loss", "critic/vf_loss"),
-    ("resp_len", "response_length/mean"),
-    ("clip", "response_length/clip_ratio"),
-    ("step_s", "timing_s/step"),
-    ("tok/s", "perf/tokens_per_s"),
-)
-
-
-def _scalar(value: Any) -> Any:
-    """A JSON-safe scalar: tensors/numpy -> Python numbers, NaN/inf -> None."""
-    if hasattr(value, "item"):
-        value = value.item()
-    if isinstance(value, bool | int | str) or value is None:
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return str(value)
-    return number if math.isfinite(number) else None
-
-
-def _fmt(value: float) -> str:
-    if value == 0 or 1e-3 <= abs(value) < 1e5:
-        return f"{value:.4g}" if abs(value) < 1 else f"{value:.1f}"
-    return f"{value:.2e}"
-
-
-def _fmt_duration(seconds: float) -> str:
-    hours, rest = divmod(round(seconds), 3600)
-    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
-
-
-def format_table(
-    step: int,
-    metrics: Mapping[str, Any],
-    total_steps: int | None = None,
-    eta_s: float | None = None,
-) -> str:
-    """Two aligned lines (titles, values) of the key metrics, validation scores included."""
-    cols: list[tuple[str, str]] = [
-        ("step", f"{step}" if total_steps is None else f"{step}/{total_steps}")
-    ]
-    if eta_s is not None:
-        cols.append(("eta", _fmt_duration(eta_s)))
-    for title, key in TABLE_COLUMNS:
-        value = metrics.get(key)
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            cols.append((title, _fmt(float(value))))
-    for key in sorted(metrics):
-        value = metrics[key]
-        if key.startswith("val/") and isinstance(value, int | float):
-            cols.append((key, _fmt(float(value))))
-    widths = [max(len(title), len(value)) for title, value in cols]
-    head = "  ".join(title.rjust(w) for (title, _), w in zip(cols, widths))
-    body = "  ".join(value.rjust(w) for (_, value), w in zip(cols, widths))
-    return f"{head}\n{body}"
-
 
 class Tracker:
     """Sends each step's metrics to the selected loggers.
 
-    ``loggers``: any of ``"console"`` (tqdm bar with step, reward and ETA on stderr, plus a
-    table every ``console_every`` steps and on every step with validation scores), ``"jsonl"``
-    (``run_dir/metrics.jsonl``) and ``"tensorboard"`` (``run_dir/tensorboard``, skipped with
-    a note if the package is missing). ``start_step``: the last completed step when resuming,
-    so the bar and ETA start there. ``progress_bar``: None draws the bar only when the stream
-    is a terminal; in a log file the tables alone (with an ``eta`` column) keep it readable.
+    ``loggers``: names of logger plugins (or built :class:`BaseLogger` instances);
+    ``logger_options``: each name's ``Config`` (``[trainer.logger_options.NAME]``; missing:
+    the logger's defaults). ``start_step``: the last completed step when resuming, so the bar
+    and ETA start there and a tracking service re-opens the same run. ``config``: the
+    resolved run config as plain data, logged as the run's hyper-parameters. ``stream`` and
+    ``progress_bar`` set the console's output (tests, notebooks).
     """
 
     def __init__(
         self,
         run_dir: str | os.PathLike[str],
-        loggers: Sequence[str] = LOGGERS,
+        loggers: Sequence[str | BaseLogger] = LOGGERS,
         *,
         total_steps: int | None = None,
         console_every: int = 10,
         start_step: int = 0,
         stream: TextIO | None = None,
         progress_bar: bool | None = None,
+        experiment_name: str = "rlcore",
+        config: Mapping[str, Any] | None = None,
+        logger_options: Mapping[str, Any] | None = None,
+        registry: PluginRegistry | None = None,
     ) -> None:
-        unknown = [name for name in loggers if name not in LOGGERS]
-        if unknown:
-            msg = (
-                f"unknown logger {unknown[0]!r} in [trainer] loggers; "
-                f"choose from: {', '.join(LOGGERS)}"
-            )
-            raise ConfigError(msg)
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.total_steps = total_steps
-        self.console_every = max(1, console_every)
-        self._stream = stream if stream is not None else sys.stderr
-        self._jsonl: TextIO | None = None
-        self._writer: Any = None
-        self._bar: Any = None
-        self._last_reward: float | None = None
-        self._console_on = "console" in loggers
-        self._start_step = start_step
-        self._t0 = time.perf_counter()
-
-        if "jsonl" in loggers:
-            self._jsonl = (self.run_dir / METRICS_FILE).open("a", encoding="utf-8")
-        if "tensorboard" in loggers:
-            if importlib.util.find_spec("tensorboard") is None:
-                log.info("TensorBoard logging skipped: pip install tensorboard to enable it")
-            else:
-                from torch.utils.tensorboard import SummaryWriter
-
-                self._writer = SummaryWriter(log_dir=str(self.run_dir / "tensorboard"))
+        self.run = RunInfo(
+            run_dir=self.run_dir,
+            experiment_name=experiment_name,
+            total_steps=total_steps,
+            start_step=start_step,
+            log_freq=console_every,
+            config=dict(config or {}),
+            stream=stream,
+        )
+        options = dict(logger_options or {})
+        if progress_bar is not None and "console" not in options:
+            options["console"] = ConsoleLogger.Config(progress_bar=progress_bar)
+        registry = registry if registry is not None else default_registry()
+        self._loggers: list[tuple[str, BaseLogger]] = []
+        try:
+            for item in loggers:
+                if isinstance(item, BaseLogger):
+                    self._loggers.append((type(item).__name__, item))
+                    continue
+                cls = registry.resolve("logger", item, where="[trainer] loggers")
+                try:
+                    self._loggers.append((item, cls(self.run, options.get(item))))
+                except Exception as err:  # a tracker's own start-up error, named
+                    msg = f"logger {item!r} ([trainer] loggers) could not start: {err}"
+                    raise PluginError(msg) from err
+        except BaseException:
+            self.close()
+            raise
         log.info("run directory: %s", self.run_dir.resolve())
-        if self._console_on:
-            self._write(f"rlcore: run directory {self.run_dir.resolve()}")
-        if progress_bar is None:
-            progress_bar = bool(getattr(self._stream, "isatty", lambda: False)())
-        if self._console_on and progress_bar:
-            from tqdm import tqdm
 
-            self._bar = tqdm(
-                total=total_steps,
-                initial=start_step,
-                desc="train",
-                unit="step",
-                file=self._stream,
-                dynamic_ncols=True,
-                mininterval=0.5,
-                bar_format="{desc} {n_fmt}/{total_fmt} |{bar}| {elapsed}<{remaining}{postfix}",
-            )
+    @property
+    def loggers(self) -> list[BaseLogger]:
+        return [logger for _, logger in self._loggers]
 
-    def _write(self, text: str) -> None:
-        from tqdm import tqdm
-
-        tqdm.write(text, file=self._stream)
+    def _each(self, what: str, call: Any) -> None:
+        for entry in list(self._loggers):
+            name, logger = entry
+            try:
+                call(logger)
+            except Exception as err:  # a tracking service down must not end the run
+                log.warning(
+                    "logger %r failed in %s and is skipped from now on: %s", name, what, err
+                )
+                self._loggers.remove(entry)
+                self._close_one(name, logger)
 
     def log(self, metrics: Mapping[str, Any], step: int) -> None:
         """Record ``metrics`` for ``step`` (the number of completed training steps)."""
-        row = {key: _scalar(value) for key, value in metrics.items()}
-        if self._jsonl is not None:
-            self._jsonl.write(json.dumps({"step": step, **row}) + "\n")
-            self._jsonl.flush()
-        if self._writer is not None:
-            for key, value in row.items():
-                if isinstance(value, int | float) and not isinstance(value, bool):
-                    self._writer.add_scalar(key, value, global_step=step)
-            self._writer.flush()
-        if self._console_on:
-            self._console(row, step)
+        row = {key: scalar(value) for key, value in metrics.items()}
+        self._each("log", lambda logger: logger.log(row, step))
 
-    def _eta(self, step: int) -> float | None:
-        done = step - self._start_step
-        if self.total_steps is None or done <= 0:
-            return None
-        return (time.perf_counter() - self._t0) / done * max(self.total_steps - step, 0)
+    def log_files(self, paths: Sequence[str | os.PathLike[str]]) -> None:
+        """Attach files the run made (its plots) to every logger that keeps files."""
+        files = [Path(p) for p in paths]
+        if files:
+            self._each("log_files", lambda logger: logger.log_files(files))
 
-    def _console(self, row: Mapping[str, Any], step: int) -> None:
-        if self._bar is not None:
-            reward = row.get(REWARD_KEY)
-            if isinstance(reward, float):
-                self._last_reward = reward
-            if step > self._bar.n:
-                self._bar.update(step - self._bar.n)
-            if self._last_reward is not None:
-                self._bar.set_postfix({"reward": f"{self._last_reward:.3f}"}, refresh=False)
-            self._bar.refresh()
-        has_val = any(key.startswith("val/") for key in row)
-        if has_val or step % self.console_every == 0:
-            # The bar already shows the ETA; a log file gets it in the table instead.
-            eta = None if self._bar is not None else self._eta(step)
-            self._write(format_table(step, row, self.total_steps, eta))
+    @staticmethod
+    def _close_one(name: str, logger: BaseLogger) -> None:
+        try:
+            logger.close()
+        except Exception as err:  # closing one must not keep the others open
+            log.warning("logger %r failed to close: %s", name, err)
 
     def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
-            self._bar = None
-        if self._jsonl is not None:
-            self._jsonl.close()
-            self._jsonl = None
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+        loggers, self._loggers = self._loggers, []
+        for name, logger in loggers:
+            self._close_one(name, logger)
 
     def __enter__(self) -> Tracker:
         return self

@@ -63,6 +63,7 @@ def run_training(config: RunConfig, prepared: Preflight | None = None) -> int:
     import ray
 
     from rlcore.checkpoint import CHECKPOINTS_DIR, CheckpointManager
+    from rlcore.config import config_to_dict
     from rlcore.data import build_datasets, build_loaders, load_tokenizer
     from rlcore.tracking import Tracker
     from rlcore.trainer.builder import (
@@ -106,6 +107,9 @@ def run_training(config: RunConfig, prepared: Preflight | None = None) -> int:
         total_steps=total_steps,
         console_every=config.trainer.log_freq,
         start_step=_checkpoint_step(resume_from),
+        experiment_name=config.trainer.experiment_name,
+        config=config_to_dict(config),
+        logger_options=config.trainer.logger_options,
     )
     try:
         trainer = Trainer(
@@ -137,11 +141,11 @@ def run_training(config: RunConfig, prepared: Preflight | None = None) -> int:
                 )
                 raise ExportUnsupportedError(msg)
             log.info("final actor exported to %s", export_dir)
+        tracker.log_files(_plot(run_dir))
     finally:
         tracker.close()
         reward_manager.close()
         workers.shutdown()
-    _plot(run_dir)
     log.info("run directory: %s", run_dir.resolve())
     return 0
 
@@ -152,12 +156,13 @@ def _checkpoint_step(path: Path | None) -> int:
     return (step_of(path) or 0) if path is not None else 0
 
 
-def _plot(run_dir: Path) -> None:
+def _plot(run_dir: Path) -> list[Path]:
+    """The run's plots (for the loggers that keep files); none without matplotlib."""
     import importlib.util
 
     if importlib.util.find_spec("matplotlib") is None:
         log.info("no plots: pip install matplotlib, then rlcore plot %s", run_dir)
-        return
+        return []
     from rlcore.errors import RlcoreError
     from rlcore.tracking.plotting import plot_run
 
@@ -165,5 +170,6 @@ def _plot(run_dir: Path) -> None:
         written = plot_run(run_dir)
     except RlcoreError as err:
         log.warning("plotting %s failed: %s", run_dir, err)
-        return
+        return []
     log.info("plots: %s", ", ".join(str(p) for p in written))
+    return [Path(p) for p in written]

@@ -27,7 +27,7 @@ try:
     import importlib
     module = importlib.import_module(name)
     from rlcore.plugins import PluginRegistry
-    registry = PluginRegistry(entry_points=False, strict=True)
+    registry = PluginRegistry(entry_points=False, builtins=False, strict=True)
     registry.register(module, name=name)
     out["entries"] = [[e.kind, e.name, e.target_name] for e in registry.entries()]
     out["problems"] = [p.message for p in registry.problems]
@@ -109,7 +109,7 @@ def _resolve_all(module_name: str, what: str, extra: list[str]) -> None:
     finally:
         for p in added:
             sys.path.remove(p)
-    registry = PluginRegistry(entry_points=False, strict=True)
+    registry = PluginRegistry(entry_points=False, builtins=False, strict=True)
     registry.register(module, name=module_name)
     for entry in registry.entries():
         try:

@@ -1,0 +1,1 @@
+"""MLflow logging for rlcore: ``[trainer] loggers = ["console", "jsonl", "mlflow"]``."""

@@ -1,0 +1,1 @@
+"""Weights & Biases logging for rlcore: ``[trainer] loggers = ["console", "jsonl", "wandb"]``."""

@@ -1,0 +1,76 @@
+"""A run's metrics, hyper-parameters and plots in Weights & Biases, through its own client.
+
+    [trainer]
+    loggers = ["console", "jsonl", "wandb"]
+
+    [trainer.logger_options.wandb]
+    project = "gsm8k-grpo"
+    mode = "offline"          # or "online"; unset: wandb decides (WANDB_MODE, login)
+
+The wandb run lives in ``<run_dir>/wandb``; its id is kept in ``<run_dir>/wandb_run_id`` so a
+resumed rlcore run continues the same wandb run (``resume="allow"``) instead of starting a
+second one. An offline run is uploaded later with ``wandb sync <run_dir>/wandb/offline-run-*``.
+Steps a resumed run repeats (those after its last checkpoint) are already in the wandb run;
+wandb keeps the first values it saw for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import attrs
+import wandb
+
+from rlcore.interfaces import BaseLogger, RunInfo
+
+RUN_ID_FILE = "wandb_run_id"
+
+
+class WandbLogger(BaseLogger):
+    @attrs.frozen(kw_only=True)
+    class Config(BaseLogger.Config):
+        project: str = "rlcore"
+        entity: str | None = None
+        name: str | None = None  # None: [trainer] experiment_name
+        group: str | None = None
+        tags: tuple[str, ...] = ()
+        mode: Literal["online", "offline", "disabled"] | None = None  # None: wandb's choice
+
+    config: WandbLogger.Config
+
+    def __init__(self, run: RunInfo, config: WandbLogger.Config | None = None) -> None:
+        super().__init__(run, config)
+        id_file = run.run_dir / RUN_ID_FILE
+        run_id = id_file.read_text().strip() if run.resuming and id_file.is_file() else None
+        self._run = wandb.init(
+            project=self.config.project,
+            entity=self.config.entity,
+            name=self.config.name or run.experiment_name,
+            group=self.config.group,
+            tags=list(self.config.tags) or None,
+            mode=self.config.mode,
+            dir=str(run.run_dir),
+            config=dict(run.config),
+            id=run_id,
+            resume="allow" if run_id else None,
+            reinit="create_new",  # several rlcore runs in one process (tests, notebooks)
+        )
+        id_file.write_text(self._run.id + "\n")
+
+    def log(self, metrics: Mapping[str, Any], step: int) -> None:
+        numbers = {
+            key: value
+            for key, value in metrics.items()
+            if isinstance(value, int | float) and not isinstance(value, bool)
+        }
+        self._run.log(numbers, step=step)
+
+    def log_files(self, paths: Sequence[Path]) -> None:
+        images = {f"plots/{p.stem}": wandb.Image(str(p)) for p in paths if p.suffix == ".png"}
+        if images:
+            self._run.log(images)
+
+    def close(self) -> None:
+        self._run.finish()

@@ -8,7 +8,6 @@ the numbers ``metrics.jsonl`` holds, step by step, plus the config and the run's
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -28,11 +27,7 @@ def _wandb_rows(run: Path) -> list[dict]:
 
     run_id = (run / "wandb_run_id").read_text().strip()
     (path,) = run.glob(f"wandb/offline-run-*-{run_id}/run-{run_id}.wandb")
-    deadline = time.monotonic() + 60  # wandb's writer process may still be closing the file
-    while not any(r.WhichOneof("record_type") == "exit" for r in records.records(path)):
-        assert time.monotonic() < deadline, f"{path} was not closed within 60 s"
-        time.sleep(0.2)
-    return records.history(path)
+    return records.history(records.wait_closed(path))
 
 
 def test_wandb_and_mlflow_hold_what_metrics_jsonl_holds(ray_session, tmp_path):

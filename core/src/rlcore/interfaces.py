@@ -696,6 +696,16 @@ class BaseLogger(abc.ABC):
     def log(self, metrics: Mapping[str, float | int | str | None], step: int) -> None:
         """Record ``metrics`` for ``step`` (the number of completed training steps)."""
 
+    @staticmethod
+    def numbers(metrics: Mapping[str, Any]) -> dict[str, float | int]:
+        """The numeric values of ``metrics`` (what a tracker can plot): no ``None`` (a value
+        that was not finite), no strings, no booleans."""
+        return {
+            key: value
+            for key, value in metrics.items()
+            if isinstance(value, int | float) and not isinstance(value, bool)
+        }
+
     def log_files(self, paths: Sequence[Path]) -> None:
         """Attach files the run made (its plots, at the end); most loggers ignore them."""
 

@@ -214,9 +214,8 @@ class TensorBoardLogger(BaseLogger):
     def log(self, metrics: Mapping[str, Any], step: int) -> None:
         if self._writer is None:
             return
-        for key, value in metrics.items():
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                self._writer.add_scalar(key, value, global_step=step)
+        for key, value in self.numbers(metrics).items():
+            self._writer.add_scalar(key, value, global_step=step)
         self._writer.flush()
 
     def close(self) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from pathlib import Path
 
 import pytest
@@ -32,16 +31,7 @@ def run_file(run_dir: Path, run_id: str) -> Path:
     """The run's file, once wandb's writer (a separate process) has closed it: ``finish()``
     can return before the last records reach the disk."""
     (found,) = run_dir.glob(f"wandb/offline-run-*-{run_id}/run-{run_id}.wandb")
-    return wait_closed(found)
-
-
-def wait_closed(path: Path, timeout_s: float = 60.0) -> Path:
-    deadline = time.monotonic() + timeout_s
-    while not any(r.WhichOneof("record_type") == "exit" for r in records.records(path)):
-        if time.monotonic() > deadline:
-            pytest.fail(f"{path} got no exit record within {timeout_s} s")
-        time.sleep(0.2)
-    return path
+    return records.wait_closed(found)
 
 
 def jsonl_rows(run_dir: Path) -> list[dict]:
@@ -84,7 +74,7 @@ def test_a_resumed_run_continues_the_same_wandb_run(tmp_path):
     with Tracker(run_dir, ["wandb"], start_step=1, logger_options=offline_options()) as tracker:
         tracker.log(STEPS[1], 2)
     assert (run_dir / RUN_ID_FILE).read_text().strip() == first
-    files = [wait_closed(f) for f in run_dir.glob(f"wandb/offline-run-*-{first}/*.wandb")]
+    files = [records.wait_closed(f) for f in run_dir.glob(f"wandb/offline-run-*-{first}/*.wandb")]
     steps = sorted(row["_step"] for f in files for row in records.history(f))
     assert steps == [1, 2]
 

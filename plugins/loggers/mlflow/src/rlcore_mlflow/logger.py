@@ -102,8 +102,7 @@ class MlflowLogger(BaseLogger):
         now = int(time.time() * 1000)
         rows = [
             Metric(metric_key(key), float(value), now, step)
-            for key, value in metrics.items()
-            if isinstance(value, int | float) and not isinstance(value, bool)
+            for key, value in self.numbers(metrics).items()
         ]
         for chunk in _chunks(rows, _METRICS_PER_BATCH):
             self._client.log_batch(self.run_id, metrics=chunk)

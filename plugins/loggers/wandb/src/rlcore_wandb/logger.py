@@ -60,12 +60,7 @@ class WandbLogger(BaseLogger):
         id_file.write_text(self._run.id + "\n")
 
     def log(self, metrics: Mapping[str, Any], step: int) -> None:
-        numbers = {
-            key: value
-            for key, value in metrics.items()
-            if isinstance(value, int | float) and not isinstance(value, bool)
-        }
-        self._run.log(numbers, step=step)
+        self._run.log(self.numbers(metrics), step=step)
 
     def log_files(self, paths: Sequence[Path]) -> None:
         images = {f"plots/{p.stem}": wandb.Image(str(p)) for p in paths if p.suffix == ".png"}

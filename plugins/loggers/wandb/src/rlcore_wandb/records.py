@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -77,3 +78,15 @@ def config(path: str | Path) -> dict[str, Any]:
             for item in updates:
                 found[item.key or "/".join(item.nested_key)] = json.loads(item.value_json)
     return found
+
+
+def wait_closed(path: str | Path, timeout_s: float = 60.0) -> Path:
+    """``path`` once wandb's writer (a separate process) has written the run's ``exit``
+    record: ``run.finish()`` can return before the last records reach the disk."""
+    deadline = time.monotonic() + timeout_s
+    while not any(r.WhichOneof("record_type") == "exit" for r in records(path)):
+        if time.monotonic() > deadline:
+            msg = f"{path} got no exit record within {timeout_s} s"
+            raise TimeoutError(msg)
+        time.sleep(0.2)
+    return Path(path)

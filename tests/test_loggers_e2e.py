@@ -26,7 +26,7 @@ def _wandb_rows(run: Path) -> list[dict]:
     from rlcore_wandb import records
 
     run_id = (run / "wandb_run_id").read_text().strip()
-    (path,) = run.glob(f"wandb/offline-run-*-{run_id}/run-{run_id}.wandb")
+    (path,) = records.run_files(run, run_id)
     return records.history(records.wait_closed(path))
 
 

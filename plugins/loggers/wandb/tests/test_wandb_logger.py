@@ -30,7 +30,7 @@ def offline_options():
 def run_file(run_dir: Path, run_id: str) -> Path:
     """The run's file, once wandb's writer (a separate process) has closed it: ``finish()``
     can return before the last records reach the disk."""
-    (found,) = run_dir.glob(f"wandb/offline-run-*-{run_id}/run-{run_id}.wandb")
+    (found,) = records.run_files(run_dir, run_id)
     return records.wait_closed(found)
 
 
@@ -74,7 +74,8 @@ def test_a_resumed_run_continues_the_same_wandb_run(tmp_path):
     with Tracker(run_dir, ["wandb"], start_step=1, logger_options=offline_options()) as tracker:
         tracker.log(STEPS[1], 2)
     assert (run_dir / RUN_ID_FILE).read_text().strip() == first
-    files = [records.wait_closed(f) for f in run_dir.glob(f"wandb/offline-run-*-{first}/*.wandb")]
+    files = [records.wait_closed(f) for f in records.run_files(run_dir, first)]
+    assert len(files) == 2
     steps = sorted(row["_step"] for f in files for row in records.history(f))
     assert steps == [1, 2]
 

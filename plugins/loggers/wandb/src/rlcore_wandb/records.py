@@ -90,3 +90,11 @@ def wait_closed(path: str | Path, timeout_s: float = 60.0) -> Path:
             raise TimeoutError(msg)
         time.sleep(0.2)
     return Path(path)
+
+
+def run_files(run_dir: str | Path, run_id: str) -> list[Path]:
+    """Every offline ``.wandb`` file of run ``run_id`` under an rlcore run directory, oldest
+    first: one per start of the run (a resumed run adds one; wandb names a second folder of
+    the same second ``offline-run-<time>-<id>-1``)."""
+    found = Path(run_dir).glob(f"wandb/offline-run-*-{run_id}*/run-{run_id}.wandb")
+    return sorted(found, key=lambda p: p.stat().st_mtime_ns)

@@ -48,7 +48,7 @@ CONFIG_CASES = [
     (
         ['trainer.loggers=["nosuch"]'],
         "trainer.loggers[0]: unknown logger 'nosuch'. "
-        "Installed: console, jsonl, mlflow, tensorboard, wandb",
+        "Installed: console, jsonl, mlflow, tensorboard, wandb.",
     ),
     (["data.train_files=[]"], "data.train_files: must not be empty"),
     (

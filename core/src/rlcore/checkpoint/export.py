@@ -75,7 +75,7 @@ def _engine_from_config(
     model_raw = dict(raw.get("model") or {})
     if model_path is not None:
         model_raw["path"] = model_path
-        model_raw["tokenizer_path"] = None
+        model_raw.pop("tokenizer_path", None)  # unset: resolved to the new path below
     model, found = structure(model_raw, ModelConfig, ("model",))
     problems.extend(found)
     actor = raw.get("actor") or {}

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from types import FrameType
@@ -105,11 +106,18 @@ def children_shielded_from_sigterm() -> Iterator[None]:
 
 
 def exit_origin(exc: BaseException) -> str:
-    """Where ``exc`` was raised: ``func (file:line)`` of the innermost frame."""
+    """Where ``exc`` was raised: ``func (file:line)`` of the innermost frame that is not a
+    stand-in for ``sys.exit`` (wandb, for one, replaces ``sys.exit`` for the whole process
+    once its service starts, so the raising frame would otherwise always be wandb's)."""
+    frames = []
     tb = exc.__traceback__
-    if tb is None:
-        return "an unknown place"
-    while tb.tb_next is not None:
+    while tb is not None:
+        frames.append((tb.tb_frame.f_code, tb.tb_lineno))
         tb = tb.tb_next
-    code = tb.tb_frame.f_code
-    return f"{code.co_name} ({code.co_filename}:{tb.tb_lineno})"
+    stand_in = getattr(getattr(sys.exit, "__func__", sys.exit), "__code__", None)
+    while len(frames) > 1 and frames[-1][0] is stand_in:
+        frames.pop()
+    if not frames:
+        return "an unknown place"
+    code, line = frames[-1]
+    return f"{code.co_name} ({code.co_filename}:{line})"

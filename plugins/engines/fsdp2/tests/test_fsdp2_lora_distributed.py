@@ -69,7 +69,9 @@ def test_two_rank_lora_matches_one_rank_and_its_checkpoint_loads_on_one(tmp_path
             two = torch.load(out_file, weights_only=False)
             assert single["merged"].keys() == two["merged"].keys()
             for name, tensor in single["merged"].items():
-                torch.testing.assert_close(two["merged"][name], tensor, atol=1e-6, rtol=1e-5)
+                # 2 of 2,048 merged elements differ by 1.18e-6 on the CI machine's kernels:
+                # float32 reduction order across 2 ranks, after Adam's normalised step.
+                torch.testing.assert_close(two["merged"][name], tensor, atol=2e-6, rtol=1e-5)
             torch.testing.assert_close(
                 two["log_probs"][:4], single["log_probs"][:4], atol=1e-5, rtol=0
             )

@@ -192,7 +192,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         with sigterm_as_interrupt(), children_shielded_from_sigterm():
             started = _start_ray(start_ray, config)
             with sigterm_as_interrupt():  # again: ray.init installed its own handler
-                result = run_training(config, prepared)
+                result = run_training(config, prepared, registry=args.registry)
     except KeyboardInterrupt:
         # The trainer saves the last completed step on its way out; say where to pick up.
         print(_interrupted_line(config), file=sys.stderr)

@@ -107,10 +107,9 @@ CONTRACT_NOTE: Final = "see core/README.md, Contract versions"
 CONTRACT_CHANGES: Final[dict[int, str]] = {
     1: "the first contract (the Base* classes of rlcore.interfaces)",
     2: (
-        "BaseEngine.forward_backward takes the keyword-only argument temperature (logits / "
-        "temperature, the distribution the rollout sampled), algorithms declare their needs "
-        "(BaseAlgorithm.needs), rollouts their traits (BaseRollout.traits, dispatch_info) and "
-        "plugin modules their contract_version"
+        "BaseEngine.forward_backward takes the keyword-only argument temperature; algorithms "
+        "declare BaseAlgorithm.needs, rollouts BaseRollout.traits and dispatch_info(), plugin "
+        "modules contract_version"
     ),
 }
 

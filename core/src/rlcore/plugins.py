@@ -167,33 +167,33 @@ class _Provenance:
 def contract_refusal(declared: object) -> str | None:
     """Why a plugin declaring ``contract_version = declared`` is refused; None: it is current.
 
-    ``declared`` is None for a module that declares nothing (written before contracts were
-    versioned, i.e. for contract 1). One clause, naming the versions, what changed since and
+    ``declared`` is None for a module that declares nothing: it was written before contracts
+    were versioned, for contract 1. One clause, naming both versions, what changed since and
     :data:`~rlcore.interfaces.CONTRACT_NOTE`.
     """
+    current = CONTRACT_VERSION
     if declared is None:
-        version, said = 1, "declares no contract_version (contract 1)"
+        version, said = 1, " (it declares no contract_version)"
     elif isinstance(declared, int) and not isinstance(declared, bool):
-        version, said = declared, f"declares contract_version = {declared}"
+        version, said = declared, ""
     else:
         return (
             f"its contract_version must be an int, got {declared!r}; this rlcore implements "
-            f"contract {CONTRACT_VERSION}: set contract_version = {CONTRACT_VERSION} "
-            f"({CONTRACT_NOTE})"
+            f"contract {current} ({CONTRACT_NOTE})"
         )
-    if version == CONTRACT_VERSION:
+    if version == current:
         return None
-    if version > CONTRACT_VERSION:
+    if version > current:
         return (
-            f"it {said}, newer than this rlcore's contract {CONTRACT_VERSION}: upgrade rlcore "
-            f"({CONTRACT_NOTE})"
+            f"written for plugin contract {version}, newer than this rlcore's contract "
+            f"{current}: upgrade rlcore ({CONTRACT_NOTE})"
         )
     changes = "; ".join(
-        f"contract {v}: {CONTRACT_CHANGES[v]}" for v in range(version + 1, CONTRACT_VERSION + 1)
+        f"contract {v}: {CONTRACT_CHANGES[v]}" for v in range(version + 1, current + 1)
     )
     return (
-        f"it {said}, older than this rlcore's contract {CONTRACT_VERSION} ({changes}); "
-        f"{CONTRACT_NOTE}"
+        f"written for plugin contract {version}{said}, this rlcore implements contract "
+        f"{current} ({changes}); {CONTRACT_NOTE}"
     )
 
 
@@ -218,7 +218,7 @@ class PluginRegistry:
         self.problems: list[PluginProblem] = []
         self._entries: dict[str, dict[str, list[PluginEntry]]] = {k: {} for k in KINDS}
         # What refused plugins would provide, with the line each name resolves to.
-        self._refused: dict[str, dict[str, str]] = {k: {} for k in KINDS}
+        self._refused: dict[str, dict[str, tuple[PluginEntry, str]]] = {k: {} for k in KINDS}
         # Refused plugins are registered here, never in ``pm``: only to call their hooks.
         self._refused_pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
         self._refused_pm.add_hookspecs(hookspecs)
@@ -356,26 +356,37 @@ class PluginRegistry:
                     result = impl.function()
                 except Exception:  # third-party hook code; the refusal says enough
                     continue
-                if isinstance(result, Mapping):
-                    for name in result:
-                        if isinstance(name, str):
-                            self._refused[kind][name] = (
-                                f"is provided only by {prov.label}, whose plugin "
-                                f"{prov.plugin!r} is refused: {refusal}"
-                            )
+                if not isinstance(result, Mapping):
+                    continue
+                for name, target in result.items():
+                    if isinstance(name, str) and isinstance(target, str | type):
+                        entry = PluginEntry(
+                            kind=kind,
+                            name=name,
+                            target=target,
+                            distribution=prov.distribution,
+                            version=prov.version,
+                            plugin=prov.plugin,
+                        )
+                        self._refused[kind].setdefault(name, (entry, refusal))
 
-    def refused(self, kind: str) -> dict[str, str]:
-        """The names of ``kind`` only refused plugins provide -> the line each resolves to."""
-        found = self._entries[self._check_kind(kind)]
-        return {
-            n: self._refused_message(kind, n, None)
-            for n in sorted(self._refused[kind])
-            if n not in found
-        }
+    def refused_entries(self) -> list[tuple[PluginEntry, str]]:
+        """What refused plugins would provide (names no accepted plugin has), with the reason
+        of each refusal; sorted by kind then name."""
+        return [
+            self._refused[k][n]
+            for k in KINDS
+            for n in sorted(self._refused[k])
+            if n not in self._entries[k]
+        ]
 
     def _refused_message(self, kind: str, name: str, where: str | None) -> str:
+        entry, refusal = self._refused[kind][name]
         at = f" in {where}" if where else ""
-        return f"{kind} {name!r}{at} {self._refused[kind][name]}"
+        whose = f", whose plugin {entry.plugin!r}" if entry.distribution else ", which"
+        return (
+            f"{kind} {name!r}{at} is provided only by {entry.provider}{whose} is refused: {refusal}"
+        )
 
     def _collect(self, kind: str, function: Any, prov: _Provenance) -> None:
         where = prov.label

@@ -269,7 +269,7 @@ def test_check_plugin_module_passes_a_light_module(tmp_path):
         ),
         (GOOD.replace("some_pkg.reward:ExactReward", "ExactReward"), "expected a name"),
         (GOOD.replace("register_rewards", "register_reward"), "did you mean 'register_rewards'"),
-        ("x = 1\n", "must implement at least one hook"),
+        ("contract_version = 2\nx = 1\n", "must implement at least one hook"),
         ("raise ImportError('no backend')\n", "ImportError: no backend"),
         (
             GOOD.replace("contract_version = 2\n", ""),

@@ -1,0 +1,168 @@
+"""The code_interpreter tool, and the sandbox checks that turn a missing bwrap into one line
+before Ray starts (``rlcore config validate`` is the same loader ``rlcore train`` runs first)."""
+
+from __future__ import annotations
+
+import json
+
+import attrs
+import pytest
+
+from rlcore.agent import ToolError
+from rlcore.cli import main
+from rlcore.plugins import PluginRegistry
+from rlcore.testing.conformance import check_tool
+from rlcore_code.reward import CodeReward
+from rlcore_code.sandbox import INSTALL_HINT, SandboxOptions
+from rlcore_code.tool import CodeInterpreterTool
+
+
+@pytest.fixture(scope="module")
+def tool():
+    return CodeInterpreterTool()
+
+
+def test_tool_conformance():
+    check_tool(CodeInterpreterTool, cases=[({"code": "print(6 * 7)"}, "42")], time_limit_s=30.0)
+
+
+def test_tool_shows_output_errors_and_limits(tool):
+    assert tool.call({"code": "import math\nprint(math.factorial(20))"}) == "2432902008176640000"
+    err = tool.call({"code": "print('before')\n1 / 0"})
+    assert err.startswith("before\nTraceback (most recent call last):")
+    assert "ZeroDivisionError: division by zero" in err
+    assert err.endswith("[exit status 1]")
+    assert "_harness" not in err and "_main" not in err  # the model sees its own frames only
+    assert tool.call({"code": "pass"}) == "[no output]"
+    assert tool.call({"code": "import time\ntime.sleep(60)"}) == "[timed out after 3 s]"
+    long = tool.call({"code": "print('y' * 10_000_000)"})
+    assert long.endswith("[output cut at 1000000 bytes; the program was stopped]")
+    assert len(long) < 4100
+    # No state between calls, nothing of the host's files.
+    tool.call({"code": "open('/tmp/state', 'w').write('1')"})
+    assert "FileNotFoundError" in tool.call({"code": "print(open('/tmp/state').read())"})
+    with pytest.raises(ToolError, match="code_interpreter needs"):
+        tool.call({"source": "print(1)"})
+
+
+# --- bad input: one line with the fix, before anything starts ---------------------------------
+
+CONFIG = """
+[data]
+train_files = "{data}/train.jsonl"
+max_prompt_length = 64
+max_response_length = 16
+
+[model]
+path = "{data}/model"
+
+[reward]
+default = "code"
+{reward_options}
+[algorithm]
+name = "grpo"
+{agent}
+"""
+
+
+def _registry():
+    import importlib
+
+    reg = PluginRegistry(strict=True, entry_points=False)
+    for module in ("rlcore_code.plugin", "rlcore_grpo.plugin", "rlcore_hf.plugin", "rlcore_fsdp2.plugin"):
+        reg.register(importlib.import_module(module))
+    return reg
+
+
+def validate(tmp_path, capsys, *, reward_options="", agent=""):
+    config = tmp_path / "run.toml"
+    text = CONFIG.format(data=tmp_path, reward_options=reward_options, agent=agent)
+    config.write_text(text)
+    code = main(["config", "validate", str(config)], registry=_registry())
+    return code, capsys.readouterr().err
+
+
+def test_a_working_sandbox_validates(tmp_path, capsys):
+    assert validate(tmp_path, capsys, agent='[agent]\ntools = ["code_interpreter"]') == (0, "")
+
+
+def test_missing_bwrap_is_one_line_with_the_install_command(tmp_path, capsys):
+    options = '[reward.options.code.sandbox]\nbwrap = "/nonexistent/bwrap"\n'
+    code, err = validate(tmp_path, capsys, reward_options=options)
+    assert code == 2
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.endswith(
+        "reward.options.code.sandbox.bwrap: bubblewrap not found ('/nonexistent/bwrap' is not "
+        f"an executable); install it with: {INSTALL_HINT}\n"
+    )
+
+
+def test_bwrap_that_cannot_start_names_the_cause(tmp_path):
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create a new namespace' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    with pytest.raises(ValueError, match=r"cannot start a sandbox here: bwrap: No permissions"):
+        SandboxOptions(bwrap=str(fake))
+
+
+def test_interpreter_missing_inside_the_sandbox(tmp_path, capsys):
+    options = '[reward.options.code.sandbox]\npython = "/nonexistent/python3"\n'
+    code, err = validate(tmp_path, capsys, reward_options=options)
+    assert code == 2
+    assert "reward.options.code.sandbox.bwrap: python '/nonexistent/python3' does not run" in err
+
+
+def test_limits_are_validated_with_their_key(tmp_path, capsys):
+    options = "[reward.options.code.sandbox]\ntimeout_s = 0\n"
+    code, err = validate(tmp_path, capsys, reward_options=options)
+    assert code == 2
+    assert err.endswith("reward.options.code.sandbox.timeout_s: must be > 0, got 0.0\n")
+
+
+@attrs.frozen(kw_only=True)
+class _BrokenConfig(CodeInterpreterTool.Config):
+    sandbox: SandboxOptions = attrs.field(
+        factory=lambda: SandboxOptions(bwrap="/nonexistent/bwrap")
+    )
+
+
+class BrokenInterpreter(CodeInterpreterTool):
+    """A tool whose default sandbox has no bwrap: the loader must say so before Ray starts."""
+
+    Config = _BrokenConfig
+
+
+def test_a_tool_without_its_sandbox_fails_at_load(tmp_path, capsys, monkeypatch):
+    import sys
+    import types
+
+    from rlcore.hookspecs import hookimpl
+
+    module = types.ModuleType("rlcore_code_test_broken_tool")
+    module.BrokenInterpreter = BrokenInterpreter  # type: ignore[attr-defined]
+
+    class Plugin:
+        @hookimpl
+        def register_tools(self):
+            return {"broken_interpreter": "rlcore_code_test_broken_tool:BrokenInterpreter"}
+
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    reg = _registry()
+    reg.register(Plugin(), name="broken")
+    config = tmp_path / "run.toml"
+    config.write_text(
+        CONFIG.format(data=tmp_path, reward_options="", agent='[agent]\ntools = ["broken_interpreter"]')
+    )
+    code = main(["config", "validate", str(config)], registry=reg)
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1
+    assert "agent.tools[0]: tool 'broken_interpreter': bubblewrap not found" in err
+    assert INSTALL_HINT in err
+
+
+def test_reward_options_round_trip():
+    # The options a user writes reach the sandbox (no silent defaults).
+    reward = CodeReward(CodeReward.Config(sandbox=SandboxOptions(timeout_s=1.5), block="first"))
+    assert reward.config.sandbox.limits()["RLIMIT_CPU"] == (2, 3)
+    assert json.dumps(reward.config.sandbox.limits())

@@ -61,16 +61,21 @@ def read_problems(path: Path) -> list[dict[str, Any]]:
         msg = f"HumanEval file not found: {path} (pass --input, HumanEval.jsonl.gz or .jsonl)"
         raise DataError(msg)
     opener: Any = gzip.open if path.suffix == ".gz" else open
-    problems = []
-    number = 0
     try:
         with opener(path, "rt", encoding="utf-8") as f:
-            for number, line in enumerate(f, 1):
-                if line.strip():
-                    problems.append(json.loads(line))
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
-        msg = f"{path}:{number}: not JSON lines ({type(err).__name__}: {err})"
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        msg = f"{path}: cannot be read ({type(err).__name__}: {err})"
         raise DataError(msg) from err
+    problems = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            problems.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            msg = f"{path}:{number}: not a JSON object ({err})"
+            raise DataError(msg) from err
     if not problems:
         msg = f"{path} holds no problems"
         raise DataError(msg)

@@ -13,7 +13,8 @@ CONVERTER = REPO / "examples" / "data" / "humaneval.py"
 
 def converter() -> Any:
     spec = importlib.util.spec_from_file_location("rlcore_example_data_humaneval", CONVERTER)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

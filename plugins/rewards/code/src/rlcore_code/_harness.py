@@ -18,6 +18,7 @@ hold either way.
 """
 
 import builtins
+import contextlib
 import json
 import os
 import resource
@@ -41,10 +42,8 @@ def _main() -> None:
         if getpid() != harness_pid:  # a child the code forked: only the harness reports
             exit_now(0)
         for stream in (sys.stdout, sys.stderr):
-            try:
+            with contextlib.suppress(BaseException):  # the code may have closed or replaced it
                 stream.flush()
-            except BaseException:  # noqa: BLE001 - the code may have closed or replaced it
-                pass
         write(verdict_fd, f"\n{token} {reason} {detail}\n".encode())
         exit_now(0)
 
@@ -55,15 +54,14 @@ def _main() -> None:
         except SystemExit as err:
             sys.stdout.flush()
             exit_now(err.code if isinstance(err.code, int) else 1)
-        except BaseException as err:  # noqa: BLE001 - shown to the model as a traceback
+        except BaseException as err:  # shown to the model as a traceback
             import traceback
 
-            try:
+            with contextlib.suppress(BaseException):
                 sys.stdout.flush()  # what it printed first comes first
-            except BaseException:  # noqa: BLE001
-                pass
             # From the code's own frame on: the harness's frame means nothing to the model.
-            traceback.print_exception(type(err), err, err.__traceback__.tb_next)
+            tb = err.__traceback__
+            traceback.print_exception(type(err), err, tb.tb_next if tb is not None else None)
             sys.stdout.flush()
             sys.stderr.flush()
             exit_now(1)
@@ -73,11 +71,11 @@ def _main() -> None:
 
     try:
         code = compile(request["code"], "<candidate>", "exec")
-    except BaseException as err:  # noqa: BLE001 - SyntaxError, but also a too-deep nesting
+    except BaseException as err:  # SyntaxError, but also a too-deep nesting
         verdict("syntax", type(err).__name__)
     try:
         test = compile(request["test"], "<tests>", "exec")
-    except BaseException as err:  # noqa: BLE001
+    except BaseException as err:
         verdict("bad_test", type(err).__name__)
     # Not "__main__": a solution's `if __name__ == "__main__":` demo (input(), prints) stays off.
     namespace = {"__name__": "__candidate__", "__builtins__": builtins}
@@ -90,7 +88,7 @@ def _main() -> None:
         verdict("memory", "MemoryError")
     except SystemExit:
         verdict("exit", "SystemExit")
-    except BaseException as err:  # noqa: BLE001 - any other exception is the code's error
+    except BaseException as err:  # any other exception is the code's error
         verdict("error", type(err).__name__)
     verdict("pass")
 

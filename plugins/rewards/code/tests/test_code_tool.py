@@ -42,6 +42,9 @@ def test_tool_shows_output_errors_and_limits(tool):
     long = tool.call({"code": "print('y' * 10_000_000)"})
     assert long.endswith("[output cut at 1000000 bytes; the program was stopped]")
     assert len(long) < 4100
+    # Same program, same output: a fixed hash seed (set order), so a reward is deterministic.
+    sets = "print(list({'apple', 'pear', 'fig', 'kiwi', 'plum', 'lime'}))"
+    assert len({tool.call({"code": sets}) for _ in range(3)}) == 1
     # No state between calls, nothing of the host's files.
     tool.call({"code": "open('/tmp/state', 'w').write('1')"})
     assert "FileNotFoundError" in tool.call({"code": "print(open('/tmp/state').read())"})

@@ -1,4 +1,4 @@
-"""The program that runs first inside the sandbox (``python3 -I -c <this file's text>``).
+"""The program that runs first inside the sandbox (``python3 -s -c <this file's text>``).
 
 It reads one JSON line from standard input, ``{"token", "mode", "limits", "code", "test"}``,
 lowers its own resource limits, closes standard input, and runs the untrusted code.

@@ -6,7 +6,7 @@ Each run is a fresh sandbox::
           --die-with-parent --new-session --clearenv --cap-drop ALL
           --ro-bind /usr /usr (+ /bin, /lib, ... as the host has them) --proc /proc --dev /dev
           --size T --tmpfs /dev/shm --size T --tmpfs /tmp --chdir /tmp
-          python3 -I -c <the harness>
+          python3 -s -c <the harness>
 
 - **Network**: a new network namespace (``--unshare-all``) holding only its own loopback, so
   ``127.0.0.1`` is the sandbox's, not the host's; no other interface exists.
@@ -223,11 +223,15 @@ def _resolved(bwrap: str) -> str:
 
 @functools.cache
 def _checked(options: SandboxOptions) -> None:
-    result = run_in_sandbox(
-        options,
-        {"mode": "run", "token": "", "code": "import sys; print(sys.version_info[0])"},
-        timeout_s=_CHECK_TIMEOUT_S,
-    )
+    try:
+        result = run_in_sandbox(
+            options,
+            {"mode": "run", "token": "", "code": "import sys; print(sys.version_info[0])"},
+            timeout_s=_CHECK_TIMEOUT_S,
+        )
+    except OSError as err:  # bwrap itself cannot be executed (by uid 65534 under root)
+        msg = f"bubblewrap ({_resolved(options.bwrap)}) cannot be started: {err}"
+        raise ValueError(msg) from err
     text = result.output.decode(errors="replace").strip()
     if result.returncode == 0 and text == "3":
         return
@@ -276,6 +280,8 @@ def _command(options: SandboxOptions, bwrap: str) -> list[str]:
         "--setenv", "LANG", "C.UTF-8",
         # Fixed hash seed: set iteration order, and so a reward, is the same on every run.
         "--setenv", "PYTHONHASHSEED", "0",
+        "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
+        "--setenv", "PYTHONSAFEPATH", "1",  # 3.11+: no '' (the cwd) first on sys.path
         "--ro-bind", "/usr", "/usr",
     ]  # fmt: skip
     for top in _SYSTEM_DIRS:
@@ -295,7 +301,9 @@ def _command(options: SandboxOptions, bwrap: str) -> list[str]:
         "--size", tmp, "--tmpfs", "/dev/shm",
         "--size", tmp, "--tmpfs", "/tmp",
         "--chdir", "/tmp",
-        options.python, "-I", "-c", _harness_source(),
+        # -s, not -I: -I would ignore the PYTHON* variables above, and the environment is
+        # already clean (--clearenv).
+        options.python, "-s", "-c", _harness_source(),
     ]  # fmt: skip
     return cmd
 

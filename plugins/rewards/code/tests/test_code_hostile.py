@@ -134,7 +134,7 @@ def test_reading_the_hosts_environment(reward, monkeypatch):
         "            pass\n"
         "    return seen"
     )
-    # /proc/1 inside is the sandbox's own init, started with a two-variable environment.
+    # /proc/1 inside is the sandbox's own init (bwrap), whose environment is PATH alone.
     result = run(reward, code, f"assert {secret!r} in leak()\n")
     assert result["reason"] == "fail"
 

@@ -14,7 +14,7 @@ Each run is a fresh sandbox::
   visible, read-only; ``/tmp`` and ``/dev/shm`` are private tmpfs of ``tmp_mb`` each, gone with
   the sandbox. No ``/home``, ``/root``, ``/etc``, ``/work``.
 - **Processes**: a new PID namespace (the code sees only itself; ``/proc/1`` is the sandbox's
-  own init, started with a two-variable environment), a new session (no terminal), killed
+  own init, whose environment is PATH alone), a new session (no terminal), killed
   with its parent. The harness lowers ``RLIMIT_CPU``, ``RLIMIT_AS``, ``RLIMIT_NPROC``,
   ``RLIMIT_NOFILE``, ``RLIMIT_FSIZE`` and ``RLIMIT_CORE`` on itself before the code runs.
 - **Root**: the kernel does not apply ``RLIMIT_NPROC`` to host root, and a sandbox user

@@ -597,7 +597,8 @@ def _generate_one_via_batch(
 
 
 class BaseReward(abc.ABC):
-    """A rule reward: pure, fast, deterministic; never ``eval`` model output.
+    """A rule reward: pure, fast, deterministic; never ``eval`` model output in-process
+    (``rlcore-code`` runs model-written code in a bubblewrap sandbox instead).
 
     Example::
 
@@ -762,7 +763,8 @@ class BaseTool(abc.ABC):
     ``schema()`` is the OpenAI/Hermes function description put in the system prompt and
     used by the agent loop to find the tool by ``schema()["name"]``. ``call`` is synchronous
     and is run by the loop in a thread with a time limit (``[agent] tool_timeout_s``); it
-    must not ``eval``/``exec`` model output. Bad arguments raise :class:`ToolError` (its
+    must not ``eval``/``exec`` model output in-process (``rlcore-code``'s ``code_interpreter``
+    runs it in a sandboxed subprocess). Bad arguments raise :class:`ToolError` (its
     message is shown to the model); any other exception is also caught, shown and counted
     as an error. Example::
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from rlcore.hookspecs import hookimpl
 
+# The plugin contract this package is written for (core/README.md, Contract versions).
+contract_version = 2
+
 
 @hookimpl
 def register_rewards() -> dict[str, str]:

@@ -112,7 +112,8 @@ def require(batch: DataProto, key: str) -> torch.Tensor:
 
 
 class PolicyGradientAlgorithm(BaseAlgorithm):
-    """Clipped policy-gradient loss with optional KL (loss or reward) and entropy bonus."""
+    """The registered policy loss and advantage estimator, with optional KL (loss or reward)
+    and entropy bonus."""
 
     @attrs.frozen(kw_only=True)
     class Config(BaseAlgorithm.Config):

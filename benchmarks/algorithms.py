@@ -27,6 +27,7 @@ from rlcore.rl.advantages import (
     compute_reinforce_plus_plus_outcome_advantage,
     compute_rloo_outcome_advantage,
 )
+from rlcore.rl.algorithm import PolicyGradientAlgorithm
 from rlcore.rl.kl import apply_kl_penalty, kl_penalty
 from rlcore.rl.losses import (
     agg_loss,
@@ -127,22 +128,34 @@ def main() -> None:
         loss = compute_value_loss(vpred, adv, values, mask, cliprange_value=0.5, totals=totals)[0]
         loss.backward()
 
+    cfg = PolicyGradientAlgorithm.Config()  # the options every policy loss reads
+
     def pg(mode: str) -> None:
-        loss = compute_policy_loss_vanilla(old, new, adv, mask, loss_agg_mode=mode, totals=totals)
+        loss = compute_policy_loss_vanilla(
+            old, new, adv, mask, loss_agg_mode=mode, config=cfg, totals=totals
+        )
         backward(loss[0])
 
     def gspo() -> None:
-        backward(compute_policy_loss_gspo(old, new, adv, mask, totals=totals)[0])
+        mode = "seq-mean-token-mean"  # the paper's
+        backward(
+            compute_policy_loss_gspo(
+                old, new, adv, mask, loss_agg_mode=mode, config=cfg, totals=totals
+            )[0]
+        )
 
     rollout = old + 0.05 * torch.randn(b, r, generator=gen).to(dev)
 
     def with_is(level: str) -> None:
         w = rollout_is_weights(old, rollout, mask, level=level, cap=2.0)
-        backward(compute_policy_loss_vanilla(old, new, adv, mask, totals=totals,
+        backward(compute_policy_loss_vanilla(old, new, adv, mask, loss_agg_mode="token-mean",
+                                             config=cfg, totals=totals,
                                              rollout_is_weights=w)[0])  # fmt: skip
 
-    def other(fn: Callable[..., tuple[torch.Tensor, ...]]) -> Callable[[], None]:
-        return lambda: backward(fn(old, new, adv, mask, totals=totals)[0])
+    def other(fn: Callable[..., tuple[torch.Tensor, object]]) -> Callable[[], None]:
+        return lambda: backward(
+            fn(old, new, adv, mask, loss_agg_mode="token-mean", config=cfg, totals=totals)[0]
+        )
 
     def kl_loss(name: str) -> None:
         backward(agg_loss(kl_penalty(new, ref, name), mask, "token-mean", totals))

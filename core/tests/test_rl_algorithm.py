@@ -99,8 +99,8 @@ def test_policy_loss_combines_pg_kl_and_entropy(mode, kl_type):
     ent2 = b["entropy"].clone().requires_grad_(True)
     mask = b["response_mask"]
     pg = compute_policy_loss_vanilla(
-        b["old_log_probs"], lp2, b["advantages"], mask, clip_ratio_high=0.28,
-        loss_agg_mode=mode, totals=totals,
+        b["old_log_probs"], lp2, b["advantages"], mask,
+        loss_agg_mode=mode, config=cfg, totals=totals,
     )[0]  # fmt: skip
     kl = agg_loss(kl_penalty(lp2, b["ref_log_prob"], kl_type), mask, mode, totals)
     expected = pg + 0.05 * kl - 0.01 * agg_loss(ent2, mask, mode, totals)
@@ -113,8 +113,8 @@ def test_policy_loss_combines_pg_kl_and_entropy(mode, kl_type):
     local = local_totals(mask)
     with torch.no_grad():
         pg_local = compute_policy_loss_vanilla(
-            b["old_log_probs"], lp2, b["advantages"], mask, clip_ratio_high=0.28,
-            loss_agg_mode=mode, totals=local,
+            b["old_log_probs"], lp2, b["advantages"], mask,
+            loss_agg_mode=mode, config=cfg, totals=local,
         )[0]  # fmt: skip
         kl_local = agg_loss(kl_penalty(lp2, b["ref_log_prob"], kl_type), mask, mode, local)
     assert metrics["actor/pg_loss"] == pytest.approx(pg_local.item(), abs=1e-12)
@@ -175,7 +175,7 @@ def test_rollout_is_in_the_algorithm_is_the_weighted_loss(level):
     )
     want = compute_policy_loss_cispo(
         t["old_log_probs"], t["log_probs"], t["advantages"], t["response_mask"],
-        totals=totals, rollout_is_weights=w,
+        loss_agg_mode="token-mean", config=algo.config, totals=totals, rollout_is_weights=w,
     )[0]  # fmt: skip
     assert abs(float(loss.detach()) - float(want.detach())) <= 1e-12
     assert 0.0 < metrics["actor/rollout_is_truncated_frac"] < 1.0
@@ -275,7 +275,17 @@ def test_config_defaults():
         ({"rollout_is_cap": 0.0}, "'rollout_is_cap' must be >"),
         ({"sapo_tau_neg": 0.0}, "'sapo_tau_neg' must be >"),
         ({"kl_loss_type": "k4"}, "'kl_loss_type' must be in"),
-        ({"policy_loss": "ppo"}, "'policy_loss' must be in"),
+        (
+            {"policy_loss": "ppo"},
+            r"^unknown policy loss 'ppo'\. Registered: cispo, gmpo, gpg, gspo, kl_cov, sapo, "
+            r"vanilla\.$",
+        ),
+        (
+            {"adv_estimator": "gae"},
+            "^advantage estimator 'gae' reads the options gamma, lam, which algorithm "
+            "PolicyGradientAlgorithm does not have$",
+        ),
+        ({"adv_estimator": "gea"}, r"^unknown advantage estimator 'gea'\. Registered: gae, "),
     ],
 )
 def test_config_validators(kwargs, message):

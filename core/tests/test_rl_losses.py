@@ -8,11 +8,13 @@ token counts: the summed gradient must equal the one-batch gradient for every mo
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from rlcore.interfaces import BatchTotals
+from rlcore.rl.algorithm import PolicyGradientAlgorithm
 from rlcore.rl.losses import (
     LOSS_AGG_MODES,
     agg_loss,
@@ -23,6 +25,11 @@ from rlcore.rl.losses import (
 )
 
 TOL = 1e-6
+
+
+def cfg(**options: float) -> PolicyGradientAlgorithm.Config:
+    """The algorithm Config a policy loss reads its options from."""
+    return PolicyGradientAlgorithm.Config(**options)  # type: ignore[arg-type]
 
 
 def random_mask(gen: torch.Generator, rows: int, length: int, holes: bool = False) -> torch.Tensor:
@@ -164,10 +171,12 @@ def test_vanilla_policy_loss_matches_reference(mode, seed, lo, hi, c):
     mask, old, new, adv = inputs(seed, holes=seed == 1)
     new.requires_grad_(True)
     totals = BatchTotals(tokens=int(mask.sum()) + 7, sequences=13, max_response_length=15)
-    loss, clipfrac, ppo_kl, lower = compute_policy_loss_vanilla(
-        old, new, adv, mask, clip_ratio_low=lo, clip_ratio_high=hi, clip_ratio_c=c,
-        loss_agg_mode=mode, totals=totals,
+    loss, metrics = compute_policy_loss_vanilla(
+        old, new, adv, mask, loss_agg_mode=mode,
+        config=cfg(clip_ratio_low=lo, clip_ratio_high=hi, clip_ratio_c=c), totals=totals,
     )  # fmt: skip
+    clipfrac, ppo_kl = metrics["actor/pg_clipfrac"], metrics["actor/ppo_kl"]
+    lower = metrics["actor/pg_clipfrac_lower"]
     loss.backward()
     ref_loss, ref_grad, (ref_clip, ref_kl, ref_lower) = ref_vanilla(
         old.tolist(), new.tolist(), adv.tolist(), mask.tolist(), lo, hi, c, mode, totals
@@ -183,8 +192,10 @@ def test_vanilla_policy_loss_matches_reference(mode, seed, lo, hi, c):
 
 def test_dual_clip_needs_c_above_one():
     mask, old, new, adv = inputs(0)
+    # A Config refuses c <= 1 itself; the loss checks too (any object with the options).
+    options = SimpleNamespace(clip_ratio_low=0.2, clip_ratio_high=0.2, clip_ratio_c=1.0)
     with pytest.raises(ValueError, match=r"clip_ratio_c must be > 1\.0"):
-        compute_policy_loss_vanilla(old, new, adv, mask, clip_ratio_c=1.0)
+        compute_policy_loss_vanilla(old, new, adv, mask, loss_agg_mode="token-mean", config=options)
 
 
 # --- GSPO -------------------------------------------------------------------------------------
@@ -227,10 +238,12 @@ def test_gspo_policy_loss_matches_reference(mode, seed):
     new[4, :] = old[4, :] + 12.0  # a sequence whose log-ratio is clamped at 10
     new.requires_grad_(True)
     totals = local_totals(mask)
-    loss, clipfrac, ppo_kl, lower = compute_policy_loss_gspo(
-        old, new, adv, mask, clip_ratio_low=0.1, clip_ratio_high=0.12, loss_agg_mode=mode,
-        totals=totals,
+    loss, metrics = compute_policy_loss_gspo(
+        old, new, adv, mask, loss_agg_mode=mode,
+        config=cfg(clip_ratio_low=0.1, clip_ratio_high=0.12), totals=totals,
     )  # fmt: skip
+    clipfrac, ppo_kl = metrics["actor/pg_clipfrac"], metrics["actor/ppo_kl"]
+    lower = metrics["actor/pg_clipfrac_lower"]
     loss.backward()
     ref_loss, ref_grad, ref_clip, ref_kl = ref_gspo(
         old.tolist(), new.tolist(), adv.tolist(), mask.tolist(), 0.1, 0.12, mode, totals
@@ -312,11 +325,11 @@ def test_micro_batch_split_gives_the_same_gradient(mode, loss_name):
         m = mask[idx]
         if loss_name == "vanilla":
             return compute_policy_loss_vanilla(
-                old[idx], x, adv[idx], m, loss_agg_mode=mode, totals=totals
+                old[idx], x, adv[idx], m, loss_agg_mode=mode, config=cfg(), totals=totals
             )[0]
         if loss_name == "gspo":
             return compute_policy_loss_gspo(
-                old[idx], x, adv[idx], m, loss_agg_mode=mode, totals=totals
+                old[idx], x, adv[idx], m, loss_agg_mode=mode, config=cfg(), totals=totals
             )[0]
         return compute_value_loss(
             x, adv[idx], old[idx], m, cliprange_value=0.2, loss_agg_mode=mode, totals=totals

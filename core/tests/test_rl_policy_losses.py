@@ -21,6 +21,7 @@ from rlcore.rl.advantages import (
     compute_reinforce_plus_plus_outcome_advantage,
     compute_rloo_outcome_advantage,
 )
+from rlcore.rl.algorithm import PolicyGradientAlgorithm
 from rlcore.rl.kl import apply_kl_penalty
 from rlcore.rl.losses import (
     LOSS_AGG_MODES,
@@ -93,9 +94,24 @@ def aggregate(loss_mat, dmat, m, mode, totals):
     return value, grad
 
 
+def call(
+    fn, old, new, adv, mask, *, loss_agg_mode="token-mean", totals=None, rollout_is_weights=None,
+    **options,
+):  # fmt: skip
+    """``fn`` through the registry's one signature, its options (the algorithm Config's
+    fields) as keywords: ``(loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower)``."""
+    config = PolicyGradientAlgorithm.Config(**options)
+    loss, metrics = fn(
+        old, new, adv, mask, loss_agg_mode=loss_agg_mode, config=config, totals=totals,
+        rollout_is_weights=rollout_is_weights,
+    )  # fmt: skip
+    keys = ("actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower")
+    return (loss, *(metrics[k] for k in keys))
+
+
 def run(fn, new, *args, **kw):
     leaf = new.detach().clone().requires_grad_(True)
-    out = fn(*args[:1], leaf, *args[1:], **kw)
+    out = call(fn, *args[:1], leaf, *args[1:], **kw)
     out[0].backward()
     return out, leaf.grad
 
@@ -185,7 +201,7 @@ def test_sapo_matches_reference(mode):
     mask, old, new, adv, _ = inputs(7, holes=True)
     (loss, *_), grad = run(
         compute_policy_loss_sapo, new, old, adv, mask,
-        tau_pos=1.0, tau_neg=1.05, loss_agg_mode=mode, totals=TOTALS,
+        sapo_tau_pos=1.0, sapo_tau_neg=1.05, loss_agg_mode=mode, totals=TOTALS,
     )  # fmt: skip
     lm, dm = ref_sapo(old.tolist(), new.tolist(), adv.tolist(), 1.0, 1.05)
     value, ref_grad = aggregate(lm, dm, mask.tolist(), mode, TOTALS)
@@ -259,7 +275,8 @@ def test_gmpo_with_sequence_advantages_equals_verl_mean_over_rows():
     mask, old, new, _, _ = inputs(10)
     adv = torch.randn(10, 1, dtype=torch.float64).expand(10, 12).contiguous()
     mask[0] = 1.0  # verl divides by (length + 1e-8): keep every row non-empty
-    loss = compute_policy_loss_gmpo(old, new, adv, mask)[0]
+    clip = {"clip_ratio_low": 0.4, "clip_ratio_high": 0.4}
+    loss = call(compute_policy_loss_gmpo, old, new, adv, mask, **clip)[0]
     d = new - old
     s = torch.sign(adv)
     c = s * torch.minimum(s * d, s * d.clamp(-0.4, 0.4))
@@ -362,7 +379,7 @@ def test_rollout_is_weights_multiply_each_token_loss(fn):
     # The same as weighting by hand: d(sum w_t * L_t)/d new_t = w_t * dL_t/d new_t for the
     # token losses (GSPO's sequence ratio couples tokens, so only its value is checked).
     leaf = new.detach().clone().requires_grad_(True)
-    plain = fn(old, leaf, adv, mask, loss_agg_mode="token-sum")[0]
+    plain = call(fn, old, leaf, adv, mask, loss_agg_mode="token-sum")[0]
     assert weighted.item() != pytest.approx(plain.item())
     if fn is not compute_policy_loss_gspo:
         per_token = torch.autograd.grad(plain, leaf)[0]
@@ -393,15 +410,15 @@ def test_nan_at_padding_never_reaches_the_loss(mode, bad):
         (compute_policy_loss_cispo, {"loss_agg_mode": mode}),
         (compute_policy_loss_gpg, {"loss_agg_mode": mode}),
         (compute_policy_loss_sapo, {"loss_agg_mode": mode}),
-        (compute_policy_loss_gmpo, {}),
+        (compute_policy_loss_gmpo, {"clip_ratio_low": 0.4, "clip_ratio_high": 0.4}),
         (compute_policy_loss_kl_cov, {"loss_agg_mode": mode, "kl_cov_ratio": 0.1}),
     ]:
         leaf = p_new.detach().clone().requires_grad_(True)
-        out = fn(p_old, leaf, p_adv, mask, totals=TOTALS, rollout_is_weights=w_bad, **kw)
-        ref = fn(old, new, adv, mask, totals=TOTALS, rollout_is_weights=w_clean, **kw)
-        for got, want in zip(out, ref):
-            assert torch.isfinite(got).all(), fn.__name__
-            assert abs(float(got.detach()) - float(want.detach())) <= 1e-12, fn.__name__
+        out = call(fn, p_old, leaf, p_adv, mask, totals=TOTALS, rollout_is_weights=w_bad, **kw)
+        ref = call(fn, old, new, adv, mask, totals=TOTALS, rollout_is_weights=w_clean, **kw)
+        for got, want in zip([out[0].detach(), *out[1:]], [ref[0].detach(), *ref[1:]]):
+            assert math.isfinite(float(got)), fn.__name__
+            assert abs(float(got) - float(want)) <= 1e-12, fn.__name__
         out[0].backward()
         assert torch.isfinite(leaf.grad).all(), fn.__name__
         assert bool((leaf.grad[mask == 0] == 0).all()), fn.__name__

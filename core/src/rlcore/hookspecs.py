@@ -7,14 +7,16 @@ A plugin is a module named by an entry point in the ``rlcore`` group::
 
 whose functions carry ``@hookimpl``. Hooks return data and do no work: each maps a name, as
 it appears in a TOML config, to a ``"module:Class"`` string (imported only when a config
-selects that name) or to the class itself. A plugin module must import nothing heavy
+selects that name) or to the class itself (policy losses and advantage estimators are
+functions: ``"module:function"``). A plugin module must import nothing heavy
 (no torch, transformers, vllm, ...), because every installed plugin is imported whenever
 rlcore lists or resolves plugins.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import pluggy
 
@@ -106,4 +108,37 @@ def register_loggers() -> Mapping[str, str | type]:  # type: ignore[empty-body]
         @hookimpl
         def register_loggers():
             return {"wandb": "rlcore_wandb.logger:WandbLogger"}
+    """
+
+
+@hookspec
+def register_policy_losses() -> Mapping[str, str | Callable[..., Any]]:  # type: ignore[empty-body]
+    """Policy losses (functions of :class:`rlcore.rl.registry.PolicyLossFn`'s signature).
+
+    Selected by ``[algorithm] policy_loss = ...`` (algorithms built on
+    :class:`rlcore.rl.algorithm.PolicyGradientAlgorithm`). Targets are ``"module:function"``
+    strings; :func:`rlcore.rl.losses.policy_loss_fn` turns per-token terms into one with the
+    shared aggregation and metrics.
+
+    Example::
+
+        @hookimpl
+        def register_policy_losses():
+            return {"my_clip": "acme_rl.losses:compute_policy_loss_my_clip"}
+    """
+
+
+@hookspec
+def register_adv_estimators() -> Mapping[str, str | Callable[..., Any]]:  # type: ignore[empty-body]
+    """Advantage estimators (functions of :class:`rlcore.rl.registry.AdvantageEstimatorFn`'s
+    signature).
+
+    Selected by ``[algorithm] adv_estimator = ...`` (verl's key; algorithms built on
+    :class:`rlcore.rl.algorithm.PolicyGradientAlgorithm`, each with its own default).
+
+    Example::
+
+        @hookimpl
+        def register_adv_estimators():
+            return {"my_baseline": "acme_rl.advantages:compute_my_baseline_advantage"}
     """

@@ -28,7 +28,7 @@ import importlib.metadata
 import importlib.util
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, Protocol
 
 import attrs
@@ -53,6 +53,7 @@ log = logging.getLogger(__name__)
 __all__ = [
     "DISABLED_KEY",
     "ENTRY_POINT_GROUP",
+    "FUNCTION_KINDS",
     "INSTALL_HINTS",
     "KINDS",
     "Component",
@@ -67,7 +68,19 @@ __all__ = [
 ENTRY_POINT_GROUP: Final = "rlcore"
 DISABLED_KEY: Final = "[plugins] disabled"
 
-KINDS: Final = ("engine", "rollout", "reward", "algorithm", "tool", "logger")
+KINDS: Final = (
+    "engine",
+    "rollout",
+    "reward",
+    "algorithm",
+    "tool",
+    "logger",
+    "policy_loss",
+    "adv_estimator",
+)
+# Kinds whose targets are functions ("module:function"), resolved by resolve_function; the
+# others are classes with a Config, resolved by resolve.
+FUNCTION_KINDS: Final = ("policy_loss", "adv_estimator")
 _HOOKS: Final = {
     "engine": "register_engines",
     "rollout": "register_rollouts",
@@ -75,6 +88,8 @@ _HOOKS: Final = {
     "algorithm": "register_algorithms",
     "tool": "register_tools",
     "logger": "register_loggers",
+    "policy_loss": "register_policy_losses",
+    "adv_estimator": "register_adv_estimators",
 }
 _BASES: Final[dict[str, type]] = {
     "engine": BaseEngine,
@@ -121,7 +136,7 @@ class PluginEntry:
 
     kind: str
     name: str
-    target: str | type
+    target: str | type | Callable[..., Any]  # a function for the function kinds
     distribution: str | None  # None for a plugin registered in-process (tests)
     version: str | None
     plugin: str  # the entry point (or registration) name
@@ -224,16 +239,20 @@ class PluginRegistry:
         self._refused_pm.add_hookspecs(hookspecs)
         self._provenance: dict[int, _Provenance] = {}
         self._resolved: dict[tuple[str, str], type] = {}
+        self._resolved_functions: dict[tuple[str, str], Callable[..., Any]] = {}
         if disabled is None:
             disabled = _process_disabled
         self._disabled = {_normalize(d.strip()) for d in disabled if d.strip()}
-        # The core's own components (the console, jsonl and tensorboard loggers) register
-        # through the same hooks; a registry without entry points still has them unless
-        # ``builtins`` is off (checking one plugin module alone).
+        # The core's own components (the console, jsonl and tensorboard loggers, the policy
+        # losses and advantage estimators) register through the same hooks; a registry without
+        # entry points still has them unless ``builtins`` is off (checking one plugin module
+        # alone).
         if builtins:
+            from rlcore.rl import builtin as rl_builtin
             from rlcore.tracking import builtin
 
             self._register(builtin, _Provenance("rlcore", _core_version(), "builtin"))
+            self._register(rl_builtin, _Provenance("rlcore", _core_version(), "builtin-rl"))
         if entry_points:
             self._load_entry_points()
 
@@ -407,14 +426,20 @@ class PluginRegistry:
             )
             self._problem(prov, "error", f"{hook_name}() returned no mapping", msg)
             return
+        # Function kinds (policy losses, estimators) register "module:function" or a function.
+        what = "function" if kind in FUNCTION_KINDS else "Class"
         for name, target in result.items():
-            bad_target = not isinstance(target, type) and not (
-                isinstance(target, str) and ":" in target
+            in_process = (
+                callable(target) and not isinstance(target, type)
+                if kind in FUNCTION_KINDS
+                else isinstance(target, type)
             )
+            bad_target = not in_process and not (isinstance(target, str) and ":" in target)
             if not isinstance(name, str) or bad_target:
                 msg = (
                     f"{where}: {hook_name}() of plugin {prov.plugin!r} registered "
-                    f"{name!r} -> {target!r}; expected a name -> 'module:Class' string or class"
+                    f"{name!r} -> {target!r}; expected a name -> 'module:{what}' string or "
+                    f"{what.lower()}"
                 )
                 self._problem(prov, "error", f"bad registration {name!r} -> {target!r}", msg)
                 continue
@@ -469,6 +494,9 @@ class PluginRegistry:
         (``"[actor.engine] of run.toml"``).
         """
         self._check_kind(kind)
+        if kind in FUNCTION_KINDS:
+            msg = f"{kind} names a function: use resolve_function({kind!r}, {name!r})"
+            raise PluginError(msg)
         cached = self._resolved.get((kind, name))
         if cached is not None:
             return cached
@@ -499,8 +527,37 @@ class PluginRegistry:
         self._resolved[(kind, name)] = cls
         return cls
 
+    def resolve_function(self, kind: str, name: str, *, where: str | None = None) -> Any:
+        """Import and return the function registered as ``name`` of a function kind
+        (``policy_loss``, ``adv_estimator``); :mod:`rlcore.rl.registry` is the typed front.
+
+        ``where`` names the config key that selected it (``"[algorithm] policy_loss"``).
+        """
+        if self._check_kind(kind) not in FUNCTION_KINDS:
+            msg = f"{kind} names a class: use resolve({kind!r}, {name!r})"
+            raise PluginError(msg)
+        cached = self._resolved_functions.get((kind, name))
+        if cached is not None:
+            return cached
+        found = self._entries[kind].get(name)
+        if not found:
+            raise PluginError(self._unknown_message(kind, name, where))
+        if len(found) > 1:
+            raise PluginError(self._duplicate_message(kind, name))
+        entry = found[0]
+        fn = self._import(entry)
+        # A class is callable too, but the registries promise plain functions of one signature.
+        if isinstance(fn, type) or not callable(fn):
+            msg = (
+                f"{kind} {name!r} ({entry.target_name}) from {entry.provider} is not a "
+                f"function, got {type(fn).__name__}"
+            )
+            raise PluginError(msg)
+        self._resolved_functions[(kind, name)] = fn
+        return fn
+
     def _import(self, entry: PluginEntry) -> object:
-        if isinstance(entry.target, type):
+        if not isinstance(entry.target, str):
             return entry.target
         module_name, _, attr_path = entry.target.partition(":")
         try:
@@ -531,7 +588,7 @@ class PluginRegistry:
         imports of packages that are not installed (a missing backend such as ``vllm``).
         Only a module without readable source is imported.
         """
-        if isinstance(entry.target, type):
+        if not isinstance(entry.target, str):
             return "ok"
         module_name, _, attr_path = entry.target.partition(":")
         try:

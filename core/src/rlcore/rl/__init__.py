@@ -6,7 +6,11 @@ subclass. Modules:
 
 - :mod:`rlcore.rl.masked`: masked sum / mean / variance / whitening.
 - :mod:`rlcore.rl.advantages`: GAE, GRPO, RLOO, REINFORCE++ (with and without group baseline).
-- :mod:`rlcore.rl.losses`: loss aggregation, PPO clipped / GSPO policy losses, value loss.
+- :mod:`rlcore.rl.losses`: loss aggregation, the policy losses (PPO clipped, GSPO, CISPO, GPG,
+  SAPO, GMPO, KL-Cov) with their shared tail, value loss.
+- :mod:`rlcore.rl.registry`: policy losses and advantage estimators by name (verl's
+  ``register_policy_loss`` / ``register_adv_est``), one signature each; the core's own are
+  registered in :mod:`rlcore.rl.builtin` through the plugin hooks.
 - :mod:`rlcore.rl.kl`: KL estimators (k1, abs, k2, k3 and ``+`` variants), KL controllers,
   KL penalty in the reward.
 

@@ -9,11 +9,18 @@ Outcome estimators (GRPO, RLOO, REINFORCE++-baseline) use one scalar score per r
 any order (uids need not be contiguous). Group statistics are computed in float64: a
 zero-variance group of float32 scores (e.g. all 0.1) must give exactly 0, not rounding noise
 divided by ``epsilon``.
+
+The ``*_estimator`` functions at the end are the registered ones (``[algorithm]
+adv_estimator``, :mod:`rlcore.rl.builtin`): each has the one signature of
+:class:`rlcore.rl.registry.AdvantageEstimatorFn` and reads its options from the algorithm's
+``Config``; ``config_keys`` lists them, so a config whose algorithm lacks one is refused
+before the run starts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -26,7 +33,12 @@ __all__ = [
     "compute_reinforce_plus_plus_baseline_outcome_advantage",
     "compute_reinforce_plus_plus_outcome_advantage",
     "compute_rloo_outcome_advantage",
+    "gae_estimator",
     "group_index",
+    "grpo_estimator",
+    "reinforce_plus_plus_baseline_estimator",
+    "reinforce_plus_plus_estimator",
+    "rloo_estimator",
 ]
 
 
@@ -200,3 +212,109 @@ def compute_reinforce_plus_plus_baseline_outcome_advantage(
     centered = _broadcast(scores - means, token_level_rewards, response_mask)  # (B, R)
     out = apply_mask(masked_whiten(centered, response_mask), response_mask)
     return out, out
+
+
+# --- the registered estimators (one signature) ----------------------------------------------
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _reads(*keys: str) -> Callable[[_F], _F]:
+    """Declare the ``Config`` fields an estimator reads (checked when the config is loaded)."""
+
+    def mark(fn: _F) -> _F:
+        fn.config_keys = keys  # type: ignore[attr-defined]
+        return fn
+
+    return mark
+
+
+def _need(x: Any, what: str, estimator: str) -> Any:
+    # A KeyError, as require() raises for a missing batch key.
+    if x is None:
+        msg = f"adv_estimator {estimator!r} needs {what}"
+        raise KeyError(msg)
+    return x
+
+
+_UIDS = "non_tensor_batch['uid'] (the prompt id of each sample)"
+
+
+@_reads("gamma", "lam")
+def gae_estimator(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    config: Any,
+    index: np.ndarray | None = None,
+    values: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``gae``: :func:`compute_gae_advantage_return` with ``config.gamma``, ``config.lam``."""
+    critic = _need(values, "batch['values'] from a critic (an algorithm with one, e.g. ppo)", "gae")
+    return compute_gae_advantage_return(
+        token_level_rewards, critic, response_mask, gamma=config.gamma, lam=config.lam
+    )
+
+
+@_reads("epsilon", "norm_adv_by_std")
+def grpo_estimator(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    config: Any,
+    index: np.ndarray | None = None,
+    values: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``grpo``: :func:`compute_grpo_outcome_advantage` (``epsilon``, ``norm_adv_by_std``)."""
+    return compute_grpo_outcome_advantage(
+        token_level_rewards,
+        response_mask,
+        _need(index, _UIDS, "grpo"),
+        epsilon=config.epsilon,
+        norm_adv_by_std=config.norm_adv_by_std,
+    )
+
+
+@_reads()
+def rloo_estimator(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    config: Any,
+    index: np.ndarray | None = None,
+    values: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``rloo``: :func:`compute_rloo_outcome_advantage`."""
+    uids = _need(index, _UIDS, "rloo")
+    return compute_rloo_outcome_advantage(token_level_rewards, response_mask, uids)
+
+
+@_reads("gamma")
+def reinforce_plus_plus_estimator(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    config: Any,
+    index: np.ndarray | None = None,
+    values: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``reinforce_plus_plus``: :func:`compute_reinforce_plus_plus_outcome_advantage`."""
+    return compute_reinforce_plus_plus_outcome_advantage(
+        token_level_rewards, response_mask, gamma=config.gamma
+    )
+
+
+@_reads()
+def reinforce_plus_plus_baseline_estimator(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    config: Any,
+    index: np.ndarray | None = None,
+    values: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``reinforce_plus_plus_baseline``: its group-baseline variant (uid groups)."""
+    uids = _need(index, _UIDS, "reinforce_plus_plus_baseline")
+    return compute_reinforce_plus_plus_baseline_outcome_advantage(
+        token_level_rewards, response_mask, uids
+    )

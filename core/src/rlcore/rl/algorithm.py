@@ -1,15 +1,17 @@
 """``PolicyGradientAlgorithm``: the options and losses PPO, GRPO, RLOO and REINFORCE++ share.
 
-A plugin subclasses it, re-applies ``@attrs.frozen(kw_only=True)`` on its own ``Config``, and
-implements :meth:`compute_advantages` with an estimator from :mod:`rlcore.rl.advantages`.
-The policy loss, the KL loss / KL-in-reward and the entropy bonus come from here::
+A plugin subclasses it and re-applies ``@attrs.frozen(kw_only=True)`` on its own ``Config``,
+giving ``adv_estimator`` its default and the options that estimator reads (or it overrides
+:meth:`compute_advantages`). The advantage estimator and the policy loss are looked up by
+name in :mod:`rlcore.rl.registry` (``[algorithm] adv_estimator`` / ``policy_loss``); the KL
+loss / KL-in-reward and the entropy bonus come from here::
 
     class GRPO(PolicyGradientAlgorithm):
         @attrs.frozen(kw_only=True)
         class Config(PolicyGradientAlgorithm.Config):
+            adv_estimator: str | None = attrs.field(default="grpo", validator=adv_estimator_name)
             norm_adv_by_std: bool = True
-
-        def compute_advantages(self, batch): ...
+            epsilon: float = 1e-6
 
 Run state: the KL-in-reward controller (:attr:`kl_ctrl`) is the only state, and it is used
 on the driver only (:meth:`compute_rewards` reads and updates it); workers rebuild the
@@ -19,25 +21,17 @@ algorithm from its ``Config`` and never touch it. The trainer saves it with
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 import torch
 
+from rlcore.errors import PluginError
 from rlcore.interfaces import BaseAlgorithm, BatchTotals, ModelOutputs
+from rlcore.rl import builtin
 from rlcore.rl.kl import KL_ESTIMATORS, KLController, apply_kl_penalty, kl_penalty
-from rlcore.rl.losses import (
-    LOSS_AGG_MODES,
-    LossAggMode,
-    agg_loss,
-    compute_policy_loss_cispo,
-    compute_policy_loss_gmpo,
-    compute_policy_loss_gpg,
-    compute_policy_loss_gspo,
-    compute_policy_loss_kl_cov,
-    compute_policy_loss_sapo,
-    compute_policy_loss_vanilla,
-)
+from rlcore.rl.losses import LOSS_AGG_MODES, LossAggMode, agg_loss, local_metric
+from rlcore.rl.registry import get_adv_estimator_fn, get_policy_loss_fn
 from rlcore.rl.rollout_is import (
     ROLLOUT_IS_LEVELS,
     RolloutIS,
@@ -48,12 +42,48 @@ from rlcore.rl.rollout_is import (
 if TYPE_CHECKING:
     from rlcore.protocol import DataProto
 
-__all__ = ["POLICY_LOSSES", "KLControlConfig", "PolicyGradientAlgorithm", "require"]
+__all__ = [
+    "POLICY_LOSSES",
+    "KLControlConfig",
+    "PolicyGradientAlgorithm",
+    "adv_estimator_name",
+    "policy_loss_name",
+    "require",
+]
 
 _v = attrs.validators
 
-PolicyLoss = Literal["vanilla", "gspo", "cispo", "gpg", "sapo", "gmpo", "kl_cov"]
-POLICY_LOSSES: tuple[str, ...] = ("vanilla", "gspo", "cispo", "gpg", "sapo", "gmpo", "kl_cov")
+# The core's own policy losses (registered in rlcore.rl.builtin; plugins may add more).
+POLICY_LOSSES: tuple[str, ...] = tuple(builtin.register_policy_losses())
+
+
+def policy_loss_name(instance: Any, attribute: attrs.Attribute[Any], value: str) -> None:
+    """attrs validator: ``value`` is a registered policy loss (imported, so a broken plugin
+    module is reported when the config is loaded, not in a worker)."""
+    try:
+        get_policy_loss_fn(value)
+    except PluginError as err:
+        raise ValueError(str(err)) from err
+
+
+def adv_estimator_name(instance: Any, attribute: attrs.Attribute[Any], value: str | None) -> None:
+    """attrs validator: ``value`` is a registered advantage estimator whose options (its
+    ``config_keys``) this algorithm's ``Config`` has; None: the algorithm computes its own."""
+    if value is None:
+        return
+    try:
+        estimator = get_adv_estimator_fn(value)
+    except PluginError as err:
+        raise ValueError(str(err)) from err
+    fields = attrs.fields_dict(type(instance))
+    missing = [k for k in getattr(estimator, "config_keys", ()) if k not in fields]
+    if missing:
+        algorithm = type(instance).__qualname__.removesuffix(".Config")
+        msg = (
+            f"advantage estimator {value!r} reads the options {', '.join(missing)}, "
+            f"which algorithm {algorithm} does not have"
+        )
+        raise ValueError(msg)
 
 
 @attrs.frozen(kw_only=True)
@@ -81,25 +111,9 @@ def require(batch: DataProto, key: str) -> torch.Tensor:
     return tensors[key]
 
 
-def _local_metric(value: torch.Tensor, mode: str, totals: BatchTotals, mask: torch.Tensor) -> float:
-    """Undo the mini-batch normaliser: the micro-batch's own aggregate, for logging.
-
-    Losses are divided by mini-batch totals (so micro-batch losses sum to the mini-batch
-    loss); metrics report each micro-batch's own mean, which the engine then averages.
-    """
-    if mode == "token-sum":
-        return float(value.detach().item())  # not normalised by totals
-    if mode == "token-mean":
-        local = int(mask.sum().item())
-        scale = totals.tokens / local if local else 0.0
-    else:
-        local = int(mask.shape[0])
-        scale = totals.sequences / local if local else 0.0
-    return float(value.detach().item()) * scale
-
-
 class PolicyGradientAlgorithm(BaseAlgorithm):
-    """Clipped policy-gradient loss with optional KL (loss or reward) and entropy bonus."""
+    """The registered policy loss and advantage estimator, with optional KL (loss or reward)
+    and entropy bonus."""
 
     @attrs.frozen(kw_only=True)
     class Config(BaseAlgorithm.Config):
@@ -110,12 +124,17 @@ class PolicyGradientAlgorithm(BaseAlgorithm):
         - ``clip_ratio_c``: dual-clip bound for negative advantages (> 1).
         - ``loss_agg_mode``: ``token-mean`` | ``token-sum`` | ``seq-mean-token-sum`` |
           ``seq-mean-token-mean`` | ``seq-mean-token-sum-norm`` (see :mod:`rlcore.rl.losses`).
-        - ``policy_loss``: ``vanilla`` (token ratio, PPO), ``gspo`` (sequence ratio),
+        - ``policy_loss``: a name in :mod:`rlcore.rl.registry` (plugins may add more):
+          ``vanilla`` (token ratio, PPO), ``gspo`` (sequence ratio),
           ``cispo`` (clipped, detached IS weight times log-prob), ``gpg`` (``-A * log pi``),
           ``sapo`` (smooth gate, ``sapo_tau_pos`` / ``sapo_tau_neg``), ``gmpo`` (geometric
           mean of the token ratios; ``clip_ratio_low``/``high`` are then log-space bounds and
           ``loss_agg_mode`` does not apply), ``kl_cov`` (KL penalty on the ``kl_cov_ratio``
           highest-covariance tokens, ``ppo_kl_coef``). See :mod:`rlcore.rl.losses`.
+        - ``adv_estimator`` (verl's key): the advantage estimator, by name in
+          :mod:`rlcore.rl.registry` (``gae``, ``grpo``, ``rloo``, ``reinforce_plus_plus``,
+          ``reinforce_plus_plus_baseline``, or a plugin's); each algorithm sets its default,
+          and accepts those whose options it has (``gae`` reads ``gamma``/``lam``: PPO).
         - ``rollout_is``: ``none`` | ``token`` | ``sequence``: truncated importance weights
           ``min(pi_old / pi_rollout, rollout_is_cap)`` on the policy loss, from the batch's
           ``rollout_log_probs`` (vLLM/SGLang rollouts; :mod:`rlcore.rl.rollout_is`).
@@ -133,7 +152,8 @@ class PolicyGradientAlgorithm(BaseAlgorithm):
         loss_agg_mode: LossAggMode = attrs.field(
             default="token-mean", validator=_v.in_(LOSS_AGG_MODES)
         )
-        policy_loss: PolicyLoss = attrs.field(default="vanilla", validator=_v.in_(POLICY_LOSSES))
+        policy_loss: str = attrs.field(default="vanilla", validator=policy_loss_name)
+        adv_estimator: str | None = attrs.field(default=None, validator=adv_estimator_name)
         sapo_tau_pos: float = attrs.field(default=1.0, validator=_v.gt(0.0))
         sapo_tau_neg: float = attrs.field(default=1.05, validator=_v.gt(0.0))
         kl_cov_ratio: float = attrs.field(default=0.0002, validator=[_v.gt(0.0), _v.le(1.0)])
@@ -196,6 +216,25 @@ class PolicyGradientAlgorithm(BaseAlgorithm):
 
     # --- driver side ------------------------------------------------------------------------
 
+    def compute_advantages(self, batch: DataProto) -> DataProto:
+        """``advantages`` and ``returns`` from the ``adv_estimator`` named in the Config."""
+        name = self.config.adv_estimator
+        if name is None:
+            msg = f"{type(self).__name__} names no adv_estimator and does not compute advantages"
+            raise NotImplementedError(msg)
+        estimator = get_adv_estimator_fn(name, where="[algorithm] adv_estimator")
+        tensors = batch.batch or {}
+        advantages, returns = estimator(
+            require(batch, "token_level_rewards"),
+            require(batch, "response_mask"),
+            config=self.config,
+            index=batch.non_tensor_batch.get("uid"),
+            values=tensors.get("values"),
+        )
+        batch.batch["advantages"] = advantages
+        batch.batch["returns"] = returns
+        return batch
+
     def compute_rewards(self, batch: DataProto) -> tuple[DataProto, dict[str, float]]:
         """``token_level_rewards = token_level_scores - coef * KL(old || ref)`` when
         ``use_kl_in_reward``, else a copy of the scores; updates the adaptive coefficient."""
@@ -228,7 +267,7 @@ class PolicyGradientAlgorithm(BaseAlgorithm):
     def policy_loss(
         self, outputs: ModelOutputs, batch: DataProto, totals: BatchTotals
     ) -> tuple[torch.Tensor, dict[str, float]]:
-        """Clipped PG loss (+ ``kl_loss_coef`` * KL loss, - ``entropy_coeff`` * entropy).
+        """The ``policy_loss`` (+ ``kl_loss_coef`` * KL loss, - ``entropy_coeff`` * entropy).
 
         Every term is aggregated with ``loss_agg_mode`` over the mini-batch ``totals``.
         Metrics are this micro-batch's own means.
@@ -250,23 +289,15 @@ class PolicyGradientAlgorithm(BaseAlgorithm):
                 level=cfg.rollout_is, cap=cfg.rollout_is_cap,
             )  # fmt: skip
             is_metrics = rollout_is_metrics(weights, mask, cfg.rollout_is_cap)
-        pg_loss, clipfrac, ppo_kl, clipfrac_lower = self._pg_loss(
-            old_log_prob, log_prob, advantages, mask, totals, weights
-        )
-        if cfg.policy_loss == "gmpo":
-            mode = "seq-mean-token-sum"  # a per-row loss over totals.sequences, for metrics
-        loss = pg_loss
-        metrics = {
-            "actor/pg_loss": _local_metric(pg_loss, mode, totals, mask),
-            "actor/pg_clipfrac": float(clipfrac.item()),
-            "actor/pg_clipfrac_lower": float(clipfrac_lower.item()),
-            "actor/ppo_kl": float(ppo_kl.item()),
-            **is_metrics,
-        }
-        mode = cfg.loss_agg_mode
+        pg_loss_fn = get_policy_loss_fn(cfg.policy_loss, where="[algorithm] policy_loss")
+        loss, pg_metrics = pg_loss_fn(
+            old_log_prob, log_prob, advantages, mask,
+            loss_agg_mode=mode, config=cfg, totals=totals, rollout_is_weights=weights,
+        )  # fmt: skip
+        metrics = {**pg_metrics, **is_metrics}
         if outputs.entropy is not None:
             entropy = agg_loss(outputs.entropy, mask, mode, totals)
-            metrics["actor/entropy"] = _local_metric(entropy, mode, totals, mask)
+            metrics["actor/entropy"] = local_metric(entropy, mode, totals, mask)
             if self.needs_entropy:
                 loss = loss - cfg.entropy_coeff * entropy
         elif self.needs_entropy:
@@ -277,54 +308,6 @@ class PolicyGradientAlgorithm(BaseAlgorithm):
             kld = kl_penalty(log_prob, ref_log_prob, cfg.kl_loss_type)  # (b, R)
             kl_loss = agg_loss(kld, mask, mode, totals)
             loss = loss + cfg.kl_loss_coef * kl_loss
-            metrics["actor/kl_loss"] = _local_metric(kl_loss, mode, totals, mask)
+            metrics["actor/kl_loss"] = local_metric(kl_loss, mode, totals, mask)
             metrics["actor/kl_coef"] = cfg.kl_loss_coef
         return loss, metrics
-
-    def _pg_loss(
-        self,
-        old_log_prob: torch.Tensor,
-        log_prob: torch.Tensor,
-        advantages: torch.Tensor,
-        mask: torch.Tensor,
-        totals: BatchTotals,
-        weights: torch.Tensor | None,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The configured policy loss: (loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower)."""
-        cfg = self.config
-        old, new, adv = old_log_prob, log_prob, advantages
-        low, high, mode = cfg.clip_ratio_low, cfg.clip_ratio_high, cfg.loss_agg_mode
-        if cfg.policy_loss == "gspo":
-            return compute_policy_loss_gspo(
-                old, new, adv, mask, clip_ratio_low=low, clip_ratio_high=high,
-                loss_agg_mode=mode, totals=totals, rollout_is_weights=weights,
-            )  # fmt: skip
-        if cfg.policy_loss == "cispo":
-            return compute_policy_loss_cispo(
-                old, new, adv, mask, clip_ratio_low=low, clip_ratio_high=high,
-                loss_agg_mode=mode, totals=totals, rollout_is_weights=weights,
-            )  # fmt: skip
-        if cfg.policy_loss == "gpg":
-            return compute_policy_loss_gpg(
-                old, new, adv, mask, loss_agg_mode=mode, totals=totals, rollout_is_weights=weights
-            )
-        if cfg.policy_loss == "sapo":
-            return compute_policy_loss_sapo(
-                old, new, adv, mask, tau_pos=cfg.sapo_tau_pos, tau_neg=cfg.sapo_tau_neg,
-                loss_agg_mode=mode, totals=totals, rollout_is_weights=weights,
-            )  # fmt: skip
-        if cfg.policy_loss == "kl_cov":
-            return compute_policy_loss_kl_cov(
-                old, new, adv, mask, kl_cov_ratio=cfg.kl_cov_ratio, ppo_kl_coef=cfg.ppo_kl_coef,
-                loss_agg_mode=mode, totals=totals, rollout_is_weights=weights,
-            )  # fmt: skip
-        if cfg.policy_loss == "gmpo":
-            return compute_policy_loss_gmpo(
-                old, new, adv, mask, clip_ratio_low=low, clip_ratio_high=high,
-                totals=totals, rollout_is_weights=weights,
-            )  # fmt: skip
-        return compute_policy_loss_vanilla(
-            old, new, adv, mask, clip_ratio_low=low, clip_ratio_high=high,
-            clip_ratio_c=cfg.clip_ratio_c, loss_agg_mode=mode, totals=totals,
-            rollout_is_weights=weights,
-        )  # fmt: skip

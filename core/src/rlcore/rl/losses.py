@@ -20,20 +20,34 @@ Every policy loss takes ``rollout_is_weights`` (B, R), detached truncated import
 ``pi_old / pi_rollout`` (:mod:`rlcore.rl.rollout_is`), multiplying each token's loss (GMPO:
 their per-row geometric mean multiplies the row's loss), as verl's ``rollout_is_weights``.
 Masks select (``torch.where``): a NaN or inf at a padded position never reaches a loss.
+
+Every policy loss has the one signature of :class:`rlcore.rl.registry.PolicyLossFn` and is
+registered by name (:mod:`rlcore.rl.builtin`; ``[algorithm] policy_loss``). Each is written
+as a body that returns its :class:`PolicyLossTerms` (per-token losses, the ``ppo_kl`` matrix,
+the clipped tokens); :func:`policy_loss_fn` wraps it in the shared head (padding zeroed) and
+tail (rollout IS weights, aggregation by ``loss_agg_mode``, metrics). A loss reads its options
+from the algorithm's ``Config`` (``config.clip_ratio_low``, ...).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Literal
 
+import attrs
 import torch
 
 from rlcore.interfaces import BatchTotals
 from rlcore.rl.masked import apply_mask, masked_mean, masked_sum
 
+if TYPE_CHECKING:
+    from rlcore.rl.registry import PolicyLossFn
+
 __all__ = [
     "LOSS_AGG_MODES",
     "LossAggMode",
+    "PolicyLossBody",
+    "PolicyLossTerms",
     "agg_loss",
     "compute_policy_loss_cispo",
     "compute_policy_loss_gmpo",
@@ -43,6 +57,10 @@ __all__ = [
     "compute_policy_loss_sapo",
     "compute_policy_loss_vanilla",
     "compute_value_loss",
+    "local_metric",
+    "local_totals",
+    "policy_loss_fn",
+    "policy_loss_tail",
 ]
 
 LossAggMode = Literal[
@@ -59,9 +77,6 @@ LOSS_AGG_MODES: tuple[str, ...] = (
     "seq-mean-token-mean",
     "seq-mean-token-sum-norm",
 )
-
-# (loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower); the last three are detached scalars.
-PolicyLossResult = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
 
 def local_totals(response_mask: torch.Tensor) -> BatchTotals:
@@ -104,89 +119,140 @@ def agg_loss(
     return seq_losses.sum() / max(totals.sequences, 1)
 
 
-def compute_policy_loss_vanilla(
-    old_log_prob: torch.Tensor,
-    log_prob: torch.Tensor,
-    advantages: torch.Tensor,
+def local_metric(value: torch.Tensor, mode: str, totals: BatchTotals, mask: torch.Tensor) -> float:
+    """Undo the mini-batch normaliser: the micro-batch's own aggregate, for logging.
+
+    Losses are divided by mini-batch totals (so micro-batch losses sum to the mini-batch
+    loss); metrics report each micro-batch's own mean, which the engine then averages.
+    """
+    if mode == "token-sum":
+        return float(value.detach().item())  # not normalised by totals
+    if mode == "token-mean":
+        local = int(mask.sum().item())
+        scale = totals.tokens / local if local else 0.0
+    else:
+        local = int(mask.shape[0])
+        scale = totals.sequences / local if local else 0.0
+    return float(value.detach().item()) * scale
+
+
+# --- the shared head and tail of every policy loss -------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class PolicyLossTerms:
+    """What a policy loss body computes; :func:`policy_loss_tail` turns it into the loss.
+
+    Exactly one of:
+
+    - ``token_losses`` (b, R): each token's loss. The tail multiplies it by the rollout IS
+      weights and aggregates it with ``loss_agg_mode`` over ``totals``.
+    - ``row_losses`` (b,): one loss per row (GMPO). The tail multiplies each by the per-row
+      geometric mean of the IS weights and divides the sum over rows with a valid token by
+      ``totals.sequences`` (``loss_agg_mode`` does not apply).
+
+    ``kl`` (b, R): ``actor/ppo_kl`` is its masked mean. ``clipped`` / ``clipped_lower`` (b, R),
+    bool or 0/1: the tokens ``actor/pg_clipfrac`` / ``actor/pg_clipfrac_lower`` count (None:
+    0). ``metrics``: the loss's own extra metrics, passed through.
+    """
+
+    token_losses: torch.Tensor | None = None
+    row_losses: torch.Tensor | None = None
+    kl: torch.Tensor
+    clipped: torch.Tensor | None = None
+    clipped_lower: torch.Tensor | None = None
+    metrics: Mapping[str, float] = attrs.field(factory=dict)
+
+
+# body(old_log_prob, log_prob, advantages, response_mask, config) -> terms; the inputs come
+# with padded positions zeroed.
+PolicyLossBody = Callable[
+    [torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, Any], PolicyLossTerms
+]
+
+
+def policy_loss_tail(
+    terms: PolicyLossTerms,
     response_mask: torch.Tensor,
     *,
-    clip_ratio_low: float = 0.2,
-    clip_ratio_high: float = 0.2,
-    clip_ratio_c: float = 3.0,
-    loss_agg_mode: str = "token-mean",
-    totals: BatchTotals | None = None,
-    rollout_is_weights: torch.Tensor | None = None,
-) -> PolicyLossResult:
-    """PPO clipped objective, clip-higher and dual-clip (verl's ``compute_policy_loss_vanilla``).
+    loss_agg_mode: str,
+    totals: BatchTotals | None,
+    rollout_is_weights: torch.Tensor | None,
+    like: torch.Tensor,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """``(loss, metrics)`` from the terms: IS weights, aggregation, then the metrics.
 
-    ``ratio = exp(clamp(log_prob - old_log_prob, -20, 20))``; per token
-    ``L = max(-A * ratio, -A * clip(ratio, 1 - clip_ratio_low, 1 + clip_ratio_high))`` and,
-    where ``A < 0``, dual-clip bounds it by ``-A * clip_ratio_c`` (arXiv 1912.09729).
-    Metrics are token means over this micro-batch: ``pg_clipfrac`` (the clipped term was
-    larger), ``pg_clipfrac_lower`` (dual-clip active), ``ppo_kl`` (mean of
-    ``old_log_prob - log_prob``, clamped as the ratio is).
+    ``like`` (the log-probs) gives the metrics' dtype and device. Metrics are this
+    micro-batch's own token means (``actor/pg_loss`` undone from the mini-batch normaliser).
     """
-    old_log_prob, log_prob, advantages = _valid_only(
-        response_mask, old_log_prob, log_prob, advantages
-    )
-    if clip_ratio_c <= 1.0:
-        msg = f"clip_ratio_c must be > 1.0 for dual-clip PPO, got {clip_ratio_c}"
-        raise ValueError(msg)
-    neg_approx_kl = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)  # (b, R)
-    ratio = torch.exp(neg_approx_kl)
-    losses1 = -advantages * ratio
-    losses2 = -advantages * torch.clamp(ratio, 1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
-    clipped = torch.maximum(losses1, losses2)
-    losses3 = -advantages * clip_ratio_c
-    dual = torch.minimum(clipped, losses3)
-    pg_losses = _weighted(
-        torch.where(advantages < 0, dual, clipped), rollout_is_weights, response_mask
-    )
-    loss = agg_loss(pg_losses, response_mask, loss_agg_mode, totals)
-    with torch.no_grad():
-        clipfrac = masked_mean((losses2 > losses1).to(log_prob.dtype), response_mask)
-        lower = ((clipped > losses3) & (advantages < 0)).to(log_prob.dtype)
-        clipfrac_lower = masked_mean(lower, response_mask)
-        ppo_kl = masked_mean(-neg_approx_kl, response_mask)
-    return loss, clipfrac, ppo_kl, clipfrac_lower
-
-
-def compute_policy_loss_gspo(
-    old_log_prob: torch.Tensor,
-    log_prob: torch.Tensor,
-    advantages: torch.Tensor,
-    response_mask: torch.Tensor,
-    *,
-    clip_ratio_low: float = 0.2,
-    clip_ratio_high: float = 0.2,
-    loss_agg_mode: str = "seq-mean-token-mean",
-    totals: BatchTotals | None = None,
-    rollout_is_weights: torch.Tensor | None = None,
-) -> PolicyLossResult:
-    """GSPO, a sequence-level importance ratio (arXiv 2507.18071), as verl's GSPO loss.
-
-    ``s_i = exp(mean over valid t of (log_prob - old_log_prob))``; per token the ratio is
-    ``sg[s_i] * pi / sg[pi]`` (value ``s_i``, gradient through each token's log-prob), its log
-    clamped at 10; then the clipped objective (no dual-clip). The paper aggregates with
-    ``seq-mean-token-mean``; the configured mode is used. ``pg_clipfrac_lower`` is 0.
-    """
-    old_log_prob, log_prob, advantages = _valid_only(
-        response_mask, old_log_prob, log_prob, advantages
-    )
+    if totals is None:
+        totals = local_totals(response_mask)
     mask = response_mask
-    neg_approx_kl = log_prob - old_log_prob  # (b, R)
-    seq_lengths = _lengths(mask, log_prob.dtype)  # (b,)
-    seq_log_ratio = masked_sum(neg_approx_kl, mask, dim=-1) / seq_lengths  # (b,)
-    log_ratio = log_prob - log_prob.detach() + seq_log_ratio.detach().unsqueeze(-1)
-    ratio = torch.exp(torch.clamp(log_ratio, max=10.0))
-    losses1 = -advantages * ratio
-    losses2 = -advantages * torch.clamp(ratio, 1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
-    pg_losses = _weighted(torch.maximum(losses1, losses2), rollout_is_weights, response_mask)
-    loss = agg_loss(pg_losses, response_mask, loss_agg_mode, totals)
+    if (terms.token_losses is None) == (terms.row_losses is None):
+        msg = "a policy loss returns exactly one of token_losses and row_losses"
+        raise ValueError(msg)
+    if terms.token_losses is not None:
+        pg_losses = _weighted(terms.token_losses, rollout_is_weights, mask)
+        loss = agg_loss(pg_losses, mask, loss_agg_mode, totals)
+        metric_mode = loss_agg_mode
+    else:
+        assert terms.row_losses is not None  # checked above; for mypy
+        seq_losses = terms.row_losses  # (b,)
+        if rollout_is_weights is not None:
+            lengths = _lengths(mask, like.dtype)  # (b,)
+            log_w = torch.log(rollout_is_weights.detach().to(like.dtype) + 1e-10)
+            seq_losses = seq_losses * torch.exp(masked_sum(log_w, mask, dim=-1) / lengths)
+        rows = (mask != 0).any(dim=-1)
+        loss = apply_mask(seq_losses, rows).sum() / max(totals.sequences, 1)
+        metric_mode = "seq-mean-token-sum"  # a per-row loss over totals.sequences
     with torch.no_grad():
-        clipfrac = masked_mean((losses2 > losses1).to(log_prob.dtype), mask)
-        ppo_kl = masked_mean(-neg_approx_kl, mask)
-    return loss, clipfrac, ppo_kl, _zero(log_prob)
+        clipfrac = _fraction(terms.clipped, mask, like)
+        clipfrac_lower = _fraction(terms.clipped_lower, mask, like)
+        ppo_kl = masked_mean(terms.kl, mask)
+    metrics = {
+        "actor/pg_loss": local_metric(loss, metric_mode, totals, mask),
+        "actor/pg_clipfrac": float(clipfrac.item()),
+        "actor/pg_clipfrac_lower": float(clipfrac_lower.item()),
+        "actor/ppo_kl": float(ppo_kl.item()),
+        **terms.metrics,
+    }
+    return loss, metrics
+
+
+def policy_loss_fn(body: PolicyLossBody) -> PolicyLossFn:
+    """A registrable :class:`~rlcore.rl.registry.PolicyLossFn` from a body returning
+    :class:`PolicyLossTerms`: the head selects padded positions to 0 (so a NaN there reaches
+    neither the loss nor the gradient), the tail is :func:`policy_loss_tail`."""
+
+    def loss(
+        old_log_prob: torch.Tensor,
+        log_prob: torch.Tensor,
+        advantages: torch.Tensor,
+        response_mask: torch.Tensor,
+        *,
+        loss_agg_mode: str,
+        config: Any,
+        totals: BatchTotals | None = None,
+        rollout_is_weights: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        old_log_prob, log_prob, advantages = _valid_only(
+            response_mask, old_log_prob, log_prob, advantages
+        )
+        terms = body(old_log_prob, log_prob, advantages, response_mask, config)
+        return policy_loss_tail(
+            terms,
+            response_mask,
+            loss_agg_mode=loss_agg_mode,
+            totals=totals,
+            rollout_is_weights=rollout_is_weights,
+            like=log_prob,
+        )
+
+    # Not functools.wraps: its __wrapped__ would make inspect.signature report the body's
+    # five parameters instead of the registry's signature.
+    for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
+        setattr(loss, attr, getattr(body, attr))
+    return loss
 
 
 def _valid_only(mask: torch.Tensor, *tensors: torch.Tensor) -> list[torch.Tensor]:
@@ -200,6 +266,13 @@ def _valid_only(mask: torch.Tensor, *tensors: torch.Tensor) -> list[torch.Tensor
 
 def _zero(like: torch.Tensor) -> torch.Tensor:
     return torch.zeros((), dtype=like.dtype, device=like.device)
+
+
+def _fraction(flags: torch.Tensor | None, mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """Masked mean of 0/1 flags in ``like``'s dtype; no flags: 0."""
+    if flags is None:
+        return _zero(like)
+    return masked_mean(flags.to(like.dtype), mask)
 
 
 def _lengths(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -221,114 +294,151 @@ def _log_ratio(old_log_prob: torch.Tensor, log_prob: torch.Tensor) -> torch.Tens
     return torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)
 
 
+# --- the policy losses (bodies; registered in rlcore.rl.builtin) -----------------------------
+
+
+@policy_loss_fn
+def compute_policy_loss_vanilla(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    config: Any,
+) -> PolicyLossTerms:
+    """``vanilla``: PPO clipped objective, clip-higher and dual-clip (verl's
+    ``compute_policy_loss_vanilla``).
+
+    ``ratio = exp(clamp(log_prob - old_log_prob, -20, 20))``; per token
+    ``L = max(-A * ratio, -A * clip(ratio, 1 - clip_ratio_low, 1 + clip_ratio_high))`` and,
+    where ``A < 0``, dual-clip bounds it by ``-A * clip_ratio_c`` (arXiv 1912.09729).
+    Metrics: ``pg_clipfrac`` (the clipped term was larger), ``pg_clipfrac_lower`` (dual-clip
+    active), ``ppo_kl`` (mean of ``old_log_prob - log_prob``, clamped as the ratio is).
+    """
+    low, high, clip_ratio_c = config.clip_ratio_low, config.clip_ratio_high, config.clip_ratio_c
+    if clip_ratio_c <= 1.0:
+        msg = f"clip_ratio_c must be > 1.0 for dual-clip PPO, got {clip_ratio_c}"
+        raise ValueError(msg)
+    neg_approx_kl = _log_ratio(old_log_prob, log_prob)  # (b, R)
+    ratio = torch.exp(neg_approx_kl)
+    losses1 = -advantages * ratio
+    losses2 = -advantages * torch.clamp(ratio, 1.0 - low, 1.0 + high)
+    clipped = torch.maximum(losses1, losses2)
+    losses3 = -advantages * clip_ratio_c
+    dual = torch.minimum(clipped, losses3)
+    return PolicyLossTerms(
+        token_losses=torch.where(advantages < 0, dual, clipped),
+        kl=-neg_approx_kl,
+        clipped=losses2 > losses1,
+        clipped_lower=(clipped > losses3) & (advantages < 0),
+    )
+
+
+@policy_loss_fn
+def compute_policy_loss_gspo(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    config: Any,
+) -> PolicyLossTerms:
+    """``gspo``: a sequence-level importance ratio (arXiv 2507.18071), as verl's GSPO loss.
+
+    ``s_i = exp(mean over valid t of (log_prob - old_log_prob))``; per token the ratio is
+    ``sg[s_i] * pi / sg[pi]`` (value ``s_i``, gradient through each token's log-prob), its log
+    clamped at 10; then the clipped objective (no dual-clip). The paper aggregates with
+    ``seq-mean-token-mean``; the configured mode is used. ``pg_clipfrac_lower`` is 0.
+    """
+    mask = response_mask
+    neg_approx_kl = log_prob - old_log_prob  # (b, R)
+    seq_lengths = _lengths(mask, log_prob.dtype)  # (b,)
+    seq_log_ratio = masked_sum(neg_approx_kl, mask, dim=-1) / seq_lengths  # (b,)
+    log_ratio = log_prob - log_prob.detach() + seq_log_ratio.detach().unsqueeze(-1)
+    ratio = torch.exp(torch.clamp(log_ratio, max=10.0))
+    losses1 = -advantages * ratio
+    losses2 = -advantages * torch.clamp(
+        ratio, 1.0 - config.clip_ratio_low, 1.0 + config.clip_ratio_high
+    )
+    return PolicyLossTerms(
+        token_losses=torch.maximum(losses1, losses2), kl=-neg_approx_kl, clipped=losses2 > losses1
+    )
+
+
+@policy_loss_fn
 def compute_policy_loss_cispo(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
-    *,
-    clip_ratio_low: float = 0.2,
-    clip_ratio_high: float = 0.2,
-    loss_agg_mode: str = "token-mean",
-    totals: BatchTotals | None = None,
-    rollout_is_weights: torch.Tensor | None = None,
-) -> PolicyLossResult:
-    """CISPO (MiniMax-M1, arXiv 2506.13585): clip the importance weight, not the update.
+    config: Any,
+) -> PolicyLossTerms:
+    """``cispo`` (MiniMax-M1, arXiv 2506.13585): clip the importance weight, not the update.
 
     Per token ``L = -sg(clip(r, 1 - clip_ratio_low, 1 + clip_ratio_high)) * A * log pi``
     with ``r = exp(log pi - log pi_old)`` (log clamped at +-20): every token keeps a
     gradient ``-clip(r) * A * grad log pi``, even where PPO would have clipped it away.
     ``pg_clipfrac``: tokens whose weight was clipped. As verl's ``compute_policy_loss_cispo``.
     """
-    old_log_prob, log_prob, advantages = _valid_only(
-        response_mask, old_log_prob, log_prob, advantages
-    )
     neg_approx_kl = _log_ratio(old_log_prob, log_prob)
     ratio = torch.exp(neg_approx_kl)
-    clipped = torch.clamp(ratio, 1.0 - clip_ratio_low, 1.0 + clip_ratio_high).detach()
-    pg_losses = _weighted(-clipped * advantages * log_prob, rollout_is_weights, response_mask)
-    loss = agg_loss(pg_losses, response_mask, loss_agg_mode, totals)
-    with torch.no_grad():
-        clipfrac = masked_mean((ratio != clipped).to(log_prob.dtype), response_mask)
-        ppo_kl = masked_mean(-neg_approx_kl, response_mask)
-    return loss, clipfrac, ppo_kl, _zero(log_prob)
+    low, high = config.clip_ratio_low, config.clip_ratio_high
+    clipped = torch.clamp(ratio, 1.0 - low, 1.0 + high).detach()
+    return PolicyLossTerms(
+        token_losses=-clipped * advantages * log_prob, kl=-neg_approx_kl, clipped=ratio != clipped
+    )
 
 
+@policy_loss_fn
 def compute_policy_loss_gpg(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
-    *,
-    loss_agg_mode: str = "token-mean",
-    totals: BatchTotals | None = None,
-    rollout_is_weights: torch.Tensor | None = None,
-) -> PolicyLossResult:
-    """GPG (arXiv 2504.02546): plain policy gradient, ``L = -A * log pi`` per token.
+    config: Any,
+) -> PolicyLossTerms:
+    """``gpg`` (arXiv 2504.02546): plain policy gradient, ``L = -A * log pi`` per token.
 
     No ratio and no clipping (one update per batch is the intended use; ``old_log_prob``
     only feeds the ``ppo_kl`` metric). As verl's ``compute_policy_loss_gpg``.
     """
-    old_log_prob, log_prob, advantages = _valid_only(
-        response_mask, old_log_prob, log_prob, advantages
-    )
-    pg_losses = _weighted(-advantages * log_prob, rollout_is_weights, response_mask)
-    loss = agg_loss(pg_losses, response_mask, loss_agg_mode, totals)
-    with torch.no_grad():
-        ppo_kl = masked_mean(old_log_prob - log_prob, response_mask)
-    return loss, _zero(log_prob), ppo_kl, _zero(log_prob)
+    return PolicyLossTerms(token_losses=-advantages * log_prob, kl=old_log_prob - log_prob)
 
 
+@policy_loss_fn
 def compute_policy_loss_sapo(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
-    *,
-    tau_pos: float = 1.0,
-    tau_neg: float = 1.05,
-    loss_agg_mode: str = "seq-mean-token-mean",
-    totals: BatchTotals | None = None,
-    rollout_is_weights: torch.Tensor | None = None,
-) -> PolicyLossResult:
-    """SAPO (arXiv 2511.20347): a smooth, temperature-controlled gate instead of a hard clip.
+    config: Any,
+) -> PolicyLossTerms:
+    """``sapo`` (arXiv 2511.20347): a smooth, temperature-controlled gate instead of a hard clip.
 
     Per token ``L = -f(r) * A`` with ``f(r) = sigmoid(tau * (r - 1)) * 4 / tau``, ``tau =
-    tau_pos`` where ``A > 0`` else ``tau_neg`` (``f'(1) = 1``: on-policy it is the plain
-    gradient; far from 1 the gradient fades). verl always aggregates SAPO with
-    ``seq-mean-token-mean`` (the paper's); here the configured mode is used and that is the
-    default. Clip fractions are 0.
+    sapo_tau_pos`` where ``A > 0`` else ``sapo_tau_neg`` (``f'(1) = 1``: on-policy it is the
+    plain gradient; far from 1 the gradient fades). verl always aggregates SAPO with
+    ``seq-mean-token-mean`` (the paper's); here the configured mode is used. Clip fractions
+    are 0.
     """
-    old_log_prob, log_prob, advantages = _valid_only(
-        response_mask, old_log_prob, log_prob, advantages
-    )
     neg_approx_kl = _log_ratio(old_log_prob, log_prob)
     ratio = torch.exp(neg_approx_kl)
     taus = torch.where(
         advantages > 0,
-        torch.tensor(tau_pos, dtype=log_prob.dtype, device=log_prob.device),
-        torch.tensor(tau_neg, dtype=log_prob.dtype, device=log_prob.device),
+        torch.tensor(config.sapo_tau_pos, dtype=log_prob.dtype, device=log_prob.device),
+        torch.tensor(config.sapo_tau_neg, dtype=log_prob.dtype, device=log_prob.device),
     )
     gates = torch.sigmoid(taus * (ratio - 1.0)) * (4.0 / taus)
-    pg_losses = _weighted(-gates * advantages, rollout_is_weights, response_mask)
-    loss = agg_loss(pg_losses, response_mask, loss_agg_mode, totals)
-    with torch.no_grad():
-        ppo_kl = masked_mean(-neg_approx_kl, response_mask)
-    return loss, _zero(log_prob), ppo_kl, _zero(log_prob)
+    return PolicyLossTerms(token_losses=-gates * advantages, kl=-neg_approx_kl)
 
 
+@policy_loss_fn
 def compute_policy_loss_gmpo(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
-    *,
-    clip_ratio_low: float = 0.4,
-    clip_ratio_high: float = 0.4,
-    totals: BatchTotals | None = None,
-    rollout_is_weights: torch.Tensor | None = None,
-) -> PolicyLossResult:
-    """GMPO (arXiv 2507.20673): the geometric mean of the token ratios, clipped per token.
+    config: Any,
+) -> PolicyLossTerms:
+    """``gmpo`` (arXiv 2507.20673): the geometric mean of the token ratios, clipped per token.
 
     With ``d_t = log pi - log pi_old`` and ``s = sign(A_t)``, each token's log-ratio is
     clipped in log space, pessimistically: ``c_t = s * min(s * d_t, s * clip(d_t,
@@ -340,46 +450,32 @@ def compute_policy_loss_gmpo(
     tokens with ``A > 0`` / ``A < 0``. As verl's ``compute_policy_loss_geo_mean`` (which does
     not clamp ``d_t`` at +-20; neither do we).
     """
-    old_log_prob, log_prob, advantages = _valid_only(
-        response_mask, old_log_prob, log_prob, advantages
-    )
-    if totals is None:
-        totals = local_totals(response_mask)
     dtype = log_prob.dtype
     neg_approx_kl = apply_mask(log_prob - old_log_prob, response_mask)
     sign = torch.sign(advantages)
-    clamped = torch.clamp(neg_approx_kl, -clip_ratio_low, clip_ratio_high)
+    clamped = torch.clamp(neg_approx_kl, -config.clip_ratio_low, config.clip_ratio_high)
     pessimistic = sign * torch.minimum(sign * neg_approx_kl, sign * clamped)
     lengths = _lengths(response_mask, dtype)  # (b,)
     seq_ratio = torch.exp(masked_sum(pessimistic, response_mask, dim=-1) / lengths)
     seq_adv = masked_sum(advantages, response_mask, dim=-1) / lengths
-    seq_losses = -seq_adv * seq_ratio  # (b,)
-    if rollout_is_weights is not None:
-        log_w = torch.log(rollout_is_weights.detach().to(dtype) + 1e-10)
-        seq_losses = seq_losses * torch.exp(masked_sum(log_w, response_mask, dim=-1) / lengths)
-    rows = (response_mask != 0).any(dim=-1)
-    loss = apply_mask(seq_losses, rows).sum() / max(totals.sequences, 1)
-    with torch.no_grad():
-        was_clipped = (neg_approx_kl != clamped).to(dtype)
-        clipfrac = masked_mean(was_clipped * (advantages > 0).to(dtype), response_mask)
-        clipfrac_lower = masked_mean(was_clipped * (advantages < 0).to(dtype), response_mask)
-        ppo_kl = masked_mean(-neg_approx_kl, response_mask)
-    return loss, clipfrac, ppo_kl, clipfrac_lower
+    was_clipped = (neg_approx_kl != clamped).to(dtype)
+    return PolicyLossTerms(
+        row_losses=-seq_adv * seq_ratio,  # (b,)
+        kl=-neg_approx_kl,
+        clipped=was_clipped * (advantages > 0).to(dtype),
+        clipped_lower=was_clipped * (advantages < 0).to(dtype),
+    )
 
 
+@policy_loss_fn
 def compute_policy_loss_kl_cov(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
-    *,
-    kl_cov_ratio: float = 0.0002,
-    ppo_kl_coef: float = 1.0,
-    loss_agg_mode: str = "token-mean",
-    totals: BatchTotals | None = None,
-    rollout_is_weights: torch.Tensor | None = None,
-) -> PolicyLossResult:
-    """KL-Cov (arXiv 2505.22617): a KL penalty on the tokens that drive entropy collapse.
+    config: Any,
+) -> PolicyLossTerms:
+    """``kl_cov`` (arXiv 2505.22617): a KL penalty on the tokens that drive entropy collapse.
 
     Per token ``L = -A * r`` (``r = exp(log pi - log pi_old)``, no clip); on the
     ``max(1, int(kl_cov_ratio * N))`` valid tokens of this micro-batch with the largest
@@ -390,9 +486,7 @@ def compute_policy_loss_kl_cov(
     ``|log r|`` (verl's metric); clip fractions are 0. (Clip-Cov, the paper's other variant,
     picks its tokens at random, unseeded in verl; it is not provided.)
     """
-    old_log_prob, log_prob, advantages = _valid_only(
-        response_mask, old_log_prob, log_prob, advantages
-    )
+    kl_cov_ratio = config.kl_cov_ratio
     log_ratio = log_prob - old_log_prob
     ratio = torch.exp(log_ratio)
     pg_losses = -advantages * ratio
@@ -407,12 +501,9 @@ def compute_policy_loss_kl_cov(
             chosen = torch.zeros(valid.numel(), dtype=torch.bool, device=valid.device)
             chosen[chosen_flat] = True
             chosen = chosen.view_as(valid)
-        pg_losses = torch.where(chosen, pg_losses + ppo_kl_coef * log_ratio.abs(), pg_losses)
-    pg_losses = _weighted(pg_losses, rollout_is_weights, response_mask)
-    loss = agg_loss(pg_losses, response_mask, loss_agg_mode, totals)
-    with torch.no_grad():
-        ppo_kl = masked_mean(log_ratio.abs(), response_mask)
-    return loss, _zero(log_prob), ppo_kl, _zero(log_prob)
+        penalty = config.ppo_kl_coef * log_ratio.abs()
+        pg_losses = torch.where(chosen, pg_losses + penalty, pg_losses)
+    return PolicyLossTerms(token_losses=pg_losses, kl=log_ratio.abs())
 
 
 def compute_value_loss(

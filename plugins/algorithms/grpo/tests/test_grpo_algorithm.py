@@ -52,7 +52,7 @@ def test_config_defaults_validate(registry, name):
     if name == "grpo":
         assert (cfg.norm_adv_by_std, cfg.epsilon) == (True, 1e-6)
     else:
-        assert (cfg.baseline, cfg.gamma) == ("none", 1.0)
+        assert (cfg.adv_estimator, cfg.gamma) == ("reinforce_plus_plus", 1.0)
     cfg, problems = structure({"use_kl_loss": True}, cls.Config, ("algorithm",))
     assert cls(cfg).needs_reference
 
@@ -161,11 +161,11 @@ def test_grpo_advantages_with_shuffled_groups(registry, seed, norm):
     assert torch.equal(out.batch["returns"], adv)
 
 
-@pytest.mark.parametrize("baseline", ["none", "group"])
-def test_reinforce_plus_plus_through_dataproto(registry, baseline):
+@pytest.mark.parametrize("estimator", ["reinforce_plus_plus", "reinforce_plus_plus_baseline"])
+def test_reinforce_plus_plus_through_dataproto(registry, estimator):
     cls = registry.resolve("algorithm", "reinforce_plus_plus")
     batch = make_batch(9)
-    out = cls(cls.Config(baseline=baseline)).compute_advantages(batch)
+    out = cls(cls.Config(adv_estimator=estimator)).compute_advantages(batch)
     adv, mask = out.batch["advantages"], out.batch["response_mask"]
     valid = adv[mask > 0]
     # whitened over the valid tokens: mean 0, unbiased std 1 (up to the 1e-8 in the sqrt)

@@ -28,6 +28,6 @@ def test_grpo_conformance(options):
     check_algorithm(GRPO, GRPO.Config(**options))
 
 
-@pytest.mark.parametrize("baseline", ["none", "group"])
-def test_reinforce_plus_plus_conformance(baseline):
-    check_algorithm(ReinforcePlusPlus, ReinforcePlusPlus.Config(baseline=baseline, gamma=0.9))
+@pytest.mark.parametrize("estimator", ["reinforce_plus_plus", "reinforce_plus_plus_baseline"])
+def test_reinforce_plus_plus_conformance(estimator):
+    check_algorithm(ReinforcePlusPlus, ReinforcePlusPlus.Config(adv_estimator=estimator, gamma=0.9))

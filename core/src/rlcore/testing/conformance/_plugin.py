@@ -56,7 +56,8 @@ def check_plugin_module(
     returning a mapping ``name -> "module:Class"`` string (or class), with no duplicate
     names. With ``resolve``
     (default), each target is then imported in this process and must subclass the matching
-    ``rlcore.interfaces`` base with an attrs ``Config``. ``sys_path`` entries are prepended to
+    ``rlcore.interfaces`` base with an attrs ``Config`` (policy losses and advantage
+    estimators: be a function). ``sys_path`` entries are prepended to
     the subprocess's path (for a module that is not installed). Returns
     ``{"kind/name": "module:Class"}``.
     """
@@ -95,7 +96,7 @@ def check_plugin_module(
         fail(
             what,
             "must implement at least one hook (register_engines, register_rollouts, "
-            "register_rewards, register_algorithms) returning a non-empty mapping",
+            "register_rewards, register_algorithms, ...) returning a non-empty mapping",
             "no names registered",
         )
     if resolve:
@@ -107,7 +108,7 @@ def _resolve_all(module_name: str, what: str, extra: list[str]) -> None:
     import importlib
 
     from rlcore.errors import PluginError
-    from rlcore.plugins import PluginRegistry
+    from rlcore.plugins import FUNCTION_KINDS, PluginRegistry
 
     added = [p for p in extra if p not in sys.path]
     sys.path[:0] = added
@@ -120,6 +121,14 @@ def _resolve_all(module_name: str, what: str, extra: list[str]) -> None:
     registry.register(module, name=module_name)
     for entry in registry.entries():
         try:
-            registry.resolve(entry.kind, entry.name)
+            if entry.kind in FUNCTION_KINDS:  # policy losses, advantage estimators
+                registry.resolve_function(entry.kind, entry.name)
+            else:
+                registry.resolve(entry.kind, entry.name)
         except PluginError as err:
-            fail(what, "every registered target must import and subclass its base", str(err))
+            fail(
+                what,
+                "every registered target must import and subclass its base (a function, for "
+                "policy losses and advantage estimators)",
+                str(err),
+            )

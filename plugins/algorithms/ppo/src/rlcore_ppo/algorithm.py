@@ -8,8 +8,7 @@ import attrs
 import torch
 
 from rlcore.interfaces import BatchTotals, ModelOutputs
-from rlcore.rl.advantages import compute_gae_advantage_return
-from rlcore.rl.algorithm import PolicyGradientAlgorithm, require
+from rlcore.rl.algorithm import PolicyGradientAlgorithm, adv_estimator_name, require
 from rlcore.rl.losses import LOSS_AGG_MODES, LossAggMode, compute_value_loss
 from rlcore.rl.masked import masked_mean
 
@@ -29,12 +28,15 @@ class PPO(PolicyGradientAlgorithm):
         """PPO's options on top of the shared ones.
 
         - ``gamma`` / ``lam``: GAE discount and lambda (1.0 / 1.0: verl's defaults for LLMs).
+        - ``adv_estimator``: ``gae`` (the critic's values; the registry's other estimators
+          ignore them, the critic is still trained).
         - ``cliprange_value``: how far the new value may move from the old one in the loss.
         - ``value_loss_agg_mode``: aggregation of the value loss (``token-mean`` as verl).
         """
 
         gamma: float = attrs.field(default=1.0, validator=[_v.ge(0.0), _v.le(1.0)])
         lam: float = attrs.field(default=1.0, validator=[_v.ge(0.0), _v.le(1.0)])
+        adv_estimator: str | None = attrs.field(default="gae", validator=adv_estimator_name)
         cliprange_value: float = attrs.field(default=0.5, validator=_v.gt(0.0))
         value_loss_agg_mode: LossAggMode = attrs.field(
             default="token-mean", validator=_v.in_(LOSS_AGG_MODES)
@@ -45,18 +47,6 @@ class PPO(PolicyGradientAlgorithm):
     @property
     def needs_critic(self) -> bool:
         return True
-
-    def compute_advantages(self, batch: DataProto) -> DataProto:
-        advantages, returns = compute_gae_advantage_return(
-            require(batch, "token_level_rewards"),
-            require(batch, "values"),
-            require(batch, "response_mask"),
-            gamma=self.config.gamma,
-            lam=self.config.lam,
-        )
-        batch.batch["advantages"] = advantages
-        batch.batch["returns"] = returns
-        return batch
 
     def value_loss(
         self, outputs: ModelOutputs, batch: DataProto, totals: BatchTotals

@@ -312,3 +312,34 @@ def test_importing_rlcore_does_not_import_rl_numerics():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+@pytest.mark.parametrize("policy_loss", POLICY_LOSSES)
+def test_zero_advantage_rows_inert_only_where_their_gradient_is_zero(policy_loss):
+    """The flag lets workers drop zero-advantage rows from the backward: it must be true only
+    for losses under which such a row's gradient is exactly zero (kl_cov's penalty is not)."""
+    batch = make_batch(3, rows=12)
+    adv = batch.batch["advantages"]
+    zero_rows = [1, 2, 5]
+    adv[zero_rows] = 0.0
+    algo = GroupAlgorithm(GroupAlgorithm.Config(policy_loss=policy_loss, kl_cov_ratio=0.5))
+    lp = batch.batch["log_probs"].clone().requires_grad_(True)
+    loss, _ = algo.policy_loss(
+        ModelOutputs(log_probs=lp), batch, local_totals(batch.batch["response_mask"])
+    )
+    loss.backward()
+    zero_grad = bool((lp.grad[zero_rows] == 0).all())
+    assert algo.zero_advantage_rows_inert == (policy_loss != "kl_cov")
+    if algo.zero_advantage_rows_inert:
+        assert zero_grad
+    else:
+        assert not zero_grad  # kl_cov: the penalty on the chosen tokens has a gradient
+
+
+def test_a_plugin_loss_is_not_assumed_inert():
+    algo = GroupAlgorithm(GroupAlgorithm.Config())
+    assert algo.zero_advantage_rows_inert
+    assert algo.needs.zero_advantage_rows_inert
+    custom = attrs.evolve(algo.config, policy_loss="vanilla")
+    object.__setattr__(custom, "policy_loss", "someone_elses_loss")  # skips name validation
+    assert not GroupAlgorithm(custom).zero_advantage_rows_inert

@@ -111,6 +111,13 @@ def require(batch: DataProto, key: str) -> torch.Tensor:
     return tensors[key]
 
 
+# The core's policy losses whose per-token (or per-row) terms are all multiples of the
+# advantage: a row of zero advantages contributes exactly nothing to their gradient.
+ADVANTAGE_SCALED_LOSSES: frozenset[str] = frozenset(
+    {"vanilla", "gspo", "cispo", "gpg", "sapo", "gmpo"}
+)
+
+
 class PolicyGradientAlgorithm(BaseAlgorithm):
     """The registered policy loss and advantage estimator, with optional KL (loss or reward)
     and entropy bonus."""
@@ -208,11 +215,17 @@ class PolicyGradientAlgorithm(BaseAlgorithm):
     def zero_advantage_rows_inert(self) -> bool:
         """Whether a row whose advantages are all zero adds nothing to the loss's gradient.
 
-        True without a KL loss or entropy bonus: every remaining term (vanilla or GSPO
-        clipped PG, dual clip included) is a multiple of the advantage, so the worker may
-        leave such rows out of the backward pass (the mini-batch totals keep them).
+        True without a KL loss or entropy bonus and with one of the core's losses whose every
+        term is a multiple of the advantage (:data:`ADVANTAGE_SCALED_LOSSES`), so the worker
+        may leave such rows out of the backward pass (the mini-batch totals keep them).
+        ``kl_cov`` is not (its penalty does not vanish with the advantage, and its token
+        selection depends on the rows present); nor is a plugin's loss, which says nothing.
         """
-        return not self.config.use_kl_loss and not self.needs_entropy
+        return (
+            not self.config.use_kl_loss
+            and not self.needs_entropy
+            and self.config.policy_loss in ADVANTAGE_SCALED_LOSSES
+        )
 
     # --- driver side ------------------------------------------------------------------------
 

@@ -21,6 +21,8 @@ are checked only when they declare a version.
 from __future__ import annotations
 
 import ast
+import contextlib
+import contextvars
 import difflib
 import functools
 import importlib
@@ -28,7 +30,7 @@ import importlib.metadata
 import importlib.util
 import logging
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final, Protocol
 
 import attrs
@@ -60,7 +62,9 @@ __all__ = [
     "PluginEntry",
     "PluginProblem",
     "PluginRegistry",
+    "active_registry",
     "contract_refusal",
+    "current_registry",
     "default_registry",
     "set_disabled_plugins",
 ]
@@ -718,6 +722,29 @@ def default_registry(disabled: Iterable[str] | None = None) -> PluginRegistry:
 @functools.cache
 def _registry(disabled: tuple[str, ...]) -> PluginRegistry:
     return PluginRegistry(disabled=disabled)
+
+
+# The registry a config being loaded resolves names with: load_config's own (a test's, or the
+# one [plugins] disabled chose), so validators inside plugin Configs agree with the loader.
+_ACTIVE: contextvars.ContextVar[PluginRegistry | None] = contextvars.ContextVar(
+    "rlcore_active_registry", default=None
+)
+
+
+@contextlib.contextmanager
+def active_registry(registry: PluginRegistry) -> Iterator[PluginRegistry]:
+    """Within the block, :func:`current_registry` is ``registry``."""
+    token = _ACTIVE.set(registry)
+    try:
+        yield registry
+    finally:
+        _ACTIVE.reset(token)
+
+
+def current_registry() -> PluginRegistry:
+    """The registry of the config being loaded (:func:`active_registry`), else the process's."""
+    active = _ACTIVE.get()
+    return active if active is not None else default_registry()
 
 
 # --- the one component builder ------------------------------------------------------------

@@ -35,7 +35,7 @@ from rlcore.config.schema import (
     TrainerConfig,
 )
 from rlcore.errors import ConfigError, PluginError
-from rlcore.plugins import PluginRegistry, default_registry
+from rlcore.plugins import PluginRegistry, active_registry, default_registry
 
 __all__ = [
     "ConfigValidationError",
@@ -490,6 +490,14 @@ def build_config(
     lines = apply_overrides(data, overrides)
     if registry is None:  # [plugins] disabled decides which entry points are imported at all
         registry = default_registry(_disabled_plugins(data))
+    # Validators inside plugin Configs (a policy-loss name, say) resolve with this registry.
+    with active_registry(registry):
+        return _build_config(data, source, lines, registry)
+
+
+def _build_config(
+    data: dict[str, Any], source: str, lines: list[str], registry: PluginRegistry
+) -> RunConfig:
     problems: list[Problem] = [
         ((key,), unknown_key(key, _SECTIONS, "section")) for key in data if key not in _SECTIONS
     ]

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from rlcore.errors import PluginError
-from rlcore.plugins import PluginRegistry, default_registry
+from rlcore.plugins import PluginRegistry, current_registry
 
 if TYPE_CHECKING:
     import numpy as np
@@ -161,7 +161,7 @@ def _qualname(fn: Callable[..., Any]) -> str:
 
 
 def _names(kind: str, registry: PluginRegistry | None) -> list[str]:
-    registry = registry if registry is not None else default_registry()
+    registry = registry if registry is not None else current_registry()
     return sorted(set(_IN_PROCESS[kind]) | set(registry.names(kind)))
 
 
@@ -176,7 +176,7 @@ def adv_estimator_names(registry: PluginRegistry | None = None) -> list[str]:
 
 
 def _get(kind: str, name: str, registry: PluginRegistry | None, where: str | None) -> Any:
-    registry = registry if registry is not None else default_registry()
+    registry = registry if registry is not None else current_registry()
     local = _IN_PROCESS[kind].get(name)
     if name in registry.names(kind) or registry.is_duplicate(kind, name):
         found = registry.resolve_function(kind, name, where=where)

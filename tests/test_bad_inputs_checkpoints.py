@@ -285,3 +285,52 @@ def test_a_shard_linked_to_outside_the_checkpoint_is_refused(run, tmp_path, caps
     from rlcore.checkpoint.safe_load import verify_checkpoint
 
     assert verify_checkpoint(step) is None
+
+
+# --- issue 31: nothing a checkpoint names decides whether code runs on export ----------------
+
+
+def _needs_code(tiny: Path, folder: Path, marker: Path, where: str) -> Path:
+    """A copy of ``tiny`` whose ``where`` (config.json or tokenizer_config.json) maps a class
+    to ``evil.py``, which writes ``marker`` when imported."""
+    model = bi.model_copy(tiny, folder)
+    (model / "evil.py").write_text(f"open({str(marker)!r}, 'w').write('pwned')\n")
+    data = json.loads((model / where).read_text())
+    if where == "config.json":
+        data["auto_map"] = {"AutoConfig": "evil.EvilConfig", "AutoModelForCausalLM": "evil.M"}
+    else:
+        data["auto_map"] = {"AutoTokenizer": ["evil.EvilTokenizer", None]}
+    (model / where).write_text(json.dumps(data))
+    return model
+
+
+@pytest.mark.parametrize(
+    ("where", "auto_map"),
+    [
+        ("config.json", "('AutoConfig', 'evil.EvilConfig')"),
+        ("tokenizer_config.json", "('AutoTokenizer', ['evil.EvilTokenizer', None])"),
+    ],
+)
+def test_export_runs_no_code_named_by_a_downloaded_run(
+    tmp_path, capsys, registry, tiny, where, auto_map
+):
+    from rlcore.checkpoint.safe_load import write_manifest
+
+    marker = tmp_path / "pwned"
+    run_dir = tmp_path / "downloaded-run"
+    model = _needs_code(tiny, run_dir / "model", marker, where)
+    step = bi.fsdp2_like_checkpoint(run_dir, model)
+    config = step / "config.toml"
+    config.write_text(f'[model]\npath = "{model}"\ntrust_remote_code = true\n')
+    write_manifest(step)
+    expected = (
+        f"{model} needs code of its own ({where} has an auto_map: {auto_map}); rlcore export "
+        f"runs no code named by a checkpoint (model.trust_remote_code = true in {config} is "
+        f"not used): pass --trust-remote-code if you trust {model}"
+    )
+    out = tmp_path / "out"
+    for extra in ([], ["--model-path", str(model)]):
+        code, err = bi.cli(["export", str(run_dir), str(out), *extra], capsys, registry)
+        bi.assert_one_line(code, err, expected)
+    assert not marker.exists()
+    assert not out.exists()

@@ -245,6 +245,8 @@ def _plugin(tmp_path, name: str, body: str) -> str:
 GOOD = """
 from rlcore.hookspecs import hookimpl
 
+contract_version = 2
+
 @hookimpl
 def register_rewards():
     return {"exact": "some_pkg.reward:ExactReward"}
@@ -267,8 +269,16 @@ def test_check_plugin_module_passes_a_light_module(tmp_path):
         ),
         (GOOD.replace("some_pkg.reward:ExactReward", "ExactReward"), "expected a name"),
         (GOOD.replace("register_rewards", "register_reward"), "did you mean 'register_rewards'"),
-        ("x = 1\n", "must implement at least one hook"),
+        ("contract_version = 2\nx = 1\n", "must implement at least one hook"),
         ("raise ImportError('no backend')\n", "ImportError: no backend"),
+        (
+            GOOD.replace("contract_version = 2\n", ""),
+            "must declare contract_version = 2 at module level: written for plugin contract 1",
+        ),
+        (
+            GOOD.replace("contract_version = 2", "contract_version = 1"),
+            "must declare contract_version = 2 at module level: written for plugin contract 1,",
+        ),
     ],
 )
 def test_check_plugin_module_names_the_broken_rule(tmp_path, body, message):

@@ -186,6 +186,18 @@ def test_sources_weights_and_metrics_per_data_source(tokenizer):
     assert metrics["reward/errors"] == metrics["reward/timeouts"] == 0.0
 
 
+def test_reasons_are_counted_per_batch(tokenizer):
+    rows = [("q", "7", "7", "toy"), ("q", "8", "7", "toy"), ("q", "5", "5", "toy")]
+    rows += [("q", "plain", "1", "toy"), ("q", "", "1", "toy")]  # no reason; nothing generated
+    data, _ = make_batch(tokenizer, rows)
+    rm = manager(tokenizer, rewards={"reason": doubles.ReasonReward()}, default="reason")
+    out, metrics = rm(data)  # through the pool: extras travel back from the workers
+    assert list(out.non_tensor_batch["reason"]) == ["pass", "fail", "pass", None, None]
+    counted = {k: v for k, v in metrics.items() if k.startswith("reward/reason/")}
+    assert counted == {"reward/reason/pass": 2.0, "reward/reason/fail": 1.0}
+    rm.close()
+
+
 def test_configuration_errors_name_what_to_fix(tokenizer):
     rewards = {"scripted": doubles.ScriptedReward()}
     with pytest.raises(ConfigError, match=r"reward 'gsm8kk' in \[reward.sources\] 'openai/gsm8k'"):

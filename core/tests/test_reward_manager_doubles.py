@@ -87,3 +87,19 @@ class UnpicklableReward(ScriptedReward):
     def __init__(self) -> None:
         super().__init__()
         self.hook = lambda x: x
+
+
+class ReasonReward(BaseReward):
+    """Exact match, with a ``reason`` ("pass", "fail"); a response "plain" gives a bare float."""
+
+    def score(
+        self,
+        data_source: str,
+        solution_str: str,
+        ground_truth: str,
+        extra_info: dict[str, Any] | None = None,
+    ) -> Any:
+        if solution_str.strip() == "plain":
+            return 0.0
+        hit = solution_str.strip() == str(ground_truth)
+        return {"score": float(hit), "reason": "pass" if hit else "fail"}

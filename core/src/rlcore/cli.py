@@ -132,9 +132,16 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
         # Each target resolved (module found, class present) without importing backends.
         status = "duplicate" if registry.is_duplicate(e.kind, e.name) else registry.check(e)
         rows.append((e.kind, e.name, e.distribution or "-", e.version or "-", status))
+    # A refused plugin's names, each with why (its contract version against this rlcore's).
+    listed = set()
+    for e, refusal in registry.refused_entries():
+        rows.append(
+            (e.kind, e.name, e.distribution or "-", e.version or "-", f"refused: {refusal}")
+        )
+        listed.add((e.distribution, e.plugin))
     for p in registry.problems:
-        if p.status == "duplicate":
-            continue  # already marked on both entries
+        if p.status == "duplicate" or (p.distribution, p.plugin) in listed:
+            continue  # already marked on the entries
         rows.append(("-", p.plugin, p.distribution or "-", p.version or "-", p.reason))
     _print_table(rows, sys.stdout)
     return 0
@@ -192,7 +199,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         with sigterm_as_interrupt(), children_shielded_from_sigterm():
             started = _start_ray(start_ray, config)
             with sigterm_as_interrupt():  # again: ray.init installed its own handler
-                result = run_training(config, prepared)
+                result = run_training(config, prepared, registry=args.registry)
     except KeyboardInterrupt:
         # The trainer saves the last completed step on its way out; say where to pick up.
         print(_interrupted_line(config), file=sys.stderr)

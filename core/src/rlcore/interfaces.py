@@ -36,6 +36,14 @@ The only ``meta_info`` keys the core uses are:
 - ``meta_info["epoch"]``: set by the prompt loader on each training batch (the epoch it came
   from); the driver logs it as ``training/epoch``. Plugins never see it.
 
+Capabilities are declared, not probed: an algorithm says what it needs
+(:attr:`BaseAlgorithm.needs`, an :class:`AlgorithmNeeds`) and a rollout what it is
+(:meth:`BaseRollout.traits`, a :class:`RolloutTraits`, and :meth:`BaseRollout.dispatch_info`);
+the core reads only those. The contract is versioned (:data:`CONTRACT_VERSION`, what each
+version changed in :data:`CONTRACT_CHANGES`): every plugin module declares the version it was
+written for (``contract_version = 2`` at module level) and discovery refuses an older one with
+one line naming the change (migration notes: ``core/README.md``, "Contract versions").
+
 This module imports neither torch nor plugins, so discovery stays light.
 """
 
@@ -44,7 +52,7 @@ from __future__ import annotations
 import abc
 import asyncio
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, TextIO
+from typing import TYPE_CHECKING, Any, Final, Literal, TextIO
 
 import attrs
 
@@ -59,6 +67,10 @@ if TYPE_CHECKING:
     from rlcore.protocol import DataProto
 
 __all__ = [
+    "CONTRACT_CHANGES",
+    "CONTRACT_NOTE",
+    "CONTRACT_VERSION",
+    "AlgorithmNeeds",
     "BaseAlgorithm",
     "BaseEngine",
     "BaseLogger",
@@ -72,6 +84,7 @@ __all__ = [
     "ModelOutputs",
     "OptimConfig",
     "RolloutSpec",
+    "RolloutTraits",
     "RunInfo",
     "SamplingParams",
     "ToolError",
@@ -79,6 +92,26 @@ __all__ = [
 
 Dtype = Literal["float32", "bfloat16", "float16"]
 Device = Literal["cpu", "cuda"]
+
+
+# --- the contract's version -----------------------------------------------------------------
+
+#: The plugin contract this rlcore implements. A plugin module declares the version it was
+#: written for (``contract_version = 2`` at module level); discovery refuses any other.
+CONTRACT_VERSION: Final = 2
+
+#: Where every refusal points: the migration note of each version.
+CONTRACT_NOTE: Final = "see core/README.md, Contract versions"
+
+#: What each version changed, for the refusal line of a plugin written for an older one.
+CONTRACT_CHANGES: Final[dict[int, str]] = {
+    1: "the first contract (the Base* classes of rlcore.interfaces)",
+    2: (
+        "BaseEngine.forward_backward takes the keyword-only argument temperature; algorithms "
+        "declare BaseAlgorithm.needs, rollouts BaseRollout.traits and dispatch_info(), plugin "
+        "modules contract_version"
+    ),
+}
 
 
 # --- what the core hands to engines and rollouts ------------------------------------------
@@ -211,6 +244,52 @@ class GenerationResult:
     token_ids: list[int]
     log_probs: list[float] | None = None
     finish_reason: Literal["stop", "length"] = "stop"
+
+
+# --- what a plugin declares about itself ------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class AlgorithmNeeds:
+    """What an algorithm needs from a run (:attr:`BaseAlgorithm.needs`); the roles follow it.
+
+    - ``reference``: ``ref_log_prob`` in the batch (a KL loss or KL penalty): a reference model.
+    - ``critic``: ``values`` in the batch and :meth:`BaseAlgorithm.value_loss`: a critic.
+    - ``entropy``: :meth:`BaseAlgorithm.policy_loss` reads ``outputs.entropy`` with gradient.
+    - ``rollout_log_probs``: the loss reads the rollout's ``rollout_log_probs``.
+    - ``old_log_probs_on_driver``: :meth:`BaseAlgorithm.compute_rewards` or
+      :meth:`~BaseAlgorithm.compute_advantages` read ``old_log_probs`` on the driver, so the
+      separate old-log-prob pass is kept. True (the default) is the safe answer; False lets an
+      on-policy update take them from its own training forward.
+    - ``zero_advantage_rows_inert``: a row whose advantages are all zero adds nothing to the
+      loss's gradient, so the worker may skip its backward pass. False (the default) is safe.
+    """
+
+    reference: bool = False
+    critic: bool = False
+    entropy: bool = False
+    rollout_log_probs: bool = False
+    old_log_probs_on_driver: bool = True
+    zero_advantage_rows_inert: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class RolloutTraits:
+    """What the core must know about a rollout before building it (:meth:`BaseRollout.traits`).
+
+    - ``cheap_log_probs``: the rollout returns ``rollout_log_probs`` at no extra pass (vLLM's
+      sampler has them), so the driver asks for them by default for the mismatch metrics
+      (``[rollout] log_prob_metrics``).
+    - ``lora_adapters``: it serves LoRA adapters on the base weights
+      (:meth:`BaseRollout.update_adapter`) instead of taking merged weights.
+    - ``ranks_per_engine``: policy workers one engine spans (tensor parallelism); 1: each
+      worker is an engine of its own. Its ranks then declare their place with
+      :meth:`BaseRollout.dispatch_info`.
+    """
+
+    cheap_log_probs: bool = False
+    lora_adapters: bool = False
+    ranks_per_engine: int = attrs.field(default=1, validator=attrs.validators.ge(1))
 
 
 # --- the four contracts ---------------------------------------------------------------------
@@ -405,13 +484,33 @@ class BaseRollout(abc.ABC):
     #: The rollout serves LoRA adapters on top of the base weights it loaded from
     #: ``spec.model_path`` (e.g. vLLM's LoRA requests): after an update the worker sends only
     #: the adapter (:meth:`update_adapter`). False (the default): the worker streams merged
-    #: weights through :meth:`update_weights`, which every rollout accepts.
+    #: weights through :meth:`update_weights`, which every rollout accepts. The default
+    #: :meth:`traits` reports it as ``lora_adapters``.
     supports_lora_adapters: bool = False
 
     def __init__(self, spec: RolloutSpec, config: BaseRollout.Config | None = None) -> None:
         self.spec = spec
         # None: the plugin's own defaults, so `MyRollout(spec)` works in tests and notebooks.
         self.config = config if config is not None else type(self).Config()
+
+    @classmethod
+    def traits(cls, config: BaseRollout.Config) -> RolloutTraits:
+        """What this rollout is with ``config`` (its own ``Config``), before it is built.
+
+        The driver reads it to build the specs. The default is conservative: no cheap
+        log-probs, one engine per worker, LoRA adapters as :attr:`supports_lora_adapters`.
+        """
+        return RolloutTraits(lora_adapters=cls.supports_lora_adapters)
+
+    def dispatch_info(self) -> DispatchInfo | None:
+        """This rank's place among the rollout's engines, or None: one engine per worker.
+
+        A rollout whose engine spans several workers (``traits().ranks_per_engine > 1``)
+        returns its ``dp_rank``/``dp_size`` (one per engine) and whether this rank's outputs
+        stand for its engine; the policy worker registers it as the ``rollout`` mesh, so each
+        engine gets its prompts once (the twin of :meth:`BaseEngine.dispatch_info`).
+        """
+        return None
 
     @abc.abstractmethod
     def generate(self, prompts: DataProto, sampling: SamplingParams) -> DataProto:
@@ -498,7 +597,8 @@ def _generate_one_via_batch(
 
 
 class BaseReward(abc.ABC):
-    """A rule reward: pure, fast, deterministic; never ``eval`` model output.
+    """A rule reward: pure, fast, deterministic; never ``eval`` model output in-process
+    (``rlcore-code`` runs model-written code in a bubblewrap sandbox instead).
 
     Example::
 
@@ -546,6 +646,22 @@ class BaseAlgorithm(abc.ABC):
         self.config = config if config is not None else type(self).Config()
 
     @property
+    def needs(self) -> AlgorithmNeeds:
+        """What this algorithm needs from the run; the core reads only this.
+
+        The default gathers the one-flag properties below, so an algorithm may override
+        either this or those (an existing ``needs_reference`` override keeps working).
+        """
+        return AlgorithmNeeds(
+            reference=self.needs_reference,
+            critic=self.needs_critic,
+            entropy=self.needs_entropy,
+            rollout_log_probs=self.needs_rollout_log_probs,
+            old_log_probs_on_driver=self.needs_old_log_probs_on_driver,
+            zero_advantage_rows_inert=self.zero_advantage_rows_inert,
+        )
+
+    @property
     def needs_critic(self) -> bool:
         """Whether a critic (value model) is trained; decides the ``CriticWorker`` role."""
         return False
@@ -562,6 +678,39 @@ class BaseAlgorithm(abc.ABC):
         Engines skip the entropy's backward graph otherwise (it costs a (b, R, vocab) pass).
         """
         return False
+
+    @property
+    def needs_rollout_log_probs(self) -> bool:
+        """Whether :meth:`policy_loss` reads the rollout's ``rollout_log_probs``."""
+        return False
+
+    @property
+    def needs_old_log_probs_on_driver(self) -> bool:
+        """Whether the driver side (rewards, advantages) reads ``old_log_probs``.
+
+        True by default (conservative): the separate old-log-prob pass is kept. False lets an
+        on-policy update take them from its training forward (:mod:`rlcore.trainer.levers`).
+        """
+        return True
+
+    @property
+    def zero_advantage_rows_inert(self) -> bool:
+        """Whether a row whose advantages are all zero adds nothing to the loss's gradient.
+
+        False by default (conservative); True lets the worker leave such rows out of the
+        backward pass (``actor.skip_zero_advantage_rows``).
+        """
+        return False
+
+    def state_dict(self) -> dict[str, Any]:
+        """Driver-side run state saved in checkpoints (e.g. an adaptive KL coefficient).
+
+        Default: nothing. Only the driver's copy is saved and restored.
+        """
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned (default: nothing to restore)."""
 
     def compute_rewards(self, batch: DataProto) -> tuple[DataProto, dict[str, float]]:
         """Turn ``token_level_scores`` into ``token_level_rewards`` (e.g. minus a KL penalty).
@@ -615,7 +764,8 @@ class BaseTool(abc.ABC):
     used by the agent loop to find the tool by ``schema()["name"]``. ``call`` is synchronous
     and is run by the loop in a process of its own per call, killed at ``[agent]
     tool_timeout_s`` (:mod:`rlcore.agent.tool_processes`), so the tool must pickle; it must
-    not ``eval``/``exec`` model output. Bad arguments raise :class:`ToolError` (its message is
+    not ``eval``/``exec`` model output in-process (``rlcore-code``'s ``code_interpreter`` runs
+    it in a sandboxed subprocess). Bad arguments raise :class:`ToolError` (its message is
     shown to the model); anything else raised (``SystemExit`` included) is also caught, shown
     and counted as an error. Example::
 

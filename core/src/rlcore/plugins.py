@@ -8,6 +8,14 @@ distribution and does not take the others down; ``strict=True`` raises instead.
 
 ``[plugins] disabled`` (distribution or entry-point names, or ``"*"``; the ``rlcore`` command
 maps ``RLCORE_DISABLE_PLUGINS`` onto it) skips entry points before they are imported.
+
+Every plugin module declares the contract it was written for (``contract_version = 2`` at
+module level, :data:`rlcore.interfaces.CONTRACT_VERSION`). An installed plugin that declares
+another version, or none, is *refused*: its hooks are called only to learn the names it would
+provide, which then resolve to one line naming the distribution, its contract against the
+current one, what changed and where the migration note is, so ``rlcore train`` stops at
+config validation instead of failing inside a worker. In-process plugins (tests, notebooks)
+are checked only when they declare a version.
 """
 
 from __future__ import annotations
@@ -29,6 +37,9 @@ import pluggy
 from rlcore import hookspecs
 from rlcore.errors import PluginError
 from rlcore.interfaces import (
+    CONTRACT_CHANGES,
+    CONTRACT_NOTE,
+    CONTRACT_VERSION,
     BaseAlgorithm,
     BaseEngine,
     BaseLogger,
@@ -48,6 +59,7 @@ __all__ = [
     "PluginEntry",
     "PluginProblem",
     "PluginRegistry",
+    "contract_refusal",
     "default_registry",
     "set_disabled_plugins",
 ]
@@ -134,7 +146,7 @@ class PluginProblem:
     distribution: str | None
     version: str | None
     plugin: str
-    status: str  # "disabled", "duplicate" or "error"
+    status: str  # "disabled", "duplicate", "refused" or "error"
     reason: str  # short, for a table that already shows the distribution
     message: str  # one line, naming the distribution
 
@@ -150,6 +162,39 @@ class _Provenance:
         if self.distribution is None:
             return "in-process plugin"
         return f"{self.distribution} {self.version}"
+
+
+def contract_refusal(declared: object) -> str | None:
+    """Why a plugin declaring ``contract_version = declared`` is refused; None: it is current.
+
+    ``declared`` is None for a module that declares nothing: it was written before contracts
+    were versioned, for contract 1. One clause, naming both versions, what changed since and
+    :data:`~rlcore.interfaces.CONTRACT_NOTE`.
+    """
+    current = CONTRACT_VERSION
+    if declared is None:
+        version, said = 1, " (it declares no contract_version)"
+    elif isinstance(declared, int) and not isinstance(declared, bool):
+        version, said = declared, ""
+    else:
+        return (
+            f"its contract_version must be an int, got {declared!r}; this rlcore implements "
+            f"contract {current} ({CONTRACT_NOTE})"
+        )
+    if version == current:
+        return None
+    if version > current:
+        return (
+            f"written for plugin contract {version}, newer than this rlcore's contract "
+            f"{current}: upgrade rlcore ({CONTRACT_NOTE})"
+        )
+    changes = "; ".join(
+        f"contract {v}: {CONTRACT_CHANGES[v]}" for v in range(version + 1, current + 1)
+    )
+    return (
+        f"written for plugin contract {version}{said}, this rlcore implements contract "
+        f"{current} ({changes}); {CONTRACT_NOTE}"
+    )
 
 
 class PluginRegistry:
@@ -172,6 +217,11 @@ class PluginRegistry:
         self.pm.add_hookspecs(hookspecs)
         self.problems: list[PluginProblem] = []
         self._entries: dict[str, dict[str, list[PluginEntry]]] = {k: {} for k in KINDS}
+        # What refused plugins would provide, with the line each name resolves to.
+        self._refused: dict[str, dict[str, tuple[PluginEntry, str]]] = {k: {} for k in KINDS}
+        # Refused plugins are registered here, never in ``pm``: only to call their hooks.
+        self._refused_pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+        self._refused_pm.add_hookspecs(hookspecs)
         self._provenance: dict[int, _Provenance] = {}
         self._resolved: dict[tuple[str, str], type] = {}
         if disabled is None:
@@ -196,7 +246,10 @@ class PluginRegistry:
     def _problem(self, prov: _Provenance, status: str, reason: str, message: str) -> None:
         if self.strict and status != "disabled":
             raise PluginError(message)
-        log.log(logging.DEBUG if status == "disabled" else logging.WARNING, "%s", message)
+        # A refused plugin is reported where it matters: when a config selects one of its
+        # names (and in ``rlcore plugins``); a warning on every listing would be noise.
+        quiet = status in ("disabled", "refused")
+        log.log(logging.DEBUG if quiet else logging.WARNING, "%s", message)
         self.problems.append(
             PluginProblem(
                 distribution=prov.distribution,
@@ -244,15 +297,25 @@ class PluginRegistry:
                         raise PluginError(msg) from err
                     self._problem(prov, "error", f"import error: {_describe(err)}", msg)
                     continue
-                self._register(module, prov)
+                self._register(module, prov, versioned=True)
 
     def register(self, plugin: object, *, name: str | None = None) -> None:
-        """Register an in-process plugin (a module or object with ``@hookimpl`` functions)."""
-        label = name or getattr(plugin, "__name__", None) or type(plugin).__name__
-        self._register(plugin, _Provenance(None, None, label))
+        """Register an in-process plugin (a module or object with ``@hookimpl`` functions).
 
-    def _register(self, plugin: object, prov: _Provenance) -> None:
+        Its ``contract_version`` is checked only when it declares one.
+        """
+        label = name or getattr(plugin, "__name__", None) or type(plugin).__name__
+        self._register(plugin, _Provenance(None, None, label), versioned=False)
+
+    def _register(self, plugin: object, prov: _Provenance, *, versioned: bool = True) -> None:
         where = prov.label
+        # Discovery reads the module's declaration (not a capability probe: the contract says
+        # every plugin module has this attribute).
+        declared = getattr(plugin, "contract_version", None)
+        refusal = contract_refusal(declared) if versioned or declared is not None else None
+        if refusal is not None:
+            self._refuse(plugin, prov, refusal)
+            return
         try:
             # Entry-point names are unique only within a distribution.
             self.pm.register(plugin, name=f"{prov.distribution}:{prov.plugin}")
@@ -276,6 +339,54 @@ class PluginRegistry:
             for impl in caller.get_hookimpls():
                 if impl.plugin is plugin:
                     self._collect(kind, impl.function, prov)
+
+    def _refuse(self, plugin: object, prov: _Provenance, refusal: str) -> None:
+        """Record a plugin written for another contract, and the names it would provide."""
+        message = f"{prov.label}: plugin {prov.plugin!r} is refused: {refusal}"
+        self._problem(prov, "refused", f"refused: {refusal}", message)
+        try:
+            self._refused_pm.register(plugin, name=f"{prov.distribution}:{prov.plugin}")
+        except (ValueError, pluggy.PluginValidationError):
+            return  # no names to learn; the refusal is recorded
+        for kind, hook_name in _HOOKS.items():
+            for impl in getattr(self._refused_pm.hook, hook_name).get_hookimpls():
+                if impl.plugin is not plugin:
+                    continue
+                try:
+                    result = impl.function()
+                except Exception:  # third-party hook code; the refusal says enough
+                    continue
+                if not isinstance(result, Mapping):
+                    continue
+                for name, target in result.items():
+                    if isinstance(name, str) and isinstance(target, str | type):
+                        entry = PluginEntry(
+                            kind=kind,
+                            name=name,
+                            target=target,
+                            distribution=prov.distribution,
+                            version=prov.version,
+                            plugin=prov.plugin,
+                        )
+                        self._refused[kind].setdefault(name, (entry, refusal))
+
+    def refused_entries(self) -> list[tuple[PluginEntry, str]]:
+        """What refused plugins would provide (names no accepted plugin has), with the reason
+        of each refusal; sorted by kind then name."""
+        return [
+            self._refused[k][n]
+            for k in KINDS
+            for n in sorted(self._refused[k])
+            if n not in self._entries[k]
+        ]
+
+    def _refused_message(self, kind: str, name: str, where: str | None) -> str:
+        entry, refusal = self._refused[kind][name]
+        at = f" in {where}" if where else ""
+        whose = f", whose plugin {entry.plugin!r}" if entry.distribution else ", which"
+        return (
+            f"{kind} {name!r}{at} is provided only by {entry.provider}{whose} is refused: {refusal}"
+        )
 
     def _collect(self, kind: str, function: Any, prov: _Provenance) -> None:
         where = prov.label
@@ -340,6 +451,11 @@ class PluginRegistry:
     def is_duplicate(self, kind: str, name: str) -> bool:
         return len(self._entries[self._check_kind(kind)].get(name, ())) > 1
 
+    def entry(self, kind: str, name: str) -> PluginEntry | None:
+        """The one entry of ``name`` (None when it is unknown or a duplicate)."""
+        found = self._entries[self._check_kind(kind)].get(name, [])
+        return found[0] if len(found) == 1 else None
+
     def _check_kind(self, kind: str) -> str:
         if kind not in KINDS:
             msg = f"unknown plugin kind {kind!r}; expected one of {', '.join(KINDS)}"
@@ -357,6 +473,8 @@ class PluginRegistry:
         if cached is not None:
             return cached
         found = self._entries[kind].get(name)
+        if not found and name in self._refused[kind]:
+            raise PluginError(self._refused_message(kind, name, where))
         if not found:
             raise PluginError(self._unknown_message(kind, name, where))
         if len(found) > 1:
@@ -578,14 +696,30 @@ class Component:
     name: str
     options: Any = None
     where: str = ""
+    # The class itself, for a component of an in-process plugin (see :meth:`pinned`): a
+    # worker process has no entry point to find it by name.
+    target: type | None = None
 
     @classmethod
     def of(cls, kind: str, section: _Section, *, where: str) -> Component:
         """From a config section holding ``name`` and ``options``."""
         return cls(kind=kind, name=section.name, options=section.options, where=where)
 
+    def pinned(self, registry: PluginRegistry | None) -> Component:
+        """This component, carrying its class when ``registry`` has it from an in-process
+        plugin (:meth:`PluginRegistry.register`), so that workers build what the driver
+        resolved; installed plugins stay by name (each process finds them itself)."""
+        if registry is None or self.target is not None:
+            return self
+        entry = registry.entry(self.kind, self.name)
+        if entry is None or entry.distribution is not None:
+            return self
+        return attrs.evolve(self, target=self.resolve(registry))
+
     def resolve(self, registry: PluginRegistry | None = None) -> type:
         """The plugin class (imports its module); a :class:`PluginError` names the fix."""
+        if self.target is not None:
+            return self.target
         registry = registry if registry is not None else default_registry()
         return registry.resolve(self.kind, self.name, where=self.where or None)
 

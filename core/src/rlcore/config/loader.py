@@ -370,13 +370,18 @@ def _logger_configs(
 
 
 def _tool_problems(registry: PluginRegistry, agent: AgentConfig | None) -> list[Problem]:
-    """Every ``[agent] tools`` name must resolve to an installed tool plugin."""
+    """Every ``[agent] tools`` name must resolve to an installed tool plugin whose default
+    ``Config`` validates (a tool's validator may check what it needs, e.g. a sandbox binary),
+    so that the workers do not find out after Ray started."""
     problems: list[Problem] = []
     for i, name in enumerate(agent.tools if agent is not None else ()):
         try:
-            registry.resolve("tool", name, where="[agent] tools")
+            cls = registry.resolve("tool", name, where="[agent] tools")
         except PluginError as err:
             problems.append((("agent", "tools", i), str(err)))
+            continue
+        _, found = structure({}, cls.Config, ("agent", "tools", i))  # type: ignore[attr-defined]
+        problems.extend((("agent", "tools", i), f"tool {name!r}: {msg}") for _, msg in found)
     return problems
 
 

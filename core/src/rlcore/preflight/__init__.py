@@ -48,7 +48,7 @@ def _needs_critic(config: RunConfig, registry: PluginRegistry) -> bool:
     component = Component(
         kind="algorithm", name=section.name, options=section.options, where="[algorithm]"
     )
-    return bool(component.build(registry=registry).needs_critic)
+    return bool(component.build(registry=registry).needs.critic)
 
 
 @attrs.frozen(kw_only=True)

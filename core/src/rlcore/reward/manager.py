@@ -10,6 +10,7 @@ one: a scorer stuck in one long C call ignores the alarm, and only a process can
 
 from __future__ import annotations
 
+import collections
 import logging
 import math
 import os
@@ -68,7 +69,9 @@ class RewardManager:
       ``pred`` and any other extra a reward returns (None where a row's rewards gave none),
       and ``score/<name>`` per reward when there are several (NaN where not used);
     - metrics ``reward/timeouts``, ``reward/errors``, ``reward/empty_responses`` (counts in
-      this batch), and ``reward/<data_source>/score``, ``.../acc`` (means), ``.../count``.
+      this batch), ``reward/<data_source>/score``, ``.../acc`` (means), ``.../count``, and
+      ``reward/reason/<reason>``: how many rows' extras have that string ``reason`` (the
+      code reward's ``pass``, ``timeout``, ...; only reasons seen in the batch appear).
     """
 
     def __init__(
@@ -207,6 +210,10 @@ class RewardManager:
             "reward/errors": float(errors),
             "reward/empty_responses": float(lens.count(0)),
         }
+        # A reward may say why a row scored as it did ({"reason": "timeout"}); counted per batch.
+        reasons = collections.Counter(r for e in extras if isinstance(r := e.get("reason"), str))
+        for reason, count in sorted(reasons.items()):
+            metrics[f"reward/reason/{reason}"] = float(count)
         src = np.array([str(s) for s in sources], dtype=object)
         for ds in sorted(set(src.tolist())):
             sel = src == ds

@@ -168,11 +168,10 @@ class Trainer:
 
     def state_dict(self) -> dict[str, Any]:
         """The driver's run state: step, dataloader position, the algorithm's state."""
-        algo_state = getattr(self.algorithm, "state_dict", None)
         return {
             "step": self.state.step,
             "dataloader": self.train_loader.state_dict(),
-            "algorithm": algo_state() if callable(algo_state) else {},
+            "algorithm": self.algorithm.state_dict(),
         }
 
     def save_checkpoint(self) -> Path | None:
@@ -216,9 +215,8 @@ class Trainer:
             raise CheckpointError(msg)
         self.train_loader.load_state_dict(driver.dataloader)
         algo_state = driver.extra.get("algorithm") or {}
-        load = getattr(self.algorithm, "load_state_dict", None)
-        if algo_state and callable(load):
-            load(algo_state)
+        if algo_state:
+            self.algorithm.load_state_dict(algo_state)
         self.policy.load_checkpoint(str(path))
         if self.critic is not None:
             self.critic.load_checkpoint(str(path))
@@ -335,7 +333,7 @@ class Trainer:
                         batch.batch["rollout_log_probs"],
                         batch.batch["response_mask"],
                     )
-            if self.algorithm.needs_reference:
+            if specs.policy.ref is not None:  # the algorithm's needs.reference decided it
                 with timed("ref", timing):
                     out = self.policy.compute_ref_log_prob(model_in)
                 _add_timing(worker, _take_metrics(out))
@@ -369,7 +367,7 @@ class Trainer:
                 with timed("update_critic", timing):
                     out = self.critic.update_critic(critic_in, step)
                 _add_timing(worker, _take_metrics(out))
-            if self.algorithm.needs_reference:
+            if specs.policy.ref is not None:
                 update_keys = (*update_keys, "ref_log_prob")
             actor_in = self._laid_out(
                 batch, update_keys, specs.policy.update, self.policy.dispatch_info(ACTOR_MESH)

@@ -80,11 +80,11 @@ _REF = mesh_dispatch_mode(REF_MESH)
 _CRITIC = mesh_dispatch_mode(CRITIC_MESH)
 
 
-def declare_mesh(worker: Worker, engine: BaseEngine, mesh: str) -> DispatchInfo:
-    """Register ``engine``'s data-parallel place as ``mesh`` on ``worker``; return it.
+def declare_mesh(worker: Worker, engine: BaseEngine | BaseRollout, mesh: str) -> DispatchInfo:
+    """Register ``engine``'s (or a rollout's) data-parallel place as ``mesh`` on ``worker``.
 
-    An engine without a mesh of its own (``dispatch_info()`` is None) is purely data-parallel:
-    every rank is its own data-parallel group.
+    One without a mesh of its own (``dispatch_info()`` is None) is purely data-parallel:
+    every rank is its own data-parallel group. Returns the place registered.
     """
     info = engine.dispatch_info() or DispatchInfo(
         dp_rank=worker.rank, dp_size=worker.world_size, is_collect=True
@@ -168,14 +168,9 @@ class ActorRolloutRefWorker(Worker):
             spec.rollout_spec, seed=spec.rollout_spec.seed + 1000 * self.rank
         )
         self.rollout = spec.rollout.build(rollout_spec)
-        # A rollout spanning several workers says where this rank sits (``dispatch_mesh``:
-        # dp_rank, dp_size, is_collect); otherwise every worker is its own shard.
-        mesh = getattr(self.rollout, "dispatch_mesh", None) or {
-            "dp_rank": self.rank,
-            "dp_size": self.world_size,
-            "is_collect": True,
-        }
-        self.set_dispatch_info(**mesh, mesh=ROLLOUT_MESH)
+        # A rollout spanning several workers says where this rank sits (dispatch_info());
+        # otherwise every worker is its own shard.
+        declare_mesh(self, self.rollout, ROLLOUT_MESH)
         if spec.agent is not None:
             self.agent_loop = _build_agent_loop(spec.agent)
         self._sync_weights()
@@ -430,7 +425,8 @@ def push_weights(actor: BaseEngine, rollout: BaseRollout) -> None:
     A LoRA actor and a rollout that serves adapters exchange the adapter only; otherwise the
     rollout gets full tensors (merged ``W + scaling * B @ A`` from a LoRA actor).
     """
-    adapter = actor.adapter_for_sync() if rollout.supports_lora_adapters else None
+    serves_adapters = type(rollout).traits(rollout.config).lora_adapters
+    adapter = actor.adapter_for_sync() if serves_adapters else None
     if adapter is not None:
         adapter_config, tensors = adapter
         rollout.update_adapter(adapter_config, tensors)

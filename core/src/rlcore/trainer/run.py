@@ -20,6 +20,7 @@ from rlcore.errors import RlcoreError
 
 if TYPE_CHECKING:
     from rlcore.config import RunConfig
+    from rlcore.plugins import PluginRegistry
     from rlcore.preflight import Preflight
 
 log = logging.getLogger(__name__)
@@ -54,11 +55,18 @@ def prepare_run_dir(config: RunConfig, *, resuming: bool = False) -> Path:
     return run_dir
 
 
-def run_training(config: RunConfig, prepared: Preflight | None = None) -> int:
+def run_training(
+    config: RunConfig,
+    prepared: Preflight | None = None,
+    *,
+    registry: PluginRegistry | None = None,
+) -> int:
     """Train with ``config`` (Ray started or joined here if not yet); returns the exit code.
 
     ``prepared``: what :func:`rlcore.preflight.preflight` loaded (tokenizer and datasets), so
-    the CLI's checks are not followed by a second tokenization of the data.
+    the CLI's checks are not followed by a second tokenization of the data. ``registry``:
+    where the algorithm, rewards and the specs' components are looked up (None: the installed
+    plugins); a component of an in-process plugin travels to the workers as its class.
     """
     import ray
 
@@ -97,9 +105,9 @@ def run_training(config: RunConfig, prepared: Preflight | None = None) -> int:
         tokenizer, train_set, val_set = prepared.tokenizer, prepared.train_set, prepared.val_set
     train_loader, val_loader = build_loaders(config, train_set, val_set)
     total_steps = total_training_steps(config, len(train_loader))
-    algorithm = build_algorithm(config)
-    specs = build_specs(config, algorithm, total_steps)
-    reward_manager = build_reward_manager(config, tokenizer)
+    algorithm = build_algorithm(config, registry)
+    specs = build_specs(config, algorithm, total_steps, registry=registry)
+    reward_manager = build_reward_manager(config, tokenizer, registry)
     workers = build_workers(config, specs)
     tracker = Tracker(
         run_dir,

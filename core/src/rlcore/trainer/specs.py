@@ -21,7 +21,8 @@ from rlcore.workers.worker import WorkerSettings
 
 if TYPE_CHECKING:
     from rlcore.config import AgentConfig, RunConfig
-    from rlcore.interfaces import BaseAlgorithm
+    from rlcore.interfaces import AlgorithmNeeds, BaseAlgorithm, BaseRollout, RolloutTraits
+    from rlcore.plugins import PluginRegistry
 
 __all__ = [
     "AgentSpec",
@@ -31,6 +32,7 @@ __all__ = [
     "RunSpecs",
     "UpdateSpec",
     "build_specs",
+    "rollout_traits",
     "worker_settings",
 ]
 
@@ -160,11 +162,14 @@ def _update(
     )
 
 
-def _agent_spec(config: RunConfig) -> AgentSpec | None:
+def _agent_spec(config: RunConfig, registry: PluginRegistry | None) -> AgentSpec | None:
     agent = config.agent
     if agent is None:
         return None
-    tools = tuple(Component(kind="tool", name=name, where="[agent] tools") for name in agent.tools)
+    tools = tuple(
+        Component(kind="tool", name=name, where="[agent] tools").pinned(registry)
+        for name in agent.tools
+    )
     return AgentSpec(
         config=agent,
         tools=tools,
@@ -173,19 +178,46 @@ def _agent_spec(config: RunConfig) -> AgentSpec | None:
     )
 
 
-def _wants_rollout_log_probs(config: RunConfig, algorithm: BaseAlgorithm) -> bool:
+def _wants_rollout_log_probs(
+    config: RunConfig, needs: AlgorithmNeeds, traits: RolloutTraits
+) -> bool:
     """Training rollouts return ``rollout_log_probs``: for the loss (``rollout_is``) or for
     the mismatch metrics (``rollout.log_prob_metrics``, see ``RolloutConfig``)."""
-    if getattr(algorithm, "needs_rollout_log_probs", False):
+    if needs.rollout_log_probs:
         return True
     wanted = config.rollout.log_prob_metrics
     if wanted is None:
-        return bool(getattr(config.rollout.options, "cheap_log_probs", False))
+        return traits.cheap_log_probs
     return wanted
 
 
-def build_specs(config: RunConfig, algorithm: BaseAlgorithm, total_steps: int) -> RunSpecs:
-    """The per-role specs of a run of ``total_steps`` training steps."""
+def rollout_traits(config: RunConfig, registry: PluginRegistry | None = None) -> RolloutTraits:
+    """The selected rollout's declared traits (:meth:`BaseRollout.traits` of its class)."""
+    rollout = config.rollout
+    component = Component(
+        kind="rollout", name=rollout.name, options=rollout.options, where="[rollout]"
+    )
+    cls: type[BaseRollout] = component.resolve(registry)
+    options = rollout.options if rollout.options is not None else cls.Config()
+    return cls.traits(options)
+
+
+def build_specs(
+    config: RunConfig,
+    algorithm: BaseAlgorithm,
+    total_steps: int,
+    *,
+    registry: PluginRegistry | None = None,
+) -> RunSpecs:
+    """The per-role specs of a run of ``total_steps`` training steps.
+
+    What the algorithm and the rollout bring is read from their declarations only
+    (``algorithm.needs``, the rollout class's ``traits``), the rollout class looked up in
+    ``registry`` (None: the installed plugins). Components of in-process plugins of
+    ``registry`` carry their class (:meth:`Component.pinned`): workers cannot look them up.
+    """
+    needs = algorithm.needs
+    traits = rollout_traits(config, registry)
     model, actor, res = config.model, config.actor, config.resources
     backend = "nccl" if res.device == "cuda" else "gloo"
     settings = worker_settings(config)
@@ -203,7 +235,7 @@ def build_specs(config: RunConfig, algorithm: BaseAlgorithm, total_steps: int) -
         total_steps=total_steps,
     )
     actor_role = EngineRole(
-        engine=Component.of("engine", actor.engine, where="[actor.engine]"),
+        engine=Component.of("engine", actor.engine, where="[actor.engine]").pinned(registry),
         spec=EngineSpec(
             role="actor",
             model_path=model.path,
@@ -217,10 +249,10 @@ def build_specs(config: RunConfig, algorithm: BaseAlgorithm, total_steps: int) -
         ),
     )
     ref_role = None
-    if algorithm.needs_reference:
+    if needs.reference:
         ref = config.ref
         ref_role = EngineRole(
-            engine=Component.of("engine", ref.engine, where="[ref.engine]"),
+            engine=Component.of("engine", ref.engine, where="[ref.engine]").pinned(registry),
             spec=EngineSpec(
                 role="ref",
                 model_path=model.path,
@@ -235,7 +267,7 @@ def build_specs(config: RunConfig, algorithm: BaseAlgorithm, total_steps: int) -
         name=config.algorithm.name,
         options=config.algorithm.options,
         where="[algorithm]",
-    )
+    ).pinned(registry)
     rollout = config.rollout
     policy = PolicySpec(
         backend=backend,
@@ -244,7 +276,7 @@ def build_specs(config: RunConfig, algorithm: BaseAlgorithm, total_steps: int) -
         ref=ref_role,
         rollout=Component(
             kind="rollout", name=rollout.name, options=rollout.options, where="[rollout]"
-        ),
+        ).pinned(registry),
         rollout_spec=RolloutSpec(
             model_path=model.path,
             max_prompt_length=config.data.max_prompt_length,
@@ -256,22 +288,18 @@ def build_specs(config: RunConfig, algorithm: BaseAlgorithm, total_steps: int) -
         # Log-probs of the distribution that was sampled: logits / temperature (greedy
         # training, temperature 0, scores the unscaled distribution).
         temperature=rollout.temperature or 1.0,
-        with_entropy=algorithm.needs_entropy,
-        agent=_agent_spec(config),
+        with_entropy=needs.entropy,
+        agent=_agent_spec(config, registry),
         reuse_old_log_probs=(
             actor.reuse_on_policy_log_probs
             and actor_update.epochs == 1
             and actor_update.mini_batches == 1
-            # Conservative for algorithms that do not say: keep the separate pass.
-            and not getattr(algorithm, "needs_old_log_probs_on_driver", True)
+            and not needs.old_log_probs_on_driver
         ),
-        skip_zero_advantage_rows=(
-            actor.skip_zero_advantage_rows
-            and bool(getattr(algorithm, "zero_advantage_rows_inert", False))
-        ),
+        skip_zero_advantage_rows=actor.skip_zero_advantage_rows and needs.zero_advantage_rows_inert,
     )
     critic_spec = None
-    if algorithm.needs_critic:
+    if needs.critic:
         critic = config.critic
         critic_update = _update(
             config,
@@ -284,7 +312,9 @@ def build_specs(config: RunConfig, algorithm: BaseAlgorithm, total_steps: int) -
             backend=backend,
             settings=settings,
             critic=EngineRole(
-                engine=Component.of("engine", critic.engine, where="[critic.engine]"),
+                engine=Component.of("engine", critic.engine, where="[critic.engine]").pinned(
+                    registry
+                ),
                 spec=EngineSpec(
                     role="critic",
                     model_path=critic.model_path,
@@ -303,7 +333,7 @@ def build_specs(config: RunConfig, algorithm: BaseAlgorithm, total_steps: int) -
         )
     max_new = config.data.max_response_length
     train_sampling = attrs.evolve(
-        rollout.sampling(max_new), return_log_probs=_wants_rollout_log_probs(config, algorithm)
+        rollout.sampling(max_new), return_log_probs=_wants_rollout_log_probs(config, needs, traits)
     )
     return RunSpecs(
         policy=policy,

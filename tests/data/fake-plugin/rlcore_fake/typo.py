@@ -2,6 +2,9 @@
 
 from rlcore.hookspecs import hookimpl
 
+# The plugin contract this module is written for (rlcore.interfaces.CONTRACT_VERSION).
+contract_version = 2
+
 
 @hookimpl
 def register_engine():

@@ -22,18 +22,24 @@ party calls them from its own tests::
 
 What each checks (see the function docstrings for the exact rules):
 
-- :func:`check_plugin_module` — the entry module imports nothing heavy (torch,
-  transformers, ray, vllm, sglang) and its hooks return ``name -> "module:Class"``.
+- :func:`check_plugin_module` — the entry module declares the current contract version
+  (:func:`check_contract`), imports nothing heavy (torch, transformers, ray, vllm, sglang)
+  and its hooks return ``name -> "module:Class"``.
+- :func:`check_signatures` (run by every ``check_<kind>``) — each abstract method of the
+  base that the class implements takes the base's keyword-only parameters (an engine written
+  for contract 1 lacks ``forward_backward``'s ``temperature``).
 - :func:`check_reward` — ``Config`` rules; ``score`` returns a float or a dict with a float
   ``score``, is deterministic, never raises on adversarial text and returns in time; the
   reward pickles (the scoring pool); optional author cases.
-- :func:`check_algorithm` — advantages finite, (B, R), zero outside the mask, row-order
+- :func:`check_algorithm` — ``needs`` is an :class:`~rlcore.interfaces.AlgorithmNeeds`;
+  advantages finite, (B, R), zero outside the mask, row-order
   free; losses are scalars with gradient, documented metric names, and split-invariant
   (micro-batch losses sum to the mini-batch loss and gradient, rtol 1e-6 in float64).
 - :func:`check_engine` — an actor engine on a tiny model in a 1-rank gloo group: log-probs
   equal transformers', a step trains, synced weights load into transformers, checkpoints
   restore exactly.
-- :func:`check_rollout` — ``generate`` layout, masks, positions, greedy determinism,
+- :func:`check_rollout` — ``traits(config)`` is a :class:`~rlcore.interfaces.RolloutTraits`;
+  ``generate`` layout, masks, positions, greedy determinism,
   resumable sampling, ``update_weights``.
 - :func:`check_tool` — ``schema()`` well-formed, ``call`` returns text or raises
   ``ToolError`` (only) on adversarial arguments, in time; the tool pickles.
@@ -51,6 +57,7 @@ from rlcore.testing.conformance._algorithm import (
     random_algorithm_batch,
 )
 from rlcore.testing.conformance._common import check_config
+from rlcore.testing.conformance._contract import check_contract, check_signatures
 from rlcore.testing.conformance._engine import check_engine, random_engine_batch
 from rlcore.testing.conformance._plugin import HEAVY_MODULES, check_plugin_module
 from rlcore.testing.conformance._reward import ADVERSARIAL_INPUTS, check_reward
@@ -64,10 +71,12 @@ __all__ = [
     "POLICY_METRICS",
     "check_algorithm",
     "check_config",
+    "check_contract",
     "check_engine",
     "check_plugin_module",
     "check_reward",
     "check_rollout",
+    "check_signatures",
     "check_tool",
     "random_algorithm_batch",
     "random_engine_batch",

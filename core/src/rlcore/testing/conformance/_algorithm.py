@@ -9,9 +9,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlcore.interfaces import BaseAlgorithm, BatchTotals, ModelOutputs
+from rlcore.interfaces import AlgorithmNeeds, BaseAlgorithm, BatchTotals, ModelOutputs
 from rlcore.protocol import DataProto
 from rlcore.testing.conformance._common import check_config, check_subclass, fail, name_of
+from rlcore.testing.conformance._contract import check_signatures
 
 __all__ = ["POLICY_METRICS", "check_algorithm", "random_algorithm_batch"]
 
@@ -179,13 +180,17 @@ def check_algorithm(
     ``loss_agg_mode``).
     """
     check_subclass(cls, BaseAlgorithm)
+    check_signatures(cls)
     what = name_of(cls)
     config = check_config(cls, config, "algorithm")
     try:
         algo = cls(config)
     except Exception as err:  # the constructor is plugin code
         fail(what, "cls(config) must build the algorithm", f"{type(err).__name__}: {err}")
-    critic, ref = bool(algo.needs_critic), bool(algo.needs_reference)
+    needs = algo.needs
+    if not isinstance(needs, AlgorithmNeeds):
+        fail(what, "needs must return an rlcore.interfaces.AlgorithmNeeds", repr(needs))
+    critic, ref = needs.critic, needs.reference
     batch = random_algorithm_batch(needs_critic=critic, needs_reference=ref, seed=seed)
     mask = batch.batch["response_mask"]
     outside = mask == 0

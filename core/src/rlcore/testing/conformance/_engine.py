@@ -11,6 +11,7 @@ import attrs
 from rlcore.interfaces import BaseEngine, BatchTotals, EngineSpec, ModelOutputs, OptimConfig
 from rlcore.protocol import DataProto
 from rlcore.testing.conformance._common import check_config, check_subclass, fail, name_of
+from rlcore.testing.conformance._contract import check_signatures
 
 __all__ = ["check_engine", "random_engine_batch"]
 
@@ -143,6 +144,7 @@ def check_engine(
     from transformers import AutoModelForCausalLM
 
     check_subclass(cls, BaseEngine)
+    check_signatures(cls)
     what = name_of(cls)
     config = check_config(cls, config, "actor.engine")
     missing = sorted(getattr(cls, "__abstractmethods__", ()))

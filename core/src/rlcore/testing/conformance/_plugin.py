@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -9,6 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from rlcore.testing.conformance._common import fail
+from rlcore.testing.conformance._contract import check_declared_version
 
 __all__ = ["HEAVY_MODULES", "check_plugin_module"]
 
@@ -26,6 +28,7 @@ out = {{}}
 try:
     import importlib
     module = importlib.import_module(name)
+    out["contract_version"] = repr(vars(module).get("contract_version"))
     from rlcore.plugins import PluginRegistry
     registry = PluginRegistry(entry_points=False, builtins=False, strict=True)
     registry.register(module, name=name)
@@ -47,9 +50,11 @@ def check_plugin_module(
 ) -> dict[str, str]:
     """Check a plugin entry module (the ``[project.entry-points.rlcore]`` target).
 
-    In a subprocess: importing it and calling its hooks imports none of
-    :data:`HEAVY_MODULES`; it implements at least one known hook, each returning a mapping
-    ``name -> "module:Class"`` string (or class), with no duplicate names. With ``resolve``
+    It declares ``contract_version`` equal to :data:`rlcore.interfaces.CONTRACT_VERSION`
+    (as :func:`check_contract` checks). In a subprocess: importing it and calling its hooks
+    imports none of :data:`HEAVY_MODULES`; it implements at least one known hook, each
+    returning a mapping ``name -> "module:Class"`` string (or class), with no duplicate
+    names. With ``resolve``
     (default), each target is then imported in this process and must subclass the matching
     ``rlcore.interfaces`` base with an attrs ``Config``. ``sys_path`` entries are prepended to
     the subprocess's path (for a module that is not installed). Returns
@@ -72,6 +77,8 @@ def check_plugin_module(
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
         fail(what, "importing it must not crash the interpreter", tail[0])
     report = json.loads(lines[-1].removeprefix("CONFORMANCE-JSON "))
+    if "contract_version" in report:  # imported: declared for the current contract?
+        check_declared_version(what, ast.literal_eval(report["contract_version"]))
     if "error" in report:
         fail(what, "must import and register cleanly with a strict PluginRegistry", report["error"])
     if report["heavy"]:

@@ -17,6 +17,7 @@ from rlcore.testing.conformance._common import (
     is_number,
     name_of,
 )
+from rlcore.testing.conformance._contract import check_signatures
 
 __all__ = ["ADVERSARIAL_INPUTS", "check_reward"]
 
@@ -77,6 +78,7 @@ def check_reward(
     that never returns hangs the check, so run it under ``pytest-timeout``.
     """
     check_subclass(cls, BaseReward)
+    check_signatures(cls)
     what = name_of(cls)
     config = check_config(cls, config, "reward.options")
     try:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from rlcore.interfaces import BaseRollout, RolloutSpec, SamplingParams
+from rlcore.interfaces import BaseRollout, RolloutSpec, RolloutTraits, SamplingParams
 from rlcore.protocol import DataProto
 from rlcore.testing.conformance._common import check_config, check_subclass, fail, name_of
+from rlcore.testing.conformance._contract import check_signatures
 from rlcore.testing.prompts import prompt_batch
 
 __all__ = ["check_rollout"]
@@ -145,8 +146,12 @@ def check_rollout(
     from transformers import AutoModelForCausalLM
 
     check_subclass(cls, BaseRollout)
+    check_signatures(cls)
     what = name_of(cls)
     config = check_config(cls, config, "rollout")
+    traits = cls.traits(config)
+    if not isinstance(traits, RolloutTraits):
+        fail(what, "traits(config) must return an rlcore.interfaces.RolloutTraits", repr(traits))
     spec = RolloutSpec(
         model_path=model_path, max_prompt_length=64, max_response_length=_R, seed=seed
     )

@@ -10,6 +10,7 @@ from typing import Any
 
 from rlcore.interfaces import BaseTool, ToolError
 from rlcore.testing.conformance._common import check_config, check_subclass, fail, name_of
+from rlcore.testing.conformance._contract import check_signatures
 
 __all__ = ["ADVERSARIAL_ARGUMENTS", "check_tool"]
 
@@ -45,6 +46,7 @@ def check_tool(
     author knows.
     """
     check_subclass(cls, BaseTool)
+    check_signatures(cls)
     what = name_of(cls)
     config = check_config(cls, config, "agent.tools")
     try:

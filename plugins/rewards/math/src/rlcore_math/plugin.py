@@ -6,6 +6,9 @@ from collections.abc import Mapping
 
 from rlcore.hookspecs import hookimpl
 
+# The plugin contract this module is written for (rlcore.interfaces.CONTRACT_VERSION).
+contract_version = 2
+
 
 @hookimpl
 def register_rewards() -> Mapping[str, str | type]:

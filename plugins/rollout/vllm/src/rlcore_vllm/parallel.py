@@ -6,11 +6,11 @@ therefore spans several policy workers, as verl's hybrid engine does: every work
 group runs vLLM in-process with ``distributed_executor_backend = "external_launcher"`` in the
 trainer's own ``torch.distributed`` world (TP groups are ``tensor_parallel_size`` consecutive
 ranks, vLLM's layout), all ranks of a group get the same prompts and sample the same tokens,
-and only the group's first rank returns them. The policy worker declares that place with
-``set_dispatch_info(mesh="rollout")`` from :func:`rollout_mesh`, and ``generate_sequences``
-is dispatched by that mesh (``MESH_COMPUTE_PROTO[rollout]``): each prompt shard goes once to
-each TP group. Weight sync needs nothing more: every rank streams the full tensors and vLLM's
-loader keeps its own shard.
+and only the group's first rank returns them. The rollout's ``dispatch_info()``
+(:func:`rollout_mesh`) says where its rank sits, the policy worker registers that place with
+``set_dispatch_info(mesh="rollout")``, and ``generate_sequences`` is dispatched by that mesh
+(``MESH_COMPUTE_PROTO[rollout]``): each prompt shard goes once to each TP group. Weight sync
+needs nothing more: every rank streams the full tensors and vLLM's loader keeps its own shard.
 
 The other way, vLLM's own executor spawning TP workers inside one rlcore worker, needs that
 worker to see ``tensor_parallel_size`` GPUs, which one-process-per-device placement never
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlcore.dispatch import DispatchInfo
 from rlcore.errors import ConfigError
 
 __all__ = ["check_tensor_parallel", "external_launcher_kwargs", "group_seed", "rollout_mesh"]
@@ -89,10 +90,10 @@ def external_launcher_kwargs(tp: int) -> dict[str, Any]:
     }
 
 
-def rollout_mesh(tp: int) -> dict[str, Any]:
-    """This rank's place for ``Worker.set_dispatch_info(..., mesh="rollout")``."""
+def rollout_mesh(tp: int) -> DispatchInfo:
+    """This rank's place in the ``rollout`` mesh (``VLLMRollout.dispatch_info``)."""
     rank, world = _world()
-    return {"dp_rank": rank // tp, "dp_size": world // tp, "is_collect": rank % tp == 0}
+    return DispatchInfo(dp_rank=rank // tp, dp_size=world // tp, is_collect=rank % tp == 0)
 
 
 def group_seed(seed: int, tp: int) -> int:

@@ -22,15 +22,22 @@ import contextlib
 import os
 import re
 from collections.abc import Iterable
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import attrs
 import numpy as np
 import torch
 
+from rlcore.dispatch import DispatchInfo
 from rlcore.engine_utils import rollout_tensors
 from rlcore.errors import ConfigError, RlcoreError
-from rlcore.interfaces import BaseRollout, GenerationResult, RolloutSpec, SamplingParams
+from rlcore.interfaces import (
+    BaseRollout,
+    GenerationResult,
+    RolloutSpec,
+    RolloutTraits,
+    SamplingParams,
+)
 from rlcore.protocol import DataProto
 from rlcore_vllm.model_info import check_cpu_head_size, model_config, special_ids
 from rlcore_vllm.parallel import (
@@ -72,10 +79,6 @@ class VLLMRollout(BaseRollout):
     @attrs.frozen(kw_only=True)
     class Config(BaseRollout.Config):
         """Options of ``[rollout]`` for ``name = "vllm"`` (vLLM's own names where they exist)."""
-
-        # The sampler returns the sampled tokens' log-probs at no extra pass: the driver asks
-        # for them by default, for rollout/logprob_diff_* ([rollout] log_prob_metrics).
-        cheap_log_probs: ClassVar[bool] = True
 
         # The engine's weights and compute (verl's rollout.dtype); unset: the model's
         # ([model] dtype). "bfloat16" with a float32 policy is the usual split (the trainer keeps
@@ -144,6 +147,19 @@ class VLLMRollout(BaseRollout):
         # shared machine); "auto" or a core list ("0-3") pins vLLM's threads.
         cpu_threads_bind: str = "nobind"
 
+    @classmethod
+    def traits(cls, config: BaseRollout.Config) -> RolloutTraits:
+        """Cheap log-probs: the sampler returns the sampled tokens' log-probs at no extra
+        pass, so the driver asks for them by default (rollout/logprob_diff_*, ``[rollout]
+        log_prob_metrics``). An engine spans ``tensor_parallel_size`` policy workers."""
+        tp = config.tensor_parallel_size if isinstance(config, VLLMRollout.Config) else 1
+        return RolloutTraits(cheap_log_probs=True, ranks_per_engine=tp)
+
+    def dispatch_info(self) -> DispatchInfo | None:
+        """With tensor parallelism, this rank's TP group is its data-parallel place (one
+        engine per group, its first rank's responses kept); None otherwise."""
+        return self._mesh
+
     def __init__(self, spec: RolloutSpec, config: VLLMRollout.Config | None = None) -> None:
         super().__init__(spec, config)
         self.config: VLLMRollout.Config
@@ -171,9 +187,9 @@ class VLLMRollout(BaseRollout):
         )
         # TP > 1: vLLM in-process in each policy worker, one TP rank each (parallel.py).
         self.in_process = tp > 1 or (not self.async_engine and not _wants_multiprocessing(cfg))
-        # Where the policy worker's generate_sequences gets its prompts (mesh "rollout"): None
-        # for one engine per worker, plain data parallelism.
-        self.dispatch_mesh = rollout_mesh(tp) if tp > 1 else None
+        # Where the policy worker's generate_sequences gets its prompts (mesh "rollout",
+        # dispatch_info()): None for one engine per worker, plain data parallelism.
+        self._mesh = rollout_mesh(tp) if tp > 1 else None
         self.seed = group_seed(spec.seed, tp) if tp > 1 else spec.seed
         self._requests = 0  # generate_one's seed counter
         self._calls = 0
@@ -227,7 +243,7 @@ class VLLMRollout(BaseRollout):
             # vLLM logs every engine step at INFO; read once, when vllm is first imported.
             "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "WARNING"),
         }
-        if self.dispatch_mesh is not None:
+        if self._mesh is not None:
             # external_launcher takes its device from LOCAL_RANK; a worker sees one GPU.
             env["LOCAL_RANK"] = str(torch.cuda.current_device())
         with _environ(env):
@@ -327,7 +343,7 @@ class VLLMRollout(BaseRollout):
         Seeded per request from ``(spec.seed, request counter)``. Without the async engine,
         the base class's one-row batch.
         """
-        if self.dispatch_mesh is not None:
+        if self._mesh is not None:
             msg = (
                 "[rollout] generate_one (an [agent] run) cannot use tensor_parallel_size > 1: "
                 "the TP ranks are policy workers that must run the same requests in order"

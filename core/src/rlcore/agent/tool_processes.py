@@ -32,7 +32,16 @@ import attrs
 from rlcore.errors import ConfigError
 from rlcore.interfaces import BaseTool, ToolError
 
-__all__ = ["STARTUP_TIMEOUT_S", "ToolOutcome", "ToolProcesses"]
+__all__ = [
+    "DIED",
+    "FAILED",
+    "OK",
+    "STARTUP_TIMEOUT_S",
+    "TIMEOUT",
+    "TOOL_ERROR",
+    "ToolOutcome",
+    "ToolProcesses",
+]
 
 STARTUP_TIMEOUT_S: Final = 60.0  # a fresh process unpickles the tool, which may import a lot
 _KILL_WAIT_S: Final = 5.0  # SIGKILL is not refused; this only bounds the reaping

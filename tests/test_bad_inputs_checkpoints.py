@@ -334,3 +334,17 @@ def test_export_runs_no_code_named_by_a_downloaded_run(
         bi.assert_one_line(code, err, expected)
     assert not marker.exists()
     assert not out.exists()
+
+
+def test_resume_with_another_lora_rank(run, capsys, registry, tmp_path):
+    lora = ["actor.engine.lora_rank=4", "actor.optim.lr=1e-4"]
+    step = bi.checkpoint_of(run, registry, tmp_path / "old", lora)
+    bi.case(
+        run,
+        capsys,
+        registry,
+        [f'trainer.resume="{step}"', "actor.engine.lora_rank=8", "actor.optim.lr=1e-4"],
+        f"trainer.resume: checkpoint {step} was trained with other settings: "
+        "actor.engine.lora_rank (checkpoint 4, now 8); restore them, or start a new "
+        "trainer.run_dir from its weights (rlcore export, then model.path)",
+    )

@@ -190,12 +190,13 @@ def checkpoint(run_dir: Path, step: int, model: Path) -> Path:
     return CheckpointManager(run_dir / "checkpoints").save(step, write)
 
 
-def checkpoint_of(run: Path, registry, run_dir: Path) -> Path:
-    """A checkpoint whose config.toml is ``run``'s resolved config, as the trainer writes it."""
+def checkpoint_of(run: Path, registry, run_dir: Path, overrides: list[str] | None = None) -> Path:
+    """A checkpoint whose config.toml is ``run``'s resolved config (with ``overrides``), as
+    the trainer writes it."""
     from rlcore.config import config_to_dict, dump_toml, load_config
 
     step = checkpoint(run_dir, 1, Path("unused"))
-    text = dump_toml(config_to_dict(load_config(run, registry=registry)))
+    text = dump_toml(config_to_dict(load_config(run, overrides or [], registry=registry)))
     (step / "config.toml").write_text(text)
     from rlcore.checkpoint.safe_load import write_manifest
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import pytest
 import torch
+from _agent_hf_tools import EchoTool  # importable by the tool's processes
 
-from rlcore.agent import BaseTool
 from rlcore.agent.loop import AgentLoop
 from rlcore.agent.parsers import HermesToolParser, ToolCall
 from rlcore.config import AgentConfig
@@ -28,14 +27,6 @@ def tokenizer(model_path):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(model_path)
-
-
-class EchoTool(BaseTool):
-    def schema(self) -> dict[str, Any]:
-        return {"name": "echo", "description": "echo", "parameters": {"type": "object"}}
-
-    def call(self, arguments: Mapping[str, Any]) -> str:
-        return "42"
 
 
 class FirstTurnCalls(HermesToolParser):

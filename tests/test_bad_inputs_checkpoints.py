@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import _bad_inputs as bi
+import pytest
 
 from rlcore.config import load_config
 from rlcore.preflight import preflight
@@ -165,3 +166,185 @@ def test_export_into_an_unwritable_place(capsys, registry, tmp_path, tiny):
     out = blocker / "hf"
     code, err = bi.cli(["export", str(step), str(out)], capsys, registry)
     bi.assert_one_line(code, err, f"cannot write {out} (Not a directory); choose a writable OUT")
+
+
+# --- issue 31: type-confused metadata, crafted *.pt files, links out of the checkpoint --------
+
+
+def _retype_metadata(step: Path, change) -> Path:
+    """Rewrite ``actor/.metadata`` with ``change(metadata)`` applied: admitted classes only,
+    fields of the wrong type."""
+    import pickle
+
+    from rlcore.checkpoint.safe_load import write_manifest
+
+    meta = step / "actor" / ".metadata"
+    metadata = pickle.loads(meta.read_bytes())  # our own file, written just now
+    change(metadata)
+    meta.write_bytes(pickle.dumps(metadata))
+    write_manifest(step)
+    return meta
+
+
+def _path_as_offset(metadata) -> None:
+    info = next(iter(metadata.storage_data.values()))
+    info.offset = Path("/etc/passwd")
+
+
+def _list_as_state_dict_metadata(metadata) -> None:
+    metadata.state_dict_metadata = list(metadata.state_dict_metadata.items())
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (_path_as_offset, "storage_data['model.w'].offset is a PosixPath, not a non-negative int"),
+        (_list_as_state_dict_metadata, "state_dict_metadata is a list, not a dict"),
+    ],
+    ids=["path-as-offset", "list-as-state-dict"],
+)
+def test_metadata_with_fields_of_the_wrong_type(tmp_path, capsys, registry, tiny, change, problem):
+    step = bi.checkpoint(tmp_path / "run", 1, tiny)
+    meta = _retype_metadata(step, change)
+    code, err = bi.cli(["export", str(step), str(tmp_path / "out")], capsys, registry)
+    bi.assert_one_line(
+        code,
+        err,
+        f"checkpoint {step} is damaged: cannot read {meta}: {problem} (the file is damaged or "
+        "was crafted); use an earlier one",
+    )
+
+
+class _PtPayload:
+    """Unpickles as: write ``marker`` (what a crafted ``*.pt`` would do with ``torch.load``)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (eval, (f"open({str(self.marker)!r}, 'w').write('pwned')",))
+
+
+def _craft_pt(file: Path, marker: Path) -> None:
+    import torch
+
+    from rlcore.checkpoint.safe_load import write_manifest
+
+    torch.save({"global_step": _PtPayload(marker), "skipped_steps": 0}, file)
+    write_manifest(
+        file.parent if file.parent.name.startswith("global_step_") else file.parent.parent
+    )
+
+
+def _pt_refusal(file: Path) -> str:
+    return (
+        f"refusing to load {file}: it refers to eval, which a plain tensor file never holds; "
+        "the file may have been crafted to run code"
+    )
+
+
+def test_export_refuses_a_crafted_extra_state(tmp_path, capsys, registry, tiny):
+    step = bi.fsdp2_like_checkpoint(tmp_path / "run", tiny)
+    marker = tmp_path / "pwned"
+    extra = step / "actor" / "extra_state_rank0.pt"
+    _craft_pt(extra, marker)
+    code, err = bi.cli(["export", str(step), str(tmp_path / "out")], capsys, registry)
+    bi.assert_one_line(code, err, _pt_refusal(extra))
+    assert not marker.exists()
+    assert not (tmp_path / "out").exists()
+
+
+def test_resume_refuses_a_crafted_worker_state(run, tmp_path, capsys, registry, tiny):
+    step = bi.checkpoint(tmp_path / "old", 1, tiny)
+    marker = tmp_path / "pwned"
+    state = step / "actor" / "worker_state_rank0.pt"
+    _craft_pt(state, marker)
+    code, err = bi.train_preflight(run, [f'trainer.resume="{step}"'], capsys, registry)
+    bi.assert_one_line(code, err, f"trainer.resume: {_pt_refusal(state)}")
+    assert not marker.exists()
+
+
+def test_a_shard_linked_to_outside_the_checkpoint_is_refused(run, tmp_path, capsys, registry, tiny):
+    step = bi.checkpoint(tmp_path / "run", 1, tiny)
+    shard = step / "actor" / "__0_0.distcp"
+    outside = tmp_path / "elsewhere.distcp"
+    shard.rename(outside)
+    shard.symlink_to(outside)
+    expected = (
+        f"refusing to load {shard}: it is a symbolic link to {outside.resolve()}, outside the "
+        f"checkpoint {step}; copy the file into the checkpoint instead"
+    )
+    code, err = bi.cli(["export", str(step), str(tmp_path / "out")], capsys, registry)
+    bi.assert_one_line(code, err, expected)
+    code, err = bi.train_preflight(run, [f'trainer.resume="{step}"'], capsys, registry)
+    bi.assert_one_line(code, err, f"trainer.resume: {expected}")
+    # A link that stays inside the checkpoint is no problem.
+    shard.unlink()
+    outside.rename(step / "actor" / "kept.distcp")
+    shard.symlink_to("kept.distcp")
+    from rlcore.checkpoint.safe_load import verify_checkpoint
+
+    assert verify_checkpoint(step) is None
+
+
+# --- issue 31: nothing a checkpoint names decides whether code runs on export ----------------
+
+
+def _needs_code(tiny: Path, folder: Path, marker: Path, where: str) -> Path:
+    """A copy of ``tiny`` whose ``where`` (config.json or tokenizer_config.json) maps a class
+    to ``evil.py``, which writes ``marker`` when imported."""
+    model = bi.model_copy(tiny, folder)
+    (model / "evil.py").write_text(f"open({str(marker)!r}, 'w').write('pwned')\n")
+    data = json.loads((model / where).read_text())
+    if where == "config.json":
+        data["auto_map"] = {"AutoConfig": "evil.EvilConfig", "AutoModelForCausalLM": "evil.M"}
+    else:
+        data["auto_map"] = {"AutoTokenizer": ["evil.EvilTokenizer", None]}
+    (model / where).write_text(json.dumps(data))
+    return model
+
+
+@pytest.mark.parametrize(
+    ("where", "auto_map"),
+    [
+        ("config.json", "('AutoConfig', 'evil.EvilConfig')"),
+        ("tokenizer_config.json", "('AutoTokenizer', ['evil.EvilTokenizer', None])"),
+    ],
+)
+def test_export_runs_no_code_named_by_a_downloaded_run(
+    tmp_path, capsys, registry, tiny, where, auto_map
+):
+    from rlcore.checkpoint.safe_load import write_manifest
+
+    marker = tmp_path / "pwned"
+    run_dir = tmp_path / "downloaded-run"
+    model = _needs_code(tiny, run_dir / "model", marker, where)
+    step = bi.fsdp2_like_checkpoint(run_dir, model)
+    config = step / "config.toml"
+    config.write_text(f'[model]\npath = "{model}"\ntrust_remote_code = true\n')
+    write_manifest(step)
+    expected = (
+        f"{model} needs code of its own ({where} has an auto_map: {auto_map}); rlcore export "
+        f"runs no code named by a checkpoint (model.trust_remote_code = true in {config} is "
+        f"not used): pass --trust-remote-code if you trust {model}"
+    )
+    out = tmp_path / "out"
+    for extra in ([], ["--model-path", str(model)]):
+        code, err = bi.cli(["export", str(run_dir), str(out), *extra], capsys, registry)
+        bi.assert_one_line(code, err, expected)
+    assert not marker.exists()
+    assert not out.exists()
+
+
+def test_resume_with_another_lora_rank(run, capsys, registry, tmp_path):
+    lora = ["actor.engine.lora_rank=4", "actor.optim.lr=1e-4"]
+    step = bi.checkpoint_of(run, registry, tmp_path / "old", lora)
+    bi.case(
+        run,
+        capsys,
+        registry,
+        [f'trainer.resume="{step}"', "actor.engine.lora_rank=8", "actor.optim.lr=1e-4"],
+        f"trainer.resume: checkpoint {step} was trained with other settings: "
+        "actor.engine.lora_rank (checkpoint 4, now 8); restore them, or start a new "
+        "trainer.run_dir from its weights (rlcore export, then model.path)",
+    )

@@ -87,6 +87,22 @@ CONFIG_CASES = [
     (["actor.optim"], "override 'actor.optim': expected KEY=VALUE, e.g. actor.optim.lr=1e-5"),
     (["actor..lr=1"], "override 'actor..lr=1': 'actor..lr' is not a valid key path"),
     (["model.path.x=1"], "override 'model.path.x=1': model.path is not a table"),
+    # issue 31: table headers smuggled into an override's key or value
+    (
+        ["[actor]\n[critic]\nppo_epochs=2"],
+        "override '[actor]\\n[critic]\\nppo_epochs=2': '[actor]\\n[critic]\\nppo_epochs' is "
+        "not a valid key path",
+    ),
+    (
+        ["[trainer]\nseed=1"],
+        "override '[trainer]\\nseed=1': '[trainer]\\nseed' is not a valid key path",
+    ),
+    (
+        ["trainer.seed=1\n[actor]\nppo_epochs = 9"],
+        "override 'trainer.seed=1\\n[actor]\\nppo_epochs = 9': the value is more than one "
+        "TOML value (a newline and another key or table header); give one value, e.g. a "
+        "number, string or [array]",
+    ),
     # issue 15: TOML's inf and nan are refused where a number is expected
     (
         ["resources.cpus_per_process=inf"],

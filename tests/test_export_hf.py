@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -240,3 +242,21 @@ def test_export_errors_are_one_line(tmp_path, capsys):
     assert run_err(["export", str(step), str(tmp_path / "o2")], capsys) == (
         f"error: checkpoint {step} has no actor/ directory (the actor engine's state)\n"
     )
+
+
+def test_an_export_carries_no_code_unless_asked(tmp_path):
+    from rlcore.checkpoint.export import remote_code_reference, strip_remote_code
+
+    folder = tmp_path / "exported"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "modeling_x.py").write_text("raise SystemExit")
+    (folder / "sub" / "helper.py").write_text("")
+    (folder / "config.json").write_text('{"auto_map": {"AutoConfig": "x.C"}, "model_type": "q"}')
+    (folder / "tokenizer_config.json").write_text('{"chat_template": "{{ x }}"}')
+    assert remote_code_reference(folder) == ("config.json has an auto_map: ('AutoConfig', 'x.C')")
+    assert strip_remote_code(folder) == ["modeling_x.py", "sub/helper.py", "config.json:auto_map"]
+    assert sorted(p.name for p in folder.rglob("*.py")) == []
+    assert remote_code_reference(folder) is None
+    assert json.loads((folder / "config.json").read_text()) == {"model_type": "q"}
+    # Files without code are left as they were.
+    assert (folder / "tokenizer_config.json").read_text() == '{"chat_template": "{{ x }}"}'

@@ -8,15 +8,16 @@ what is under test. ``test_agent_loop_hf.py`` runs the loop on the real HF rollo
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 import threading
 import time
-from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from rlcore.agent import BaseTool, ToolError
 from rlcore.agent.loop import AgentLoop
 from rlcore.config import AgentConfig
 from rlcore.interfaces import (
@@ -27,6 +28,18 @@ from rlcore.interfaces import (
     SamplingParams,
 )
 from rlcore.protocol import DataProto
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _agent_tools import (  # importable by the tools' processes
+    AddTool,
+    BrokenTool,
+    DyingTool,
+    ExitingTool,
+    InterruptingTool,
+    NotTextTool,
+    SleepingTool,
+    StuckInCTool,
+)
 
 CALL = '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>'
 
@@ -58,6 +71,9 @@ class ScriptedRollout(BaseRollout):
     def update_weights(self, named_tensors: Any) -> None:
         pass
 
+    def script(self, prompt_ids: list[int]) -> list[list[int]]:
+        return self.turns
+
     async def generate_one(
         self, prompt_ids: list[int], sampling: SamplingParams
     ) -> GenerationResult:
@@ -71,36 +87,12 @@ class ScriptedRollout(BaseRollout):
         # The turn index, from the conversation itself: the prompt holds one <|im_end|>
         # (id 2), and each model turn plus tool turn adds two.
         k = (prompt_ids.count(2) - 1) // 2
-        tokens = self.turns[min(k, len(self.turns) - 1)]
+        turns = self.script(prompt_ids)
+        tokens = turns[min(k, len(turns) - 1)]
         out = tokens[: sampling.max_new_tokens]
         reason = "length" if len(out) < len(tokens) or out[-1] != 2 else "stop"
         logp = [-0.5 - 0.01 * i for i in range(len(out))]
         return GenerationResult(token_ids=out, log_probs=logp, finish_reason=reason)
-
-
-class AddTool(BaseTool):
-    def schema(self) -> dict[str, Any]:
-        return {"name": "add", "description": "a + b", "parameters": {"type": "object"}}
-
-    def call(self, arguments: Mapping[str, Any]) -> str:
-        if "a" not in arguments:
-            raise ToolError("add needs a and b")
-        return str(arguments["a"] + arguments["b"])
-
-
-class BrokenTool(AddTool):
-    def call(self, arguments: Mapping[str, Any]) -> str:
-        raise RuntimeError("disk on fire")
-
-
-class HangingTool(AddTool):
-    def __init__(self) -> None:
-        super().__init__()
-        self.release = threading.Event()
-
-    def call(self, arguments: Mapping[str, Any]) -> str:
-        self.release.wait(60)  # bounded so that the thread ends after the test
-        return "late"
 
 
 def _ids(tok, text: str) -> list[int]:
@@ -178,19 +170,16 @@ def test_tool_turn_is_masked_and_model_tokens_are_kept_exactly(tokenizer):
     ("tool", "needle"),
     [
         (BrokenTool(), "failed: RuntimeError: disk on fire"),
-        (HangingTool(), "did not answer within 0.2 s"),
+        (SleepingTool(), "did not answer within 0.2 s"),
+        (DyingTool(), "ended its process without an answer (exit code 7)"),
+        (NotTextTool(), "failed: returned int, not text"),
     ],
 )
 def test_a_tool_that_raises_or_hangs_answers_an_error_and_is_counted(tokenizer, tool, needle):
     tok = tokenizer
     rollout = ScriptedRollout([[*_ids(tok, CALL), 2], [*_ids(tok, "#### 5"), 2]])
     loop = AgentLoop(tok, [tool], AgentConfig(tools=("add",), tool_timeout_s=0.2))
-    start = time.monotonic()
     out = loop.generate(rollout, _prompts(tok, n=1), _sampling())
-    # Bounded: the hanging tool holds its thread for 60 s; the batch does not wait for it.
-    assert time.monotonic() - start < 30
-    if isinstance(tool, HangingTool):
-        tool.release.set()
     agent = out.non_tensor_batch["agent"][0]
     assert agent["tool_calls"] == 1
     assert agent["tool_errors"] == 1
@@ -198,6 +187,8 @@ def test_a_tool_that_raises_or_hangs_answers_an_error_and_is_counted(tokenizer, 
     assert agent["num_turns"] == 2  # the model got the error and answered
     assert out.meta_info["metrics"]["agent/tool_errors"] == [1.0]
     assert out.meta_info["metrics"]["agent/tool_use_rate"] == [0.0]
+    timed_out = float(isinstance(tool, SleepingTool))
+    assert out.meta_info["metrics"]["agent/tool_timeouts"] == [timed_out]
 
 
 def test_unknown_tool_bad_arguments_and_bad_json_are_errors(tokenizer):
@@ -321,3 +312,95 @@ def test_a_hung_generation_thread_does_not_hold_the_batch(tokenizer):
     assert time.monotonic() - start < 30  # the thread still hangs (60 s); we did not wait
     rollout.release.set()
     assert out.meta_info["metrics"]["agent/generation_timeouts"] == [2.0]
+
+
+# --- hostile model output and hostile tools: errors for their own conversation only --------
+
+
+class PerRowRollout(ScriptedRollout):
+    """Replays ``scripts[i][k]`` as the k-th model turn of the conversation of prompt row i."""
+
+    def __init__(self, rows: list[list[int]], scripts: list[list[list[int]]]) -> None:
+        super().__init__([])
+        self.rows, self.scripts = rows, scripts
+
+    def script(self, prompt_ids: list[int]) -> list[list[int]]:
+        return self.scripts[next(i for i, r in enumerate(self.rows) if prompt_ids[: len(r)] == r)]
+
+
+def _rows(tok, n: int) -> list[list[int]]:
+    return [
+        _ids(tok, f"<|im_start|>user\nq{i}<|im_end|>\n<|im_start|>assistant\n") for i in range(n)
+    ]
+
+
+def _call(tool: str) -> str:
+    return f'<tool_call>{{"name": "{tool}", "arguments": {{"a": 2, "b": 3}}}}</tool_call>'
+
+
+def test_hostile_turns_are_errors_for_their_conversation_and_the_batch_comes_back(tokenizer):
+    tok = tokenizer
+    answer = [*_ids(tok, "#### 5"), 2]
+    brackets = [*_ids(tok, "<tool_call>" + "[" * 1500 + "</tool_call>"), 2]
+    digits = '<tool_call>{"name": "add", "arguments": {"a": ' + "9" * 4400 + "}}</tool_call>"
+    scripts = [
+        [brackets, answer],
+        [[*_ids(tok, digits), 2], answer],
+        [[*_ids(tok, CALL), 2], answer],
+    ]
+    rollout = PerRowRollout(_rows(tok, 3), scripts)
+    loop = AgentLoop(tok, [AddTool()], AgentConfig(tools=("add",)))
+    out = loop.generate(rollout, _prompts(tok, n=3, pad_to=24), _sampling(max_new=6000))
+    agents = list(out.non_tensor_batch["agent"])
+    assert [a["num_turns"] for a in agents] == [2, 2, 2]  # each model saw its error, answered
+    assert agents[0]["turns"][1]["content"] == "error: tool call nests deeper than 32 levels"
+    assert agents[1]["turns"][1]["content"] == (
+        "error: tool call holds a number of more than 100 digits"
+    )
+    assert agents[2]["turns"][1]["content"] == "5"  # the healthy conversation, intact
+    assert [a["malformed_calls"] for a in agents] == [1, 1, 0]
+    metrics = out.meta_info["metrics"]
+    assert metrics["agent/malformed_calls"] == [2.0]
+    assert metrics["agent/tool_errors"] == [2 / 3]
+    assert metrics["agent/tool_use_rate"] == [1 / 3]
+
+
+def test_hostile_tools_are_contained_and_killed_and_the_batch_comes_back(tokenizer, tmp_path):
+    tok = tokenizer
+    pid_file = tmp_path / "stuck.pid"
+    tools = [
+        ExitingTool("exit"),
+        InterruptingTool("interrupt"),
+        StuckInCTool(pid_file, "stuck"),
+        AddTool(),
+    ]
+    answer = [*_ids(tok, "#### 5"), 2]
+    names = ["exit", "interrupt", "stuck", "add"]
+    scripts = [[[*_ids(tok, _call(n)), 2], answer] for n in names]
+    rollout = PerRowRollout(_rows(tok, 4), scripts)
+    loop = AgentLoop(tok, tools, AgentConfig(tools=tuple(names), tool_timeout_s=1.0))
+    out = loop.generate(rollout, _prompts(tok, n=4, pad_to=24), _sampling())
+    agents = list(out.non_tensor_batch["agent"])
+    assert [a["turns"][1]["content"] for a in agents] == [
+        "error: tool 'exit' failed: SystemExit: 3",
+        "error: tool 'interrupt' failed: KeyboardInterrupt: ",
+        "error: tool 'stuck' did not answer within 1.0 s",
+        "5",
+    ]
+    assert [a["num_turns"] for a in agents] == [2, 2, 2, 2]
+    metrics = out.meta_info["metrics"]
+    assert metrics["agent/tool_errors"] == [3 / 4]
+    assert metrics["agent/tool_timeouts"] == [1.0]
+    # The stuck tool's process held the GIL in C; it was killed, not left running.
+    pid = int(pid_file.read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_a_tool_that_does_not_pickle_is_refused_when_the_loop_is_built(tokenizer):
+    from rlcore.errors import ConfigError
+
+    tool = AddTool()
+    tool.lock = threading.Lock()  # not picklable
+    with pytest.raises(ConfigError, match=r"^tool 'add' \(_agent_tools:AddTool\) cannot be sent"):
+        AgentLoop(tokenizer, [tool], AgentConfig(tools=("add",)))

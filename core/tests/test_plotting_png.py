@@ -100,3 +100,45 @@ def test_errors_name_the_problem(tmp_path):
     write_run(tmp_path / "r", [{"step": 1, "timing_s/gen": 1.0}])
     with pytest.raises(DataError, match="none of the plotted metrics"):
         plot_run(tmp_path / "r")
+
+
+# --- damaged metrics files: skipped lines, counted in one warning ---------------------------
+
+GOOD = [{"step": s, "critic/score/mean": s / 10} for s in range(1, 4)]
+DAMAGE = {
+    "non-UTF-8 byte": b'{"step": 9, "critic/score/mean": 0.9, "x": "\xff"}',
+    "JSON that is not an object": b"[1, 2, 3]",
+    "5,000-digit number": b'{"step": 9, "critic/score/mean": ' + b"7" * 5_000 + b"}",
+    "deep nesting": b'{"step": 9, "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE), ids=list(DAMAGE))
+def test_a_damaged_line_is_skipped_with_one_warning(tmp_path, caplog, capsys, damage):
+    from rlcore.cli import main as rlcore
+
+    run = tmp_path / "run"
+    run.mkdir()
+    lines = [json.dumps(r).encode() for r in GOOD]
+    lines.insert(1, DAMAGE[damage])
+    (run / "metrics.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    assert rlcore(["plot", str(run)]) == 0
+    assert (run / "plots" / "reward.png").read_bytes()[:4] == b"\x89PNG"
+    warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert [r.getMessage() for r in warnings] == [
+        f"{run / 'metrics.jsonl'}: skipped 1 line(s) that are not JSON objects (first: line 2)"
+    ]
+    # The lines around it are all read.
+    assert load_metrics(run / "metrics.jsonl")["critic/score/mean"] == ([1, 2, 3], [0.1, 0.2, 0.3])
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_plotting_at_the_end_of_a_run_never_raises(tmp_path, caplog):
+    from rlcore.trainer.run import _plot
+
+    run = write_run(tmp_path / "run", GOOD)
+    (run / "plots").write_text("a file where the plots folder goes")  # mkdir: FileExistsError
+    assert _plot(run) == []
+    [warning] = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warning.startswith(f"plotting {run} failed (FileExistsError: ")
+    assert warning.endswith(f"training is unaffected; rerun rlcore plot {run}")

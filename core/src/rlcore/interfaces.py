@@ -762,11 +762,12 @@ class BaseTool(abc.ABC):
 
     ``schema()`` is the OpenAI/Hermes function description put in the system prompt and
     used by the agent loop to find the tool by ``schema()["name"]``. ``call`` is synchronous
-    and is run by the loop in a thread with a time limit (``[agent] tool_timeout_s``); it
-    must not ``eval``/``exec`` model output in-process (``rlcore-code``'s ``code_interpreter``
-    runs it in a sandboxed subprocess). Bad arguments raise :class:`ToolError` (its
-    message is shown to the model); any other exception is also caught, shown and counted
-    as an error. Example::
+    and is run by the loop in a process of its own per call, killed at ``[agent]
+    tool_timeout_s`` (:mod:`rlcore.agent.tool_processes`), so the tool must pickle; it must
+    not ``eval``/``exec`` model output in-process (``rlcore-code``'s ``code_interpreter`` runs
+    it in a sandboxed subprocess). Bad arguments raise :class:`ToolError` (its message is
+    shown to the model); anything else raised (``SystemExit`` included) is also caught, shown
+    and counted as an error. Example::
 
         tool.call({"expression": "12 * (3 + 4)"})   # -> "84"
     """

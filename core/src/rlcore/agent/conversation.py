@@ -21,6 +21,8 @@ class Conversation:
     turns: int = 0
     tool_calls: int = 0
     tool_errors: int = 0
+    malformed_calls: int = 0  # calls the parser could not read (in tool_errors too)
+    tool_timeouts: int = 0  # calls killed at tool_timeout_s (in tool_errors too)
     truncated: bool = False
     generation_timeout: bool = False
     messages: list[dict[str, str]] = attrs.Factory(list)
@@ -39,15 +41,19 @@ class Conversation:
             "num_turns": self.turns,
             "tool_calls": self.tool_calls,
             "tool_errors": self.tool_errors,
+            "malformed_calls": self.malformed_calls,
+            "tool_timeouts": self.tool_timeouts,
             "truncated": self.truncated,
         }
 
 
 def agent_metrics(conversations: Sequence[Conversation]) -> dict[str, float]:
     """Means over conversations: ``agent/turns`` (model turns), ``agent/tool_calls``,
-    ``agent/tool_errors`` (calls that raised, hung, or did not parse), ``agent/truncated``
+    ``agent/tool_errors`` (calls that raised, hung, died or did not parse), ``agent/truncated``
     (fraction cut by the token or turn budget), ``agent/tool_use_rate`` (fraction with at
-    least one successful call) and ``agent/generation_timeouts`` (count)."""
+    least one successful call); counts over the batch: ``agent/generation_timeouts``,
+    ``agent/malformed_calls`` (calls the parser could not read) and ``agent/tool_timeouts``
+    (calls killed at ``tool_timeout_s``)."""
     n = max(1, len(conversations))
     return {
         "agent/turns": sum(c.turns for c in conversations) / n,
@@ -56,4 +62,6 @@ def agent_metrics(conversations: Sequence[Conversation]) -> dict[str, float]:
         "agent/truncated": sum(c.truncated for c in conversations) / n,
         "agent/tool_use_rate": sum(c.tool_calls > c.tool_errors for c in conversations) / n,
         "agent/generation_timeouts": float(sum(c.generation_timeout for c in conversations)),
+        "agent/malformed_calls": float(sum(c.malformed_calls for c in conversations)),
+        "agent/tool_timeouts": float(sum(c.tool_timeouts for c in conversations)),
     }

@@ -14,11 +14,14 @@ tokens only, 0 on tool-output and template tokens (no gradient, no KL), while
 carries each conversation's turns and counts, for rewards (the reward manager merges it
 into ``extra_info``) and for inspection.
 
-Every wait is bounded: a generation past ``generation_timeout_s`` ends its conversation
-(flagged truncated, counted); a tool past ``tool_timeout_s`` or one that raises returns an
-error message to the model and is counted in ``agent/tool_errors``. A tool stuck in a thread
-cannot be killed from Python: each call runs in its own daemon thread, so the loop stops
-waiting for it and moves on, and neither ``asyncio.run`` nor the process exit waits for it.
+Every wait is bounded, and model and tool output are data: a generation past
+``generation_timeout_s`` ends its conversation (flagged truncated, counted); a call the parser
+cannot read (``agent/malformed_calls``), a tool that raises (``BaseException`` included) or
+whose process dies, and one past ``tool_timeout_s`` (killed, ``agent/tool_timeouts``) each
+return an error message to the model and are counted in ``agent/tool_errors``; the
+conversation goes on and the batch's others are untouched. Each tool call runs in a process
+of its own (:mod:`rlcore.agent.tool_processes`), waited for from a daemon thread so that
+neither the event loop nor ``asyncio.run`` blocks on it.
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ import attrs
 
 from rlcore.agent.conversation import Conversation, agent_metrics
 from rlcore.agent.parsers import ToolCall, get_parser
-from rlcore.interfaces import BaseTool, ToolError
+from rlcore.agent.tool_processes import TIMEOUT, TOOL_ERROR, ToolProcesses
+from rlcore.interfaces import BaseTool
 
 if TYPE_CHECKING:
     from rlcore.config.schema import AgentConfig
@@ -94,6 +98,7 @@ class AgentLoop:
         self.tools: dict[str, BaseTool] = {}
         for tool in tools:
             self.tools[tool.name] = tool
+        self.processes = ToolProcesses(self.tools)  # pickles each tool once: fails here
         pad = getattr(tokenizer, "pad_token_id", None)
         self.pad_token_id = int(pad if pad is not None else tokenizer.eos_token_id)
 
@@ -174,7 +179,7 @@ class AgentLoop:
                 conv.truncated = True
                 return
             # A turn cut by max_tokens_per_turn is parsed too: its call may be complete.
-            calls, errors = self.parser.parse(text)
+            calls, errors = self._parse(text)
             if not calls and not errors:
                 conv.truncated = cut  # a final answer, unless it was cut off
                 return
@@ -184,13 +189,15 @@ class AgentLoop:
             results = [f"error: {e}" for e in errors]
             conv.tool_errors += len(errors)
             conv.tool_calls += len(errors)
+            conv.malformed_calls += len(errors)
             extra = calls[cfg.max_parallel_calls :]
             calls = calls[: cfg.max_parallel_calls]
             outcomes = await asyncio.gather(*(self._call_tool(c) for c in calls))
-            for text_out, ok in outcomes:
+            for text_out, ok, timed_out in outcomes:
                 results.append(text_out)
                 conv.tool_calls += 1
                 conv.tool_errors += int(not ok)
+                conv.tool_timeouts += int(timed_out)
             if extra:
                 results.append(
                     f"error: at most {cfg.max_parallel_calls} tool calls per turn; "
@@ -207,25 +214,32 @@ class AgentLoop:
                 return
             conv.append(tool_ids, model=False, log_probs=None)
 
-    async def _call_tool(self, call: ToolCall) -> tuple[str, bool]:
-        """(text shown to the model, whether the call succeeded); never raises."""
+    def _parse(self, text: str) -> tuple[list[ToolCall], list[str]]:
+        try:
+            return self.parser.parse(text)
+        except Exception as err:  # the parsers return errors; this keeps any slip per-turn
+            log.warning("agent: the tool-call parser raised %s: %s", type(err).__name__, err)
+            return [], [f"tool calls could not be read ({type(err).__name__})"]
+
+    async def _call_tool(self, call: ToolCall) -> tuple[str, bool, bool]:
+        """(text shown to the model, whether the call succeeded, whether it was killed at
+        ``tool_timeout_s``); never raises."""
         tool = self.tools.get(call.name)
         if tool is None:
             known = ", ".join(sorted(self.tools)) or "none"
-            return f"error: unknown tool {call.name!r}; available: {known}", False
-        timeout = self.config.tool_timeout_s
-        try:
-            out = await asyncio.wait_for(_in_daemon_thread(tool.call, call.arguments), timeout)
-        except TimeoutError:
-            return f"error: tool {call.name!r} did not answer within {timeout} s", False
-        except ToolError as err:
-            return f"error: {err}", False
-        except Exception as err:  # a tool's own bug must not end the batch; counted
-            log.warning("agent: tool %r raised %s: %s", call.name, type(err).__name__, err)
-            return f"error: tool {call.name!r} failed: {type(err).__name__}: {err}", False
-        if not isinstance(out, str):
-            return f"error: tool {call.name!r} returned {type(out).__name__}, not text", False
-        return self._clip(out), True
+            return f"error: unknown tool {call.name!r:.100}; available: {known}", False, False
+        limit = self.config.max_tool_response_length
+        # Bounded inside (start-up, the tool's limit, the kill): no second timeout here.
+        outcome = await _in_daemon_thread(
+            lambda: self.processes.call(
+                call.name, call.arguments, timeout_s=self.config.tool_timeout_s, max_chars=limit
+            )
+        )
+        if not outcome.ok:
+            if outcome.kind != TOOL_ERROR:  # the tool's own answer to bad arguments
+                log.warning("agent: %s", outcome.text)
+            return f"error: {outcome.text}", False, outcome.kind == TIMEOUT
+        return self._clip(outcome.text), True, False
 
     def _clip(self, text: str) -> str:
         limit = self.config.max_tool_response_length

@@ -11,6 +11,12 @@ CPU), restores ``actor/`` with ``load_checkpoint`` (sharded checkpoints of any w
 are resharded by the engine) and writes the folder with ``export_hf``. The folder is written
 beside ``OUT`` under a temporary name and renamed into place when complete.
 
+Nothing in a checkpoint decides whether code runs: ``trust_remote_code`` comes only from
+``--trust-remote-code`` (the checkpoint's ``model.trust_remote_code`` is not used), and
+without it a model or tokenizer folder whose JSON files carry an ``auto_map`` (code of its own,
+which transformers would import) is refused with one line before anything is loaded. The
+exported folder carries no ``.py`` file and no ``auto_map`` unless the flag was given.
+
 A LoRA actor exports, with ``--lora merged`` (the default), a plain transformers folder of
 the merged weights (``W + scaling * B @ A``), or with ``--lora adapter`` a peft adapter folder
 (``adapter_config.json``, ``adapter_model.safetensors``) that
@@ -20,6 +26,7 @@ the merged weights (``W + scaling * B @ A``), or with ``--lora adapter`` a peft 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import shutil
@@ -33,7 +40,15 @@ from rlcore.errors import RlcoreError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FORMATS", "LORA_FORMS", "ExportError", "export_checkpoint", "main"]
+__all__ = [
+    "FORMATS",
+    "LORA_FORMS",
+    "ExportError",
+    "export_checkpoint",
+    "main",
+    "remote_code_reference",
+    "strip_remote_code",
+]
 
 FORMATS = ("hf",)
 LORA_FORMS = ("merged", "adapter")
@@ -64,7 +79,11 @@ def _config_file(step_dir: Path) -> Path:
 
 
 def _engine_from_config(
-    config_file: Path, registry: Any, model_path: str | None, dtype: str | None
+    config_file: Path,
+    registry: Any,
+    model_path: str | None,
+    dtype: str | None,
+    trust_remote_code: bool,
 ) -> tuple[type, Any, dict[str, Any]]:
     """The actor engine class, its ``Config`` and the model fields, from ``config_file``."""
     from rlcore.config import ConfigValidationError, ModelConfig, read_toml
@@ -94,13 +113,67 @@ def _engine_from_config(
             "the run's base model folder; pass --model-path"
         )
         raise ExportError(msg)
+    tokenizer_path = Path(model.tokenizer_path or path)
+    if not trust_remote_code:
+        for folder in dict.fromkeys((path, tokenizer_path)):
+            code = remote_code_reference(folder)
+            if code is not None:
+                ignored = (
+                    f" (model.trust_remote_code = true in {config_file} is not used)"
+                    if model.trust_remote_code
+                    else ""
+                )
+                msg = (
+                    f"{folder} needs code of its own ({code}); rlcore export runs no code "
+                    f"named by a checkpoint{ignored}: pass --trust-remote-code if you trust "
+                    f"{folder}"
+                )
+                raise ExportError(msg)
     fields = {
         "model_path": str(path),
-        "tokenizer_path": str(model.tokenizer_path or path),
+        "tokenizer_path": str(tokenizer_path),
         "dtype": dtype or model.dtype,
-        "trust_remote_code": model.trust_remote_code,
+        "trust_remote_code": trust_remote_code,  # the caller's word, never the checkpoint's
     }
     return cls, options, fields
+
+
+# Files of a model or tokenizer folder that transformers reads and that can name Python code
+# to import (an "auto_map" entry, with trust_remote_code). Chat templates are rendered in
+# jinja's sandbox and generation configs name no code: neither can run anything.
+def remote_code_reference(folder: Path) -> str | None:
+    """``"<file> maps <class> to <code>"`` for the first ``auto_map`` in the top-level JSON
+    files of ``folder``, or None when transformers would import no code from it."""
+    for file in sorted(folder.glob("*.json")):
+        data = _json_file(file)
+        auto_map = data.get("auto_map") if isinstance(data, dict) else None
+        if auto_map:
+            first = next(iter(auto_map.items())) if isinstance(auto_map, dict) else auto_map
+            return f"{file.name} has an auto_map: {str(first)[:120]}"
+    return None
+
+
+def _json_file(file: Path) -> Any:
+    try:
+        return json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None  # not ours to judge: transformers reports a broken config itself
+
+
+def strip_remote_code(folder: Path) -> list[str]:
+    """Remove every ``.py`` file under ``folder`` and ``auto_map`` from its JSON files, so the
+    exported folder names no code; return what was removed (relative names)."""
+    removed: list[str] = []
+    for file in sorted(folder.rglob("*.py")):
+        file.unlink()
+        removed.append(file.relative_to(folder).as_posix())
+    for file in sorted(folder.glob("*.json")):
+        data = _json_file(file)
+        if isinstance(data, dict) and "auto_map" in data:
+            del data["auto_map"]
+            file.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+            removed.append(f"{file.name}:auto_map")
+    return removed
 
 
 def _private_group() -> bool:
@@ -125,8 +198,12 @@ def export_checkpoint(
     overwrite: bool = False,
     lora: str = "merged",
     registry: Any = None,
+    trust_remote_code: bool = False,
 ) -> Path:
     """Export the actor of ``checkpoint`` to ``out``; return ``out``.
+
+    ``trust_remote_code``: allow the model's own code (an ``auto_map`` in its folder) to run
+    here and carry it into ``out``; without it such a model is an :class:`ExportError`.
 
     ``model_path`` replaces ``[model] path`` of the checkpoint's config (the base model moved).
     ``dtype`` is the dtype of the written weights (default: the run's ``model.dtype``).
@@ -156,7 +233,7 @@ def export_checkpoint(
         raise ExportError(msg)
     config_file = _config_file(step_dir)
     cls, options, fields = _engine_from_config(
-        config_file, registry or default_registry(), model_path, dtype
+        config_file, registry or default_registry(), model_path, dtype, trust_remote_code
     )
 
     spec = EngineSpec(
@@ -191,6 +268,10 @@ def export_checkpoint(
             raise ExportError(msg) from err
         _ensure_tokenizer(tmp, fields["tokenizer_path"], fields["trust_remote_code"])
         del engine
+        if not trust_remote_code:
+            removed = strip_remote_code(tmp)
+            if removed:
+                log.warning("not exported (code; --trust-remote-code keeps it): %s", removed)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -256,6 +337,12 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--dtype", help="dtype of the written weights (default: model.dtype)")
     parser.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT")
     parser.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="let the model's own code (auto_map) run and keep it in OUT; never read from "
+        "the checkpoint",
+    )
+    parser.add_argument(
         "--lora",
         default="merged",
         choices=LORA_FORMS,
@@ -271,6 +358,7 @@ def main(argv: Sequence[str]) -> int:
         dtype=args.dtype,
         overwrite=args.overwrite,
         lora=args.lora,
+        trust_remote_code=args.trust_remote_code,
     )
     print(f"exported {args.checkpoint} to {out}")
     return 0

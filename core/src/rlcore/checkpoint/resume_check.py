@@ -9,8 +9,10 @@ differs and its two values, before Ray starts. To continue with other settings, 
 run directory from the exported weights (``rlcore export CKPT OUT`` then ``model.path = OUT``).
 
 Compared: ``model.path`` (equal when both folders hold the same ``config.json`` and weight
-files of the same names and sizes, so a moved model still resumes), ``model.dtype`` and every
-key of ``actor.optim`` and ``critic.optim``.
+files of the same names and sizes, so a moved model still resumes), ``model.dtype``, every
+key of ``actor.optim`` and ``critic.optim``, and of ``actor.engine`` and ``critic.engine``
+the engine's name and its adapter (``lora_rank``, ``lora_alpha``, ``target_modules``,
+``exclude_modules``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlcore.checkpoint.layout import CRITIC_DIR
 from rlcore.checkpoint.manager import CONFIG_FILE, CheckpointError
 
 if TYPE_CHECKING:
@@ -29,6 +32,10 @@ if TYPE_CHECKING:
 __all__ = ["check_resume_compatible", "config_differences"]
 
 _OPTIM_TABLES = (("actor", "optim"), ("critic", "optim"))
+# What an engine's saved state is shaped by: the engine, and the adapter (verl's LoRA names).
+# A changed rank or target set fails inside a worker's load with a remote traceback.
+_ENGINE_TABLES = (("actor", "engine"), ("critic", "engine"))
+_ENGINE_KEYS = ("name", "lora_rank", "lora_alpha", "target_modules", "exclude_modules")
 
 
 def _table(raw: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any]:
@@ -63,8 +70,11 @@ def _weights(path: Any) -> dict[str, int]:
     return {f.name: f.stat().st_size for f in files}
 
 
-def config_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """``key (checkpoint X, now Y)`` for each compared key that differs."""
+def config_differences(
+    saved: dict[str, Any], current: dict[str, Any], *, critic: bool = True
+) -> list[str]:
+    """``key (checkpoint X, now Y)`` for each compared key that differs; ``critic``: whether
+    the checkpoint holds a critic (its engine table is the actor's copy otherwise)."""
     found: list[str] = []
     old_model, new_model = _table(saved, ("model",)), _table(current, ("model",))
     if not _same_model(old_model.get("path"), new_model.get("path")):
@@ -85,6 +95,18 @@ def config_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[s
                 a, b = list(a), list(b)
             if a != b:
                 found.append(f"{'.'.join(path)}.{key} (checkpoint {a}, now {b})")
+    for path in _ENGINE_TABLES:
+        old, new = _table(saved, path), _table(current, path)
+        if not old or (path[0] == "critic" and not critic):
+            continue
+        for key in _ENGINE_KEYS:
+            if key not in old and key not in new:
+                continue
+            a, b = old.get(key), new.get(key)
+            if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+                a, b = list(a), list(b)
+            if a != b:
+                found.append(f"{'.'.join(path)}.{key} (checkpoint {a}, now {b})")
     return found
 
 
@@ -100,7 +122,8 @@ def check_resume_compatible(config: RunConfig, step_dir: Path) -> None:
     except (OSError, ValueError) as err:
         msg = f"checkpoint {step_dir}: cannot read {file.name} ({type(err).__name__})"
         raise CheckpointError(msg) from err
-    differences = config_differences(saved, config_to_dict(config))
+    critic = (step_dir / CRITIC_DIR).is_dir()
+    differences = config_differences(saved, config_to_dict(config), critic=critic)
     if differences:
         msg = (
             f"trainer.resume: checkpoint {step_dir} was trained with other settings: "

@@ -14,13 +14,14 @@ process loads it. Here:
 - :func:`verify_checkpoint` checks a ``global_step_<N>`` directory before anything loads it:
   the ``COMPLETE`` marker, ``trainer_state.json``, every file of ``MANIFEST.json`` (written by
   :func:`write_manifest` at save time) present with its size, every engine directory's DCP
-  metadata loadable safely and every shard it lists present, inside the directory and long
-  enough, every bytes item a plain value;
+  metadata loadable safely, its fields of the types DCP writes, and every shard it lists
+  present, inside the directory and long enough, every bytes item a plain value; every
+  ``*.pt`` file loadable with ``weights_only=True``; no symbolic link leading outside;
 - :func:`pick_resume` is the ``latest`` resolution behind ``trainer.resume = "auto"``: the
   pointer's target if intact, else the newest intact checkpoint, with a warning for each one
   skipped; a pointer that is unreadable or names no checkpoint is ignored with a warning.
 
-torch is imported only when a ``.metadata`` is read.
+torch is imported only when a ``.metadata`` or ``*.pt`` file is read.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ __all__ = [
     "safe_load_planner",
     "safe_storage_reader",
     "verify_checkpoint",
+    "weights_only_refusal",
     "write_manifest",
 ]
 
@@ -135,7 +137,107 @@ def load_dcp_metadata(path: str | os.PathLike[str]) -> Any:
     if not isinstance(loaded, Metadata):
         msg = f"cannot read {file}: it holds a {type(loaded).__name__}, not checkpoint metadata"
         raise CheckpointError(msg)
+    problem = _metadata_type_problem(loaded)
+    if problem:
+        msg = f"cannot read {file}: {problem} (the file is damaged or was crafted)"
+        raise CheckpointError(msg)
     return loaded
+
+
+def _kind(value: Any) -> str:
+    return type(value).__name__
+
+
+def _is_int(value: Any) -> bool:
+    return type(value) is int  # not bool, not a subclass with its own __index__
+
+
+def _is_shape(value: Any) -> bool:
+    import torch
+
+    return isinstance(value, torch.Size) and all(_is_int(n) and n >= 0 for n in value)
+
+
+def _metadata_type_problem(metadata: Any) -> str | None:
+    """The first field of an unpickled ``Metadata`` whose type is not what DCP writes.
+
+    The unpickler admits only metadata classes, but their fields can hold any admitted
+    value (a path as an offset, a list as the state-dict map); DCP and the checks below
+    would fail on them with a traceback, so each field is checked here, once.
+    """
+    import torch
+    from torch.distributed.checkpoint.filesystem import _StorageInfo
+    from torch.distributed.checkpoint.metadata import (
+        BytesStorageMetadata,
+        ChunkStorageMetadata,
+        MetadataIndex,
+        StorageMeta,
+        TensorProperties,
+        TensorStorageMetadata,
+    )
+
+    missing: Any = object()
+    items = getattr(metadata, "state_dict_metadata", missing)
+    if not isinstance(items, dict):
+        return f"state_dict_metadata is a {_kind(items)}, not a dict"
+    for fqn, item in items.items():
+        if not isinstance(fqn, str):
+            return f"state_dict_metadata has a key of type {_kind(fqn)}, not str"
+        where = f"state_dict_metadata[{fqn[:80]!r}]"
+        if isinstance(item, BytesStorageMetadata):
+            continue
+        if not isinstance(item, TensorStorageMetadata):
+            return f"{where} is a {_kind(item)}, not tensor or bytes metadata"
+        size = getattr(item, "size", missing)
+        if not _is_shape(size):
+            return f"{where}.size is a {_kind(size)}, not a torch.Size of ints"
+        props = getattr(item, "properties", missing)
+        if not isinstance(props, TensorProperties) or not isinstance(
+            getattr(props, "dtype", missing), torch.dtype
+        ):
+            return f"{where}.properties is not TensorProperties with a torch dtype"
+        chunks = getattr(item, "chunks", missing)
+        if not isinstance(chunks, list):
+            return f"{where}.chunks is a {_kind(chunks)}, not a list"
+        for chunk in chunks:
+            if not isinstance(chunk, ChunkStorageMetadata):
+                return f"{where}.chunks holds a {_kind(chunk)}, not chunk metadata"
+            for field in ("offsets", "sizes"):
+                value = getattr(chunk, field, missing)
+                if not _is_shape(value) or len(value) != len(size):
+                    return f"{where}.chunks[].{field} is not a torch.Size of {len(size)} ints"
+    storage = getattr(metadata, "storage_data", missing)
+    if storage is not None and not isinstance(storage, dict):
+        return f"storage_data is a {_kind(storage)}, not a dict"
+    for index, info in (storage or {}).items():
+        if not isinstance(index, MetadataIndex) or not isinstance(
+            getattr(index, "fqn", missing), str
+        ):
+            return f"storage_data has a key of type {_kind(index)}, not a MetadataIndex"
+        where = f"storage_data[{index.fqn[:80]!r}]"
+        offset = getattr(index, "offset", missing)
+        if offset is not None and not _is_shape(offset):
+            return f"the key of {where} has an offset of type {_kind(offset)}"
+        if not isinstance(info, _StorageInfo):
+            return f"{where} is a {_kind(info)}, not storage info"
+        if not isinstance(getattr(info, "relative_path", missing), str):
+            return f"{where}.relative_path is a {_kind(getattr(info, 'relative_path', None))}"
+        for field in ("offset", "length"):
+            value = getattr(info, field, missing)
+            if not _is_int(value) or value < 0:
+                return f"{where}.{field} is a {_kind(value)}, not a non-negative int"
+        transforms = getattr(info, "transform_descriptors", None)
+        if transforms is not None and not (
+            isinstance(transforms, list | tuple) and all(isinstance(t, str) for t in transforms)
+        ):
+            return f"{where}.transform_descriptors is not a list of str"
+    planner = getattr(metadata, "planner_data", None)
+    if planner is not None and not isinstance(planner, dict):
+        return f"planner_data is a {_kind(planner)}, not a dict"
+    meta = getattr(metadata, "storage_meta", None)
+    if meta is not None and not isinstance(meta, StorageMeta):
+        return f"storage_meta is a {_kind(meta)}, not StorageMeta"
+    return None
 
 
 def _reader_classes() -> tuple[type, type]:
@@ -341,7 +443,11 @@ def verify_checkpoint(step_dir: str | os.PathLike[str]) -> str | None:
                 json.loads(file.read_text(encoding="utf-8"))
         except (OSError, ValueError) as err:
             return f"{file} is unreadable ({type(err).__name__})"
+    _refuse_outside_links(path)
     problem = _check_manifest(path)
+    if problem:
+        return problem
+    problem = _check_pt_files(path)
     if problem:
         return problem
     for name in ENGINE_DIRS:
@@ -350,6 +456,57 @@ def verify_checkpoint(step_dir: str | os.PathLike[str]) -> str | None:
             problem = _check_engine_dir(engine_dir)
             if problem:
                 return problem
+    return None
+
+
+def _refuse_outside_links(step_dir: Path) -> None:
+    """A symbolic link under ``step_dir`` must stay inside it: one to elsewhere would make a
+    resume or an export read any file of the machine as part of the checkpoint."""
+    root = step_dir.resolve()
+    for dirpath, dirnames, filenames in os.walk(step_dir):  # links are listed, not followed
+        for name in dirnames + filenames:
+            entry = Path(dirpath) / name
+            if not entry.is_symlink():
+                continue
+            target = entry.resolve()
+            if target != root and root not in target.parents:
+                msg = (
+                    f"refusing to load {entry}: it is a symbolic link to {target}, outside the "
+                    f"checkpoint {step_dir}; copy the file into the checkpoint instead"
+                )
+                raise UnsafeCheckpointError(msg)
+
+
+def weights_only_refusal(err: BaseException) -> str:
+    """What torch's weights-only unpickler refused, in a few words (its own message is a
+    page that suggests loading with ``weights_only=False``)."""
+    text = str(err)
+    marker = "Unsupported global: GLOBAL "
+    at = text.find(marker)
+    if at >= 0:
+        rest = text[at + len(marker) :].split()
+        if rest:
+            return f"it refers to {rest[0][:100]}, which a plain tensor file never holds"
+    return "weights-only loading refuses its contents"
+
+
+def _check_pt_files(step_dir: Path) -> str | None:
+    """Every ``*.pt`` of the checkpoint (driver RNG, worker state, engine extra state) loads
+    with ``weights_only=True``. A refused global raises; a truncated file is damage."""
+    for file in sorted(step_dir.rglob("*.pt")):
+        import torch
+
+        try:
+            torch.load(file, weights_only=True, map_location="cpu")
+        except pickle.UnpicklingError as err:
+            msg = (
+                f"refusing to load {file}: {weights_only_refusal(err)}; the file may have been "
+                "crafted to run code"
+            )
+            raise UnsafeCheckpointError(msg) from None
+        except (RuntimeError, EOFError, OSError, ValueError) as err:
+            first = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
+            return f"{file} is unreadable ({type(err).__name__}{': ' if first else ''}{first})"
     return None
 
 

@@ -136,23 +136,36 @@ def _parse_override(text: str) -> tuple[tuple[str, ...], Any]:
     if not sep or not key:
         msg = f"override {text!r}: expected KEY=VALUE, e.g. actor.optim.lr=1e-5"
         raise ConfigError(msg)
+    bad_key = f"override {text!r}: {key!r} is not a valid key path"
+    if "\n" in key or "\r" in key:
+        # A dotted key never spans lines; one that does smuggles in table headers
+        # ('[a]\n[b]\nc'), which the document parse below would accept as other keys.
+        raise ConfigError(bad_key)
     try:
         # TOML's own dotted-key grammar, quoted keys included: reward.sources."openai/gsm8k"
         parsed: Any = tomllib.loads(f"{key} = 0")
     except tomllib.TOMLDecodeError as err:
-        msg = f"override {text!r}: {key!r} is not a valid key path"
-        raise ConfigError(msg) from err
+        raise ConfigError(bad_key) from err
     parts: list[str] = []
-    while isinstance(parsed, dict):
+    # One chain of one-key tables ending in the 0 written above, nothing else.
+    while isinstance(parsed, dict) and len(parsed) == 1:
         ((name, parsed),) = parsed.items()
         parts.append(name)
+    if not parts or type(parsed) is not int or parsed != 0:
+        raise ConfigError(bad_key)
     try:
-        parsed_value = tomllib.loads(f"v = {value}")["v"]
+        document = tomllib.loads(f"v = {value}")
     except tomllib.TOMLDecodeError:
-        parsed_value = value  # a bare word: `rollout.name=vllm`
+        return tuple(parts), value  # a bare word: `rollout.name=vllm`
     except RecursionError as err:
         raise ConfigError(_TOO_DEEP.format(source=f"override {key!r}")) from err
-    return tuple(parts), parsed_value
+    if set(document) != {"v"}:
+        msg = (
+            f"override {text!r}: the value is more than one TOML value (a newline and "
+            "another key or table header); give one value, e.g. a number, string or [array]"
+        )
+        raise ConfigError(msg)
+    return tuple(parts), document["v"]
 
 
 def _merge(table: dict[str, Any], value: dict[str, Any]) -> None:

@@ -40,29 +40,54 @@ Series = dict[str, tuple[list[int], list[float]]]
 
 def load_metrics(path: str | os.PathLike[str]) -> Series:
     """``metric -> (steps, values)`` sorted by step; a step logged twice (a resumed run) keeps
-    its last value, and lines that are not JSON (a crash mid-write) are skipped."""
+    its last value. A line that is not a JSON object (a crash mid-write, a byte that is not
+    UTF-8, a number or nesting past what Python's json reads) is skipped: the file is the
+    run's own record, and one bad line must not hide the rest. The skipped lines are counted
+    in one warning."""
     file = Path(path)
     if not file.is_file():
         msg = f"no metrics file at {file}: is this a run directory (with metrics.jsonl)?"
         raise DataError(msg)
     by_key: dict[str, dict[int, float]] = {}
-    with file.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                log.warning("%s:%d: skipped a line that is not JSON", file, lineno)
+    skipped: list[int] = []
+    with file.open("rb") as fh:  # bytes: one undecodable line must not end the read
+        for lineno, raw in enumerate(fh, start=1):
+            row = _json_object(raw)
+            if row is None:
+                if raw.strip():
+                    skipped.append(lineno)
                 continue
             step = row.pop("step", None)
-            if not isinstance(step, int):
+            if not isinstance(step, int) or isinstance(step, bool):
                 continue
             for key, value in row.items():
                 if isinstance(value, int | float) and not isinstance(value, bool):
-                    by_key.setdefault(key, {})[step] = float(value)
+                    try:
+                        by_key.setdefault(key, {})[step] = float(value)
+                    except OverflowError:  # an integer past float range: not a curve point
+                        continue
+    if skipped:
+        log.warning(
+            "%s: skipped %d line(s) that are not JSON objects (first: line %d)",
+            file,
+            len(skipped),
+            skipped[0],
+        )
     return {
         key: ([s for s in sorted(points)], [points[s] for s in sorted(points)])
         for key, points in by_key.items()
     }
+
+
+def _json_object(raw: bytes) -> dict[str, Any] | None:
+    """The JSON object on one line of the metrics file, or None for anything else."""
+    try:
+        row = json.loads(raw.decode("utf-8"))
+    # UnicodeDecodeError and JSONDecodeError are ValueErrors, and so is an integer past
+    # Python's int-string limit; RecursionError: nesting deeper than the interpreter's stack.
+    except (ValueError, RecursionError):
+        return None
+    return row if isinstance(row, dict) else None
 
 
 def _val_keys(series: Series) -> list[str]:

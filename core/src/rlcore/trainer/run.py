@@ -179,5 +179,14 @@ def _plot(run_dir: Path) -> list[Path]:
     except RlcoreError as err:
         log.warning("plotting %s failed: %s", run_dir, err)
         return []
+    except Exception as err:  # plots are a by-product: training is done, keep its exit code
+        log.warning(
+            "plotting %s failed (%s: %s); training is unaffected; rerun rlcore plot %s",
+            run_dir,
+            type(err).__name__,
+            err,
+            run_dir,
+        )
+        return []
     log.info("plots: %s", ", ".join(str(p) for p in written))
     return [Path(p) for p in written]

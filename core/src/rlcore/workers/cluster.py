@@ -9,9 +9,11 @@ is ``0`` (``ray._private.services.resolve_ip_for_localhost``), so a local run se
 
 ``RAY_ADDRESS`` or ``[resources] ray_address`` joins an existing cluster instead, bound as
 that cluster was started; a loopback address keeps the driver on loopback too. The address
-is probed first: one that does not answer fails within :data:`JOIN_TIMEOUT_S` with one line
-(Ray itself would retry for minutes). ``address="local"`` matters: a bare ``ray.init()``
-would silently attach to a cluster someone started on this machine with ``ray start``.
+is probed first (:func:`check_reachable`): a closed port fails within :data:`JOIN_TIMEOUT_S`
+and a port that accepts but does not answer as Ray's GCS within ``resources.start_timeout_s``,
+each with one line (``ray.init`` would retry for minutes, or wait forever).
+``address="local"`` matters: a bare ``ray.init()`` would silently attach to a cluster
+someone started on this machine with ``ray start``.
 """
 
 from __future__ import annotations
@@ -69,25 +71,97 @@ def _host_port(address: str) -> tuple[str, int] | None:
     return host.strip("[]"), int(port)
 
 
-def check_reachable(address: str, *, timeout_s: float = JOIN_TIMEOUT_S, key: str) -> None:
-    """Fail with one line unless something accepts TCP connections at ``address`` in time."""
+# Ray's GCS is a gRPC server, so HTTP/2: after a client's connection preface it sends a
+# SETTINGS frame (9-byte header: length 3, type 1 = 0x4, flags 1, stream id 4 = 0).
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+_H2_SETTINGS = 0x4
+
+
+def _grpc_answer(sock: socket.socket, deadline: float) -> bytes | None:
+    """The first 9 bytes the server sends after our HTTP/2 preface (a frame header), fewer if
+    it closed first; None if the deadline came first."""
+    sock.sendall(_H2_PREFACE)
+    got = b""
+    while len(got) < 9:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        sock.settimeout(left)
+        try:
+            chunk = sock.recv(9 - len(got))
+        except TimeoutError:
+            return None
+        if not chunk:
+            break
+        got += chunk
+    return got
+
+
+def _is_settings_frame(header: bytes) -> bool:
+    if len(header) != 9:
+        return False
+    length = int.from_bytes(header[:3], "big")
+    stream = int.from_bytes(header[5:9], "big") & 0x7FFFFFFF
+    return header[3] == _H2_SETTINGS and stream == 0 and length % 6 == 0
+
+
+def check_reachable(
+    address: str,
+    *,
+    timeout_s: float = JOIN_TIMEOUT_S,
+    key: str,
+    timeout_key: str = "resources.start_timeout_s",
+) -> None:
+    """Fail with one line unless a Ray GCS answers at ``address`` within ``timeout_s``.
+
+    A refused connection is retried for at most :data:`JOIN_TIMEOUT_S` (a head that is still
+    starting). An accepted one must answer an HTTP/2 connection preface with a SETTINGS
+    frame, as any gRPC server does at once: ``ray.init`` on a port that accepts TCP but is not
+    Ray waits forever, so anything else (silence until ``timeout_s``, other bytes, a close)
+    is one line naming the address, ``key`` and ``timeout_key``. With ``RAY_USE_TLS`` the
+    GCS speaks TLS first: only the TCP connection is checked.
+    """
     target = _host_port(address)
     if target is None:
         return
-    deadline = time.monotonic() + timeout_s
+    start = time.monotonic()
+    deadline = start + timeout_s
+    refused_until = start + min(JOIN_TIMEOUT_S, timeout_s)
+    tls = os.environ.get("RAY_USE_TLS", "").strip().lower() in ("1", "true", "yes")
     last: OSError | None = None
-    while time.monotonic() < deadline:
+    while time.monotonic() < refused_until:
         try:
-            with socket.create_connection(target, timeout=min(2.0, timeout_s)):
-                return
+            sock = socket.create_connection(target, timeout=min(2.0, timeout_s))
         except OSError as err:
             last = err
             time.sleep(0.5)
+            continue
+        with sock:
+            if tls:
+                return
+            try:
+                header = _grpc_answer(sock, deadline)
+            except OSError:  # reset by the peer: as a close, whatever listens is not Ray
+                header = b""
+        if header is not None and _is_settings_frame(header):
+            return
+        if header is None:
+            answer = f"did not answer as Ray's GCS (a gRPC server) within {timeout_s:g} s"
+        elif not header:
+            answer = "closed the connection instead of answering as Ray's GCS (a gRPC server)"
+        else:
+            answer = f"answered {header[:9]!r}, not as Ray's GCS (a gRPC server)"
+        msg = (
+            f"{key} = {address}: something accepts connections there but {answer} "
+            f"({timeout_key} = {timeout_s:g}); fix the address to the head's GCS port (ray "
+            "start --head prints it), or unset it for a private local Ray"
+        )
+        raise ResourceError(msg)
     reason = (last.strerror or str(last)) if last is not None else "timed out"
     msg = (
         f"{key} = {address}: no Ray cluster answers there ({reason}, tried for "
-        f"{timeout_s:.0f} s); start one with `ray start --head`, fix the address, or unset it "
-        "for a private local Ray"
+        f"{min(JOIN_TIMEOUT_S, timeout_s):.0f} s); start one with `ray start --head`, fix the "
+        "address, or unset it for a private local Ray"
     )
     raise ResourceError(msg)
 
@@ -135,7 +209,7 @@ def start_ray(resources: ResourcesConfig) -> bool:
         return False
     if kwargs["address"] != "local":
         key = "RAY_ADDRESS" if os.environ.get("RAY_ADDRESS") else "resources.ray_address"
-        check_reachable(kwargs["address"], key=key)
+        check_reachable(kwargs["address"], key=key, timeout_s=resources.start_timeout_s)
     log.info("starting Ray: %s", ", ".join(f"{k}={v}" for k, v in kwargs.items()))
     ray.init(**kwargs, log_to_driver=True, configure_logging=False)
     return True

@@ -160,3 +160,26 @@ def test_check_tool_refuses_a_non_tool():
 def test_check_tool_passes_a_good_tool():
     check_tool(_Good, cases=[({}, "ok")])
     assert attrs.has(_Good.Config)
+
+
+def test_calls_run_in_a_process_of_their_own_from_a_ray_worker(ray_session):
+    """Where the agent loop runs: a Ray worker, whose ``__main__`` is Ray's own script (kept out
+    of the tool's process) and which holds Ray's threads (hence forkserver, not fork)."""
+    import ray
+
+    from rlcore.agent.tool_processes import ToolOutcome
+
+    @ray.remote(num_cpus=0)
+    def call() -> tuple[ToolOutcome, ToolOutcome]:
+        from rlcore.agent.tool_processes import ToolProcesses
+
+        tools = ToolProcesses({"calculator": CalculatorTool()})
+        ok = tools.call("calculator", {"expression": "12 * (3 + 4)"}, timeout_s=30, max_chars=100)
+        bad = tools.call(
+            "calculator", {"expression": "__import__('os')"}, timeout_s=30, max_chars=9
+        )
+        return ok, bad
+
+    ok, bad = ray.get(call.remote(), timeout=300)
+    assert ok == ToolOutcome("84", "ok")
+    assert bad.kind == "tool_error"

@@ -18,6 +18,7 @@ import functools
 import logging
 import math
 import os
+import pickle
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -37,7 +38,11 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
-from rlcore.checkpoint.safe_load import safe_dcp_load
+from rlcore.checkpoint.safe_load import (
+    UnsafeCheckpointError,
+    safe_dcp_load,
+    weights_only_refusal,
+)
 from rlcore.engine_utils import (
     batch_totals,
     clip_and_step,
@@ -502,9 +507,16 @@ class FSDP2Engine(BaseEngine):
             optim_state_dict=state.get("optim", {}),
             options=StateDictOptions(strict=self.lora is None),
         )
-        extra = torch.load(extra_file, weights_only=True)
-        self.global_step = int(extra["global_step"])
-        self.skipped_steps = int(extra["skipped_steps"])
+        try:
+            extra = torch.load(extra_file, weights_only=True, map_location="cpu")
+            self.global_step = int(extra["global_step"])
+            self.skipped_steps = int(extra["skipped_steps"])
+        except pickle.UnpicklingError as err:  # verification refuses it first; this backs it
+            msg = f"refusing to load {extra_file}: {weights_only_refusal(err)}"
+            raise UnsafeCheckpointError(msg) from None
+        except (KeyError, TypeError, ValueError, RuntimeError, EOFError) as err:
+            msg = f"[{self.spec.role}] {extra_file} is damaged ({type(err).__name__}: {err})"
+            raise FSDP2Error(msg) from None
 
     # --- offload (colocated with a GPU rollout) ---------------------------------------------
 

@@ -63,7 +63,7 @@ CONFIG_CASES = [
     ),
     (
         ['reward.default="gsm9k"'],
-        "reward.default: unknown reward 'gsm9k'. Installed: gsm8k, gsm8k_tool, math. "
+        "reward.default: unknown reward 'gsm9k'. Installed: code, gsm8k, gsm8k_tool, math. "
         "Did you mean 'gsm8k'?",
     ),
     (

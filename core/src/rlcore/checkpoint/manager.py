@@ -87,7 +87,6 @@ __all__ = [
 ]
 
 
-
 def _is_complete(path: Path) -> bool:
     return step_of(path) is not None and (path / COMPLETE_MARKER).is_file()
 
@@ -401,10 +400,6 @@ def save_driver_state(
 
 def load_driver_state(directory: str | os.PathLike[str]) -> DriverState:
     """Read what :func:`save_driver_state` wrote; never unpickles arbitrary objects."""
-    import pickle
-
-    import torch
-
     src = Path(directory)
     state_file = src / STATE_FILE
     try:
@@ -425,17 +420,7 @@ def load_driver_state(directory: str | os.PathLike[str]) -> DriverState:
     rng: dict[str, Any] | None = None
     rng_file = src / RNG_FILE
     if rng_file.is_file():
-        try:
-            # weights_only: tensors and plain containers only; a pickled object is refused.
-            loaded = torch.load(rng_file, weights_only=True, map_location="cpu")
-        except (pickle.UnpicklingError, RuntimeError, EOFError, OSError) as err:
-            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            msg = f"refusing to load {rng_file}: not a plain tensor file ({first})"
-            raise CheckpointError(msg) from err
-        if not isinstance(loaded, dict):
-            msg = f"{rng_file} holds a {type(loaded).__name__}, expected a dict of RNG states"
-            raise CheckpointError(msg)
-        rng = loaded
+        rng = _load_plain_dict(rng_file, "a dict of RNG states")
     return DriverState(step=step, dataloader=dataloader, extra=extra, rng=rng)
 
 
@@ -458,21 +443,27 @@ def save_worker_state(
 
 def load_worker_state(directory: str | os.PathLike[str], rank: int) -> dict[str, Any]:
     """What :func:`save_worker_state` wrote for ``rank``; never unpickles arbitrary objects."""
-    import pickle
-
-    import torch
-
     file = worker_state_file(directory, rank)
     if not file.is_file():
         msg = f"checkpoint {directory} has no {file.name}: it was written by other ranks"
         raise CheckpointError(msg)
+    return _load_plain_dict(file, "a dict")
+
+
+def _load_plain_dict(file: Path, expected: str) -> dict[str, Any]:
+    """``torch.load`` of a dict of tensors and plain values; ``expected`` names it in errors."""
+    import pickle
+
+    import torch
+
     try:
+        # weights_only: tensors and plain containers only; a pickled object is refused.
         state = torch.load(file, weights_only=True, map_location="cpu")
     except (pickle.UnpicklingError, RuntimeError, EOFError, OSError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         msg = f"refusing to load {file}: not a plain tensor file ({first})"
         raise CheckpointError(msg) from err
     if not isinstance(state, dict):
-        msg = f"{file} holds a {type(state).__name__}, expected a dict"
+        msg = f"{file} holds a {type(state).__name__}, expected {expected}"
         raise CheckpointError(msg)
     return state

@@ -6,60 +6,11 @@
 
 from __future__ import annotations
 
+from rlcore.config import loader, schema
 from rlcore.config.dump import config_to_dict, dump_toml, unset_keys
-from rlcore.config.loader import (
-    ConfigValidationError,
-    apply_overrides,
-    build_config,
-    load_config,
-    load_config_text,
-    read_toml,
-    validate,
-)
-from rlcore.config.schema import (
-    LOGGERS,
-    ActorConfig,
-    AgentConfig,
-    AlgorithmConfig,
-    CriticConfig,
-    DataConfig,
-    ModelConfig,
-    PluginsConfig,
-    PluginSection,
-    RefConfig,
-    ResourcesConfig,
-    RewardConfig,
-    RolloutConfig,
-    RunConfig,
-    TrainerConfig,
-    ValSamplingConfig,
-)
+from rlcore.config.loader import *  # noqa: F403
+from rlcore.config.schema import *  # noqa: F403
 
-__all__ = [
-    "LOGGERS",
-    "ActorConfig",
-    "AgentConfig",
-    "AlgorithmConfig",
-    "ConfigValidationError",
-    "CriticConfig",
-    "DataConfig",
-    "ModelConfig",
-    "PluginSection",
-    "PluginsConfig",
-    "RefConfig",
-    "ResourcesConfig",
-    "RewardConfig",
-    "RolloutConfig",
-    "RunConfig",
-    "TrainerConfig",
-    "ValSamplingConfig",
-    "apply_overrides",
-    "build_config",
-    "config_to_dict",
-    "dump_toml",
-    "load_config",
-    "load_config_text",
-    "read_toml",
-    "unset_keys",
-    "validate",
-]
+# What loader and schema declare public, re-exported: a new class or function is listed once,
+# in the ``__all__`` of the module that defines it (the package used to repeat both lists).
+__all__ = [*loader.__all__, *schema.__all__, "config_to_dict", "dump_toml", "unset_keys"]

@@ -49,16 +49,17 @@ def load_tokenizer(path: str | os.PathLike[str], *, require_chat_template: bool 
     except (OSError, ValueError) as err:
         msg = f"no tokenizer could be loaded from {folder}: {err}"
         raise DataError(msg) from err
-    if require_chat_template and not getattr(tokenizer, "chat_template", None):
-        msg = (
-            f"the tokenizer in {folder} has no chat template; add one or set "
-            "apply_chat_template = false and give plain-text prompts"
-        )
-        raise DataError(msg)
     if len(tokenizer) == 0 or not tokenizer.encode("a", add_special_tokens=False):
         # transformers builds an empty tokenizer from a folder without tokenizer files rather
         # than failing; every prompt would silently become zero tokens.
         msg = f"no tokenizer files in {folder} (expected tokenizer.json or tokenizer_config.json)"
+        raise DataError(msg)
+    if require_chat_template and not getattr(tokenizer, "chat_template", None):
+        # The one wording of this error: preflight (check_tokenizer) prefixes its key.
+        msg = (
+            f"the tokenizer in {folder} has no chat template; add one (chat_template.jinja) "
+            "or set data.apply_chat_template = false for plain-text prompts"
+        )
         raise DataError(msg)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token

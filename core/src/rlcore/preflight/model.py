@@ -64,17 +64,10 @@ def check_tokenizer(path: str, *, chat_template: bool) -> Any:
         )
         raise ConfigError(msg)
     try:
-        tokenizer = load_tokenizer(folder, require_chat_template=False)
+        return load_tokenizer(folder, require_chat_template=chat_template)
     except DataError as err:
         msg = f"{key}: {err}"
         raise ConfigError(msg) from err
-    if chat_template and not getattr(tokenizer, "chat_template", None):
-        msg = (
-            f"{key}: the tokenizer in {folder} has no chat template; add one "
-            "(chat_template.jinja) or set data.apply_chat_template = false for plain-text prompts"
-        )
-        raise ConfigError(msg)
-    return tokenizer
 
 
 _EMBEDDING_SUFFIXES = ("embed_tokens.weight", "wte.weight", "word_embeddings.weight")

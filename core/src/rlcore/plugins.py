@@ -53,6 +53,7 @@ from rlcore.interfaces import (
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "BASES",
     "DISABLED_KEY",
     "ENTRY_POINT_GROUP",
     "FUNCTION_KINDS",
@@ -95,7 +96,8 @@ _HOOKS: Final = {
     "policy_loss": "register_policy_losses",
     "adv_estimator": "register_adv_estimators",
 }
-_BASES: Final[dict[str, type]] = {
+# The interface class of each kind (the conformance checks read it too).
+BASES: Final[dict[str, type]] = {
     "engine": BaseEngine,
     "rollout": BaseRollout,
     "reward": BaseReward,
@@ -513,7 +515,7 @@ class PluginRegistry:
             raise PluginError(self._duplicate_message(kind, name))
         entry = found[0]
         cls = self._import(entry)
-        base = _BASES[kind]
+        base = BASES[kind]
         if not (isinstance(cls, type) and issubclass(cls, base)):
             msg = (
                 f"{kind} {name!r} ({entry.target_name}) from {entry.provider} is not a "

@@ -11,8 +11,8 @@ import torch
 
 from rlcore.interfaces import AlgorithmNeeds, BaseAlgorithm, BatchTotals, ModelOutputs
 from rlcore.protocol import DataProto
-from rlcore.testing.conformance._common import check_config, check_subclass, fail, name_of
-from rlcore.testing.conformance._contract import check_signatures
+from rlcore.testing.conformance._common import fail
+from rlcore.testing.conformance._contract import check_class, construct
 
 __all__ = ["POLICY_METRICS", "check_algorithm", "random_algorithm_batch"]
 
@@ -179,14 +179,8 @@ def check_algorithm(
     gradient (rtol 1e-6). Pass ``config`` to check non-default options (e.g. every
     ``loss_agg_mode``).
     """
-    check_subclass(cls, BaseAlgorithm)
-    check_signatures(cls)
-    what = name_of(cls)
-    config = check_config(cls, config, "algorithm")
-    try:
-        algo = cls(config)
-    except Exception as err:  # the constructor is plugin code
-        fail(what, "cls(config) must build the algorithm", f"{type(err).__name__}: {err}")
+    what, config = check_class(cls, BaseAlgorithm, config, "algorithm")
+    algo = construct(what, cls, config, "algorithm")
     needs = algo.needs
     if not isinstance(needs, AlgorithmNeeds):
         fail(what, "needs must return an rlcore.interfaces.AlgorithmNeeds", repr(needs))

@@ -1,4 +1,5 @@
 """``check_contract`` and ``check_signatures``: a plugin is written for the current contract.
+``check_class`` and ``construct``: the start every ``check_*`` of a plugin class shares.
 
 The contract's version is declared per plugin module (``contract_version``, checked by
 discovery too); the signatures are checked per class: every abstract method of the
@@ -11,30 +12,13 @@ from __future__ import annotations
 import importlib
 import inspect
 from types import ModuleType
+from typing import Any
 
-from rlcore.interfaces import (
-    CONTRACT_NOTE,
-    CONTRACT_VERSION,
-    BaseAlgorithm,
-    BaseEngine,
-    BaseLogger,
-    BaseReward,
-    BaseRollout,
-    BaseTool,
-)
-from rlcore.plugins import contract_refusal
-from rlcore.testing.conformance._common import fail, name_of
+from rlcore.interfaces import CONTRACT_NOTE, CONTRACT_VERSION
+from rlcore.plugins import BASES, contract_refusal
+from rlcore.testing.conformance._common import check_config, check_subclass, fail, name_of
 
-__all__ = ["check_contract", "check_signatures"]
-
-_BASES: tuple[type, ...] = (
-    BaseEngine,
-    BaseRollout,
-    BaseReward,
-    BaseAlgorithm,
-    BaseTool,
-    BaseLogger,
-)
+__all__ = ["check_class", "check_contract", "check_signatures", "construct"]
 
 
 def check_contract(module: str | ModuleType) -> int:
@@ -66,7 +50,7 @@ def check_signatures(cls: type) -> None:
     core calls it; an extra one without a default cannot be given. ``**kwargs`` stands for
     any missing name.
     """
-    bases = [b for b in _BASES if isinstance(cls, type) and issubclass(cls, b)]
+    bases = [b for b in BASES.values() if isinstance(cls, type) and issubclass(cls, b)]
     if not bases:
         fail(repr(cls), "must subclass one of rlcore.interfaces' Base classes", f"got {cls!r}")
     base = bases[0]
@@ -97,3 +81,20 @@ def check_signatures(cls: type) -> None:
                 f"({CONTRACT_NOTE})",
                 "; ".join(detail),
             )
+
+
+def check_class(cls: type, base: type, config: Any, section: str) -> tuple[str, Any]:
+    """What every ``check_*`` of a plugin class starts with: ``cls`` subclasses ``base``, its
+    signatures and its ``Config`` follow the rules; returns its name for messages and
+    ``config`` (its defaults when None)."""
+    check_subclass(cls, base)
+    check_signatures(cls)
+    return name_of(cls), check_config(cls, config, section)
+
+
+def construct(what: str, cls: type, config: Any, noun: str) -> Any:
+    """``cls(config)``, any exception of the plugin's constructor a finding."""
+    try:
+        return cls(config)
+    except Exception as err:  # the constructor is plugin code
+        fail(what, f"cls(config) must build the {noun}", f"{type(err).__name__}: {err}")

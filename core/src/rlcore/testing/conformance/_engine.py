@@ -10,8 +10,8 @@ import attrs
 
 from rlcore.interfaces import BaseEngine, BatchTotals, EngineSpec, ModelOutputs, OptimConfig
 from rlcore.protocol import DataProto
-from rlcore.testing.conformance._common import check_config, check_subclass, fail, name_of
-from rlcore.testing.conformance._contract import check_signatures
+from rlcore.testing.conformance._common import fail
+from rlcore.testing.conformance._contract import check_class
 
 __all__ = ["check_engine", "random_engine_batch"]
 
@@ -143,10 +143,7 @@ def check_engine(
     import torch.distributed as dist
     from transformers import AutoModelForCausalLM
 
-    check_subclass(cls, BaseEngine)
-    check_signatures(cls)
-    what = name_of(cls)
-    config = check_config(cls, config, "actor.engine")
+    what, config = check_class(cls, BaseEngine, config, "actor.engine")
     missing = sorted(getattr(cls, "__abstractmethods__", ()))
     if missing:
         fail(

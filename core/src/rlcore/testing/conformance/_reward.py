@@ -10,14 +10,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from rlcore.interfaces import BaseReward
-from rlcore.testing.conformance._common import (
-    check_config,
-    check_subclass,
-    fail,
-    is_number,
-    name_of,
-)
-from rlcore.testing.conformance._contract import check_signatures
+from rlcore.testing.conformance._common import fail, is_number
+from rlcore.testing.conformance._contract import check_class, construct
 
 __all__ = ["ADVERSARIAL_INPUTS", "check_reward"]
 
@@ -62,6 +56,22 @@ def _same(a: Any, b: Any) -> bool:
     return type(a) is type(b) and repr(a) == repr(b)
 
 
+def _rescore(
+    what: str,
+    reward: BaseReward,
+    data_source: str,
+    inputs: list[tuple[str, str, str]],
+    first: dict[str, Any],
+    rule: str,
+    sep: str,
+) -> None:
+    """Score ``inputs`` again with ``reward``: each result must be the same as ``first``'s."""
+    for label, solution, truth in inputs:
+        got = _score(reward, data_source, solution, truth)
+        if not _same(got, first[label]):
+            fail(what, rule, f"{label}: {first[label]!r} {sep} {got!r}")
+
+
 def check_reward(
     cls: type[BaseReward],
     config: BaseReward.Config | None = None,
@@ -77,14 +87,8 @@ def check_reward(
     :data:`ADVERSARIAL_INPUTS`) must return within ``time_limit_s`` of wall-clock time; a call
     that never returns hangs the check, so run it under ``pytest-timeout``.
     """
-    check_subclass(cls, BaseReward)
-    check_signatures(cls)
-    what = name_of(cls)
-    config = check_config(cls, config, "reward.options")
-    try:
-        reward = cls(config)
-    except Exception as err:  # the constructor is plugin code
-        fail(what, "cls(config) must build the reward", f"{type(err).__name__}: {err}")
+    what, config = check_class(cls, BaseReward, config, "reward.options")
+    reward = construct(what, cls, config, "reward")
 
     inputs = [(label, s, g) for label, s, g in ADVERSARIAL_INPUTS]
     inputs += [(f"case {i} {s[:40]!r}", s, g) for i, (s, g, _) in enumerate(cases)]
@@ -119,14 +123,8 @@ def check_reward(
             )
 
     # Deterministic: the same input gives the same result (also after other calls).
-    for label, solution, truth in inputs[:4] + inputs[len(ADVERSARIAL_INPUTS) :]:
-        again = _score(reward, data_source, solution, truth)
-        if not _same(again, first[label]):
-            fail(
-                what,
-                "score must be deterministic",
-                f"{label}: {first[label]!r} then {again!r}",
-            )
+    again = inputs[:4] + inputs[len(ADVERSARIAL_INPUTS) :]
+    _rescore(what, reward, data_source, again, first, "score must be deterministic", "then")
 
     # The reward manager's process pool pickles rewards and imports their class by path.
     try:
@@ -146,11 +144,6 @@ def check_reward(
         copy = pickle.loads(pickle.dumps(reward))
     except Exception as err:  # any pickling failure is the finding
         fail(what, "the reward must pickle (scoring pool)", f"{type(err).__name__}: {err}")
-    for label, solution, truth in inputs[:2] + inputs[len(ADVERSARIAL_INPUTS) :]:
-        got = _score(copy, data_source, solution, truth)
-        if not _same(got, first[label]):
-            fail(
-                what,
-                "an unpickled reward must score like the original",
-                f"{label}: {first[label]!r} vs {got!r}",
-            )
+    again = inputs[:2] + inputs[len(ADVERSARIAL_INPUTS) :]
+    rule = "an unpickled reward must score like the original"
+    _rescore(what, copy, data_source, again, first, rule, "vs")

@@ -7,8 +7,8 @@ from typing import Any
 
 from rlcore.interfaces import BaseRollout, RolloutSpec, RolloutTraits, SamplingParams
 from rlcore.protocol import DataProto
-from rlcore.testing.conformance._common import check_config, check_subclass, fail, name_of
-from rlcore.testing.conformance._contract import check_signatures
+from rlcore.testing.conformance._common import fail
+from rlcore.testing.conformance._contract import check_class
 from rlcore.testing.prompts import prompt_batch
 
 __all__ = ["check_rollout"]
@@ -145,10 +145,7 @@ def check_rollout(
     import torch
     from transformers import AutoModelForCausalLM
 
-    check_subclass(cls, BaseRollout)
-    check_signatures(cls)
-    what = name_of(cls)
-    config = check_config(cls, config, "rollout")
+    what, config = check_class(cls, BaseRollout, config, "rollout")
     traits = cls.traits(config)
     if not isinstance(traits, RolloutTraits):
         fail(what, "traits(config) must return an rlcore.interfaces.RolloutTraits", repr(traits))

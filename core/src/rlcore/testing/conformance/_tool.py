@@ -9,8 +9,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rlcore.interfaces import BaseTool, ToolError
-from rlcore.testing.conformance._common import check_config, check_subclass, fail, name_of
-from rlcore.testing.conformance._contract import check_signatures
+from rlcore.testing.conformance._common import fail
+from rlcore.testing.conformance._contract import check_class, construct
 
 __all__ = ["ADVERSARIAL_ARGUMENTS", "check_tool"]
 
@@ -45,14 +45,8 @@ def check_tool(
     pickles (it is built in Ray workers). ``cases`` are ``(arguments, expected text)`` the
     author knows.
     """
-    check_subclass(cls, BaseTool)
-    check_signatures(cls)
-    what = name_of(cls)
-    config = check_config(cls, config, "agent.tools")
-    try:
-        tool = cls(config)
-    except Exception as err:  # the constructor is plugin code
-        fail(what, "cls(config) must build the tool", f"{type(err).__name__}: {err}")
+    what, config = check_class(cls, BaseTool, config, "agent.tools")
+    tool = construct(what, cls, config, "tool")
     _check_schema(tool, what)
     inputs: list[tuple[str, Mapping[str, Any], str | None]] = [
         (label, args, None) for label, args in ADVERSARIAL_ARGUMENTS

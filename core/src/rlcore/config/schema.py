@@ -166,6 +166,19 @@ class ActorConfig:
     balance_tokens: bool = True
 
 
+def _sampling(
+    section: ValSamplingConfig | RolloutConfig, max_new_tokens: int, *, do_sample: bool
+) -> SamplingParams:
+    """The sampling keys ``[rollout]`` and ``[rollout.val]`` share, as one ``SamplingParams``."""
+    return SamplingParams(
+        temperature=section.temperature,
+        top_p=section.top_p,
+        top_k=section.top_k,
+        max_new_tokens=max_new_tokens,
+        do_sample=do_sample,
+    )
+
+
 @attrs.frozen(kw_only=True)
 class ValSamplingConfig:
     """``[rollout.val]``: sampling for validation, greedy by default.
@@ -180,13 +193,7 @@ class ValSamplingConfig:
     do_sample: bool = False
 
     def sampling(self, max_new_tokens: int) -> SamplingParams:
-        return SamplingParams(
-            temperature=self.temperature,
-            top_p=self.top_p,
-            top_k=self.top_k,
-            max_new_tokens=max_new_tokens,
-            do_sample=self.do_sample,
-        )
+        return _sampling(self, max_new_tokens, do_sample=self.do_sample)
 
 
 @attrs.frozen(kw_only=True)
@@ -215,13 +222,7 @@ class RolloutConfig:
 
     def sampling(self, max_new_tokens: int) -> SamplingParams:
         """Training-time sampling (``do_sample=True``)."""
-        return SamplingParams(
-            temperature=self.temperature,
-            top_p=self.top_p,
-            top_k=self.top_k,
-            max_new_tokens=max_new_tokens,
-            do_sample=True,
-        )
+        return _sampling(self, max_new_tokens, do_sample=True)
 
 
 @attrs.frozen(kw_only=True)

@@ -20,10 +20,7 @@ import contextlib
 import multiprocessing
 import pickle
 import signal
-import sys
-import threading
-import types
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from multiprocessing.connection import Connection
 from typing import Any, Final
 
@@ -31,6 +28,7 @@ import attrs
 
 from rlcore.errors import ConfigError
 from rlcore.interfaces import BaseTool, ToolError
+from rlcore.reward.pool import main_module_hidden
 
 __all__ = [
     "DIED",
@@ -85,24 +83,6 @@ def _child(conn: Connection, blob: bytes, arguments: Any, max_chars: int) -> Non
             conn.send((OK, out[: max_chars + 1]))  # one more: the parent sees it was longer
         else:
             conn.send((FAILED, f"returned {type(out).__name__}, not text"))
-
-
-_START_LOCK = threading.Lock()  # the __main__ swap below is process-wide
-
-
-@contextlib.contextmanager
-def _main_module_hidden() -> Iterator[None]:
-    """Start the child without re-running the parent's ``__main__`` script in it (as the
-    reward pool does: ``forkserver`` and ``spawn`` import it in each child; a script without
-    a main guard, or Ray's worker script, must not run there)."""
-    with _START_LOCK:
-        main = sys.modules.get("__main__")
-        sys.modules["__main__"] = types.ModuleType("__main__")
-        try:
-            yield
-        finally:
-            if main is not None:
-                sys.modules["__main__"] = main
 
 
 def _receive(conn: Connection, timeout_s: float) -> tuple[str, Any] | None:
@@ -163,7 +143,7 @@ class ToolProcesses:
             daemon=True,
         )
         try:
-            with contextlib.nullcontext() if b"__main__" in blob else _main_module_hidden():
+            with contextlib.nullcontext() if b"__main__" in blob else main_module_hidden():
                 proc.start()
         except Exception as err:  # no process (fork limits, memory): this call fails only
             parent.close()

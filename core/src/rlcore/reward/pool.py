@@ -25,6 +25,7 @@ import multiprocessing.connection
 import pickle
 import signal
 import sys
+import threading
 import time
 import types
 import weakref
@@ -36,7 +37,7 @@ from typing import Any
 from rlcore.interfaces import BaseReward
 from rlcore.reward._scoring import Outcome, Task, alarm_handler, call_reward
 
-__all__ = ["PoolBrokenError", "ScoringPool"]
+__all__ = ["PoolBrokenError", "ScoringPool", "main_module_hidden"]
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +141,7 @@ class ScoringPool:
             name="rlcore-reward-worker",
             daemon=True,
         )
-        with contextlib.nullcontext() if self._needs_main else _main_module_hidden():
+        with contextlib.nullcontext() if self._needs_main else main_module_hidden():
             proc.start()
         child.close()
         return _Worker(proc, parent, current)
@@ -295,21 +296,27 @@ class ScoringPool:
         return 1
 
 
+# The __main__ swap below is process-wide: one process start at a time may hold it (the
+# reward pool's workers and the agent's tool processes start from different threads).
+_MAIN_SWAP_LOCK = threading.Lock()
+
+
 @contextlib.contextmanager
-def _main_module_hidden() -> Iterator[None]:
+def main_module_hidden() -> Iterator[None]:
     """Start processes without re-running the driver's ``__main__`` script in them.
 
     ``forkserver`` and ``spawn`` import the parent's main script in each child (and in the
-    fork server), so a driver script without an ``if __name__ == "__main__":`` guard would
-    start a second training run there and fail. The workers need nothing from it (their
-    target and the rewards live in importable modules; ``_needs_main`` keeps the import for
-    rewards defined in the script), so the main module is swapped for an empty one while the
-    process starts.
+    fork server), so a driver script without an ``if __name__ == "__main__":`` guard (or
+    Ray's worker script) would run again there. The children need nothing from it (their
+    targets live in importable modules; ``_needs_main`` keeps the import for rewards defined
+    in the script), so the main module is swapped for an empty one while the process starts.
+    Used by the reward pool and by :mod:`rlcore.agent.tool_processes`.
     """
-    main = sys.modules.get("__main__")
-    sys.modules["__main__"] = types.ModuleType("__main__")
-    try:
-        yield
-    finally:
-        if main is not None:
-            sys.modules["__main__"] = main
+    with _MAIN_SWAP_LOCK:
+        main = sys.modules.get("__main__")
+        sys.modules["__main__"] = types.ModuleType("__main__")
+        try:
+            yield
+        finally:
+            if main is not None:
+                sys.modules["__main__"] = main

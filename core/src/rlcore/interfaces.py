@@ -44,7 +44,7 @@ from __future__ import annotations
 import abc
 import asyncio
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, TextIO
+from typing import TYPE_CHECKING, Any, Literal, TextIO, get_args
 
 import attrs
 
@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from rlcore.protocol import DataProto
 
 __all__ = [
+    "DTYPE_NAMES",
     "BaseAlgorithm",
     "BaseEngine",
     "BaseLogger",
@@ -78,6 +79,8 @@ __all__ = [
 ]
 
 Dtype = Literal["float32", "bfloat16", "float16"]
+# The names a ``dtype`` key accepts; torch's dtype of each: rlcore.engine_utils.dtype_from_name.
+DTYPE_NAMES: tuple[str, ...] = get_args(Dtype)
 Device = Literal["cpu", "cuda"]
 
 

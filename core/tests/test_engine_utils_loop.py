@@ -14,9 +14,11 @@ import torch
 import torch.distributed as dist
 
 from rlcore.engine_utils import (
+    TOKENIZER_FILES,
     MetricMeans,
     OptimizerGuard,
     accumulate_gradients,
+    copy_tokenizer_files,
     dtype_from_name,
     forward_micro_batches,
     init_device,
@@ -255,3 +257,19 @@ def test_guard_hands_an_engine_clip_the_ceiling_or_inf():
     OptimizerGuard(torch.optim.SGD([p], lr=1.0), role="actor", max_norm=0.0).step(lr=1.0, clip=clip)
     assert seen == [2.0, math.inf]
     assert p.detach().tolist() == [-2.0]  # two steps of lr 1 on the clip's gradient
+
+
+# --- export ------------------------------------------------------------------------------------
+
+
+def test_copy_tokenizer_files_copies_the_named_files_the_source_has(tmp_path):
+    source, out = tmp_path / "model", tmp_path / "export"
+    source.mkdir()
+    out.mkdir()
+    for name in ("tokenizer.json", "chat_template.jinja", "generation_config.json", "x.bin"):
+        (source / name).write_text(name)
+    copy_tokenizer_files(source, out)
+    assert sorted(p.name for p in out.iterdir()) == ["chat_template.jinja", "tokenizer.json"]
+    copy_tokenizer_files(str(source), str(out), ["generation_config.json", "missing.json"])
+    assert (out / "generation_config.json").read_text() == "generation_config.json"
+    assert "tokenizer.json" in TOKENIZER_FILES

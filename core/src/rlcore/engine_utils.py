@@ -35,7 +35,9 @@ from __future__ import annotations
 import logging
 import math
 import os
+import shutil
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlcore.errors import ConfigError, EngineError
@@ -58,12 +60,14 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "LOG_PROB_CHUNK_TOKENS",
+    "TOKENIZER_FILES",
     "MetricMeans",
     "OptimizerGuard",
     "accumulate_gradients",
     "batch_totals",
     "clip_and_step",
     "clip_grad_norm",
+    "copy_tokenizer_files",
     "dtype_from_name",
     "entropy_from_logits",
     "forward_micro_batches",
@@ -423,6 +427,29 @@ def batch_totals(
     return BatchTotals(
         tokens=int(sums[0]), sequences=int(sums[1]), max_response_length=int(longest[0])
     )
+
+
+# --- export ------------------------------------------------------------------------------------
+
+# What ``export_hf`` copies from ``model_path`` next to the weights it writes.
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+)
+
+
+def copy_tokenizer_files(
+    source: str | Path, out: str | Path, names: Iterable[str] = TOKENIZER_FILES
+) -> None:
+    """Copy the files ``names`` that ``source`` (the base model folder) has into ``out``."""
+    for name in names:
+        if (Path(source) / name).is_file():
+            shutil.copy2(Path(source) / name, Path(out) / name)
 
 
 # --- the micro-batch loop ----------------------------------------------------------------------

@@ -11,7 +11,6 @@ and export.
 from __future__ import annotations
 
 import functools
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ import torch.distributed as dist
 from rlcore.engine_utils import (
     OptimizerGuard,
     accumulate_gradients,
+    copy_tokenizer_files,
     forward_micro_batches,
     init_device,
 )
@@ -136,7 +136,5 @@ class TorchEngine(BaseEngine):
         if dist.get_rank() == 0:
             out = Path(path)
             self.model.save_pretrained(out, safe_serialization=True)
-            for name in _TOKENIZER_FILES:
-                if (Path(self.spec.model_path) / name).is_file():
-                    shutil.copy2(Path(self.spec.model_path) / name, out / name)
+            copy_tokenizer_files(self.spec.model_path, out, _TOKENIZER_FILES)
         dist.barrier()

@@ -40,6 +40,7 @@ from rlcore.checkpoint.safe_load import safe_dcp_load
 from rlcore.engine_utils import (
     OptimizerGuard,
     accumulate_gradients,
+    copy_tokenizer_files,
     dtype_from_name,
     forward_micro_batches,
     init_device,
@@ -49,7 +50,7 @@ from rlcore.interfaces import BaseEngine, EngineSpec, LossFn, ModelOutputs
 from rlcore.protocol import DataProto
 from rlcore_fsdp2 import forward, packing
 from rlcore_fsdp2.lora import LoraAdapter, LoraSettings
-from rlcore_fsdp2.weights import copy_tokenizer_files, gathered
+from rlcore_fsdp2.weights import gathered
 
 log = logging.getLogger(__name__)
 

@@ -35,10 +35,10 @@ import attrs
 import torch
 import torch.distributed as dist
 
-from rlcore.engine_utils import dtype_from_name
+from rlcore.engine_utils import copy_tokenizer_files, dtype_from_name
 from rlcore.errors import ConfigError
 from rlcore.interfaces import EngineSpec
-from rlcore_fsdp2.weights import copy_tokenizer_files, gathered
+from rlcore_fsdp2.weights import gathered
 
 log = logging.getLogger(__name__)
 

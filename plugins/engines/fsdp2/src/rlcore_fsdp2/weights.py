@@ -3,42 +3,23 @@
 FSDP2 leaves every parameter a DTensor sharded on dim 0 over the mesh. :func:`gathered`
 streams full tensors with one all-gather per bucket of about :data:`SYNC_BUCKET_BYTES`
 (:func:`gather_bucket`) instead of one per tensor: dozens of small gloo collectives cost more
-than the bytes. :func:`copy_tokenizer_files` completes an exported folder.
+than the bytes.
 """
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
-__all__ = ["SYNC_BUCKET_BYTES", "copy_tokenizer_files", "gather_bucket", "gathered"]
+__all__ = ["SYNC_BUCKET_BYTES", "gather_bucket", "gathered"]
 
 # Full-size bytes gathered per weight-sync collective: a few decoder layers of a small model,
 # a fraction of one of a 7B model (peak extra memory is about 3x this, on the engine's device).
 SYNC_BUCKET_BYTES = 128 << 20
-
-_TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "chat_template.jinja",
-    "vocab.json",
-    "merges.txt",
-    "tokenizer.model",
-)
-
-
-def copy_tokenizer_files(source: Path, out: Path) -> None:
-    """Copy the tokenizer files of ``source`` (the base model folder) into ``out``."""
-    for name in _TOKENIZER_FILES:
-        if (source / name).is_file():
-            shutil.copy2(source / name, out / name)
 
 
 def gathered(

@@ -25,7 +25,6 @@ import contextlib
 import importlib.util
 import json
 import logging
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,9 +36,11 @@ import torch.distributed.checkpoint as dcp
 
 from rlcore.dispatch import DispatchInfo
 from rlcore.engine_utils import (
+    TOKENIZER_FILES,
     MetricMeans,
     OptimizerGuard,
     batch_totals,
+    copy_tokenizer_files,
     split_micro_batches,
     token_weight,
 )
@@ -66,16 +67,8 @@ from rlcore_megatron.parallel import clip_grad_norm, init_parallel, reduce_gradi
 
 log = logging.getLogger(__name__)
 
-_TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "chat_template.jinja",
-    "vocab.json",
-    "merges.txt",
-    "tokenizer.model",
-    "generation_config.json",
-)
+# The exported folder has no save_pretrained behind it: the generation config is copied too.
+_EXPORTED_FILES = (*TOKENIZER_FILES, "generation_config.json")
 
 
 class MegatronError(EngineError):
@@ -607,10 +600,7 @@ class MegatronEngine(BaseEngine):
                 ]
             config.save_pretrained(out)
             save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
-            source = Path(self.spec.model_path)
-            for name in _TOKENIZER_FILES:
-                if (source / name).is_file():
-                    shutil.copy2(source / name, out / name)
+            copy_tokenizer_files(self.spec.model_path, out, _EXPORTED_FILES)
         dist.barrier()
 
     # --- checkpoints ----------------------------------------------------------------------

@@ -31,6 +31,11 @@ class DataProtoError(RlcoreError, ValueError, AssertionError):
     """
 
 
+class EngineError(RlcoreError):
+    """A training engine cannot do what was asked (no optimizer, an empty batch, a missing
+    checkpoint, ...); the message names the role. Engine plugins subclass it."""
+
+
 class ResourceError(RlcoreError):
     """The cluster cannot hold what the configuration asks for."""
 

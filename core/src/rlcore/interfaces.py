@@ -52,7 +52,7 @@ from __future__ import annotations
 import abc
 import asyncio
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, Literal, TextIO
+from typing import TYPE_CHECKING, Any, Final, Literal, TextIO, get_args
 
 import attrs
 
@@ -70,6 +70,7 @@ __all__ = [
     "CONTRACT_CHANGES",
     "CONTRACT_NOTE",
     "CONTRACT_VERSION",
+    "DTYPE_NAMES",
     "AlgorithmNeeds",
     "BaseAlgorithm",
     "BaseEngine",
@@ -91,6 +92,8 @@ __all__ = [
 ]
 
 Dtype = Literal["float32", "bfloat16", "float16"]
+# The names a ``dtype`` key accepts; torch's dtype of each: rlcore.engine_utils.dtype_from_name.
+DTYPE_NAMES: tuple[str, ...] = get_args(Dtype)
 Device = Literal["cpu", "cuda"]
 
 
@@ -304,11 +307,15 @@ class BaseEngine(abc.ABC):
     over all ranks of the default process group.
 
     What the core does for every engine, in :mod:`rlcore.engine_utils`: the learning-rate
-    schedule (the worker passes ``lr`` to :meth:`optimizer_step`), micro-batching by count or
-    token budget (:func:`~rlcore.engine_utils.split_micro_batches`), the mini-batch
-    :class:`BatchTotals` (:func:`~rlcore.engine_utils.batch_totals`) and the non-finite
-    skip (:func:`~rlcore.engine_utils.clip_and_step`). An engine itself builds the model,
-    runs forward and backward, owns the optimizer, saves its state and exports.
+    schedule (the worker passes ``lr`` to :meth:`optimizer_step`); the micro-batch loop of
+    :meth:`forward_backward` around the engine's one-micro-batch forward
+    (:func:`~rlcore.engine_utils.accumulate_gradients`: micro-batching by count or token
+    budget, the mini-batch :class:`BatchTotals`, token-weighted metric means) and of the
+    inference passes (:func:`~rlcore.engine_utils.forward_micro_batches`); the body of
+    :meth:`optimizer_step` (:class:`~rlcore.engine_utils.OptimizerGuard`: clipping, the
+    non-finite skip, counters); the device (:func:`~rlcore.engine_utils.init_device`) and
+    dtype names (:func:`~rlcore.engine_utils.dtype_from_name`). An engine itself builds the
+    model, runs one micro-batch forward, owns the optimizer, saves its state and exports.
 
     Rows whose ``response_mask`` is all zero are padding the driver added so that every rank
     gets the same number of rows: they carry no tokens (the loss ignores them) and are not

@@ -37,6 +37,7 @@ from typing import Any, NoReturn
 
 from rlcore.checkpoint.manager import ACTOR_DIR, CONFIG_FILE, find_checkpoint
 from rlcore.errors import RlcoreError
+from rlcore.interfaces import DTYPE_NAMES
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,6 @@ __all__ = [
 
 FORMATS = ("hf",)
 LORA_FORMS = ("merged", "adapter")
-_DTYPES = ("float32", "bfloat16", "float16")
 
 
 class ExportError(RlcoreError):
@@ -219,8 +219,8 @@ def export_checkpoint(
     if lora not in LORA_FORMS:
         msg = f"unknown --lora {lora!r}; choose from {', '.join(LORA_FORMS)}"
         raise ExportError(msg)
-    if dtype is not None and dtype not in _DTYPES:
-        msg = f"unknown dtype {dtype!r}; choose from {', '.join(_DTYPES)}"
+    if dtype is not None and dtype not in DTYPE_NAMES:
+        msg = f"unknown dtype {dtype!r}; choose from {', '.join(DTYPE_NAMES)}"
         raise ExportError(msg)
     step_dir = find_checkpoint(checkpoint)
     actor_dir = step_dir / ACTOR_DIR

@@ -21,7 +21,7 @@ from typing import Any, Literal
 import attrs
 from attrs import validators as v
 
-from rlcore.interfaces import Device, Dtype, OptimConfig, SamplingParams
+from rlcore.interfaces import DTYPE_NAMES, Device, Dtype, OptimConfig, SamplingParams
 from rlcore.tracking.loggers import LOGGERS
 
 __all__ = [
@@ -134,9 +134,7 @@ class ModelConfig:
 
     path: str = attrs.field(validator=_nonempty)
     tokenizer_path: str = RESOLVED  # resolved: ``path``
-    dtype: Dtype = attrs.field(
-        default="float32", validator=v.in_(("float32", "bfloat16", "float16"))
-    )
+    dtype: Dtype = attrs.field(default="float32", validator=v.in_(DTYPE_NAMES))
     trust_remote_code: bool = False
 
 

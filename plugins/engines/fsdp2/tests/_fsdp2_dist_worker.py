@@ -19,7 +19,8 @@ from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tenso
 from rlcore.engine_utils import split_micro_batches
 from rlcore.interfaces import EngineSpec, OptimConfig
 from rlcore.protocol import DataProto
-from rlcore_fsdp2.engine import FSDP2Engine, _gather_bucket
+from rlcore_fsdp2.engine import FSDP2Engine
+from rlcore_fsdp2.weights import gather_bucket
 
 ROWS, PROMPT, RESPONSE = 8, 10, 6
 
@@ -143,7 +144,7 @@ def uneven_gather_mismatches() -> list[str]:
         placements = [Replicate()] if full.ndim == 0 else [Shard(0)]
         bucket.append(([f"t{i}"], distribute_tensor(full, mesh, placements)))
     bucket.append((["plain"], torch.ones(2)))
-    out = dict(_gather_bucket(bucket, None, torch.device("cpu")))
+    out = dict(gather_bucket(bucket, None, torch.device("cpu")))
     expected = {f"t{i}": full for i, full in enumerate(fulls)} | {"plain": torch.ones(2)}
     return [name for name, full in expected.items() if not torch.equal(out[name], full)]
 

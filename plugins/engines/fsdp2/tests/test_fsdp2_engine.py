@@ -10,11 +10,11 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
-from rlcore.engine_utils import split_micro_batches
+from rlcore.engine_utils import local_device_index, split_micro_batches
 from rlcore.interfaces import EngineSpec, OptimConfig
 from rlcore.protocol import DataProto
 from rlcore_fsdp2.batching import trim_left_padding
-from rlcore_fsdp2.engine import FSDP2Engine, FSDP2Error, local_device_index
+from rlcore_fsdp2.engine import FSDP2Engine, FSDP2Error
 
 torch.set_num_threads(1)
 

@@ -8,19 +8,19 @@ Loss normalisation (see :class:`rlcore.interfaces.BatchTotals`): the engine comp
 mini-batch totals across micro-batches and ranks (:func:`rlcore.engine_utils.batch_totals`),
 the loss function divides by them, and the engine backpropagates ``loss * dp_size`` because
 FSDP averages gradients over ranks. The sum of the micro-batch gradients is then exactly the
-gradient of the global loss, however the mini-batch was split. Micro-batching, the LR (passed
-in by the worker) and the non-finite skip come from :mod:`rlcore.engine_utils` too.
+gradient of the global loss, however the mini-batch was split. The micro-batch loop, the
+optimizer step's guard (non-finite skip, counters), the LR (passed in by the worker), the
+device set-up and the dtype names come from :mod:`rlcore.engine_utils`; this module is the
+model, its sharding, one micro-batch's forward, state and export. LoRA is a
+:class:`~rlcore_fsdp2.lora.LoraAdapter` the engine holds.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import math
-import os
 import pickle
-import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -36,7 +36,6 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
-from torch.distributed.tensor import DTensor, Replicate, Shard
 
 from rlcore.checkpoint.safe_load import (
     UnsafeCheckpointError,
@@ -44,36 +43,24 @@ from rlcore.checkpoint.safe_load import (
     weights_only_refusal,
 )
 from rlcore.engine_utils import (
-    batch_totals,
-    clip_and_step,
-    micro_batch_count,
-    split_micro_batches,
+    OptimizerGuard,
+    accumulate_gradients,
+    copy_tokenizer_files,
+    dtype_from_name,
+    forward_micro_batches,
+    init_device,
 )
-from rlcore.errors import ConfigError, RlcoreError
+from rlcore.errors import ConfigError, EngineError
 from rlcore.interfaces import BaseEngine, EngineSpec, LossFn, ModelOutputs
 from rlcore.protocol import DataProto
-from rlcore_fsdp2 import forward, lora, packing
-from rlcore_fsdp2.lora import LoraSettings
+from rlcore_fsdp2 import forward, packing
+from rlcore_fsdp2.lora import LoraAdapter, LoraSettings
+from rlcore_fsdp2.weights import gathered
 
 log = logging.getLogger(__name__)
 
-# Full-size bytes gathered per weight-sync collective: a few decoder layers of a small model,
-# a fraction of one of a 7B model (peak extra memory is about 3x this, on the engine's device).
-_SYNC_BUCKET_BYTES = 128 << 20
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-_TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "chat_template.jinja",
-    "vocab.json",
-    "merges.txt",
-    "tokenizer.model",
-)
-
-
-class FSDP2Error(RlcoreError):
+class FSDP2Error(EngineError):
     """The FSDP2 engine cannot do what was asked (missing checkpoint, wrong role, ...)."""
 
 
@@ -149,24 +136,38 @@ class FSDP2Engine(BaseEngine):
         if spec.micro_batch_size is None and spec.max_tokens_per_micro_batch is None:
             msg = f"[{spec.role}] set micro_batch_size or max_tokens_per_micro_batch"
             raise ConfigError(msg)
-        self.device = _init_distributed(spec.device)
+        # The seed: the critic's fresh value head is identical on all ranks.
+        self.device = init_device(spec.device, seed=spec.seed)
         self.dp_rank, self.dp_size = dist.get_rank(), dist.get_world_size()
         self.mesh = self._build_mesh()
-        self.global_step = 0
-        self.skipped_steps = 0
 
-        torch.manual_seed(spec.seed)  # the critic's fresh value head is identical on all ranks
         self.model = self._load_model()
         # LoRA on the trained roles only: a separately built reference stays the base model.
-        self.lora = self.config.lora if spec.role != "ref" else None
+        settings = self.config.lora if spec.role != "ref" else None
+        self.lora = LoraAdapter(settings, spec, self.device) if settings is not None else None
         if self.lora is not None:
-            self.model = lora.wrap(self, self.model)
+            self.model = self.lora.wrap(self.model)
         self._shard(self.model)
         self.optimizer: torch.optim.Optimizer | None = None
-        self.lr = 0.0  # the learning rate of the last optimizer step (0 before any)
+        self._guard: OptimizerGuard | None = None
         if spec.optim is not None and spec.role != "ref":
             self._build_optimizer()
         self._offloaded = False
+
+    @property
+    def global_step(self) -> int:
+        """Optimizer steps taken."""
+        return self._guard.global_step if self._guard is not None else 0
+
+    @property
+    def skipped_steps(self) -> int:
+        """Optimizer steps skipped for a non-finite grad norm."""
+        return self._guard.skipped_steps if self._guard is not None else 0
+
+    @property
+    def lr(self) -> float:
+        """The learning rate of the last optimizer step (0 before any)."""
+        return self._guard.lr if self._guard is not None else 0.0
 
     # --- construction ---------------------------------------------------------------------
 
@@ -190,7 +191,9 @@ class FSDP2Engine(BaseEngine):
 
         spec = self.spec
         trains = spec.optim is not None and spec.role != "ref"
-        master = torch.float32 if trains and self.config.mixed_precision else _DTYPES[spec.dtype]
+        master = (
+            torch.float32 if trains and self.config.mixed_precision else dtype_from_name(spec.dtype)
+        )
         attn = self.config.attn_implementation
         if self.config.use_remove_padding:
             try:
@@ -234,10 +237,10 @@ class FSDP2Engine(BaseEngine):
             "mesh": self.mesh,
             "reshard_after_forward": cfg.reshard_after_forward,
         }
-        compute = _DTYPES[spec.dtype]
+        compute = dtype_from_name(spec.dtype)
         if cfg.mixed_precision and compute != torch.float32 and spec.optim is not None:
             kwargs["mp_policy"] = MixedPrecisionPolicy(
-                param_dtype=compute, reduce_dtype=_DTYPES[cfg.reduce_dtype]
+                param_dtype=compute, reduce_dtype=dtype_from_name(cfg.reduce_dtype)
             )
         if cfg.offload_params and self.device.type == "cuda":
             kwargs["offload_policy"] = CPUOffloadPolicy()
@@ -260,6 +263,9 @@ class FSDP2Engine(BaseEngine):
             betas=optim.betas,
             eps=optim.eps,
             weight_decay=optim.weight_decay,
+        )
+        self._guard = OptimizerGuard(
+            self.optimizer, role=self.spec.role, max_norm=self.spec.grad_clip
         )
 
     # --- forward passes -------------------------------------------------------------------
@@ -295,19 +301,16 @@ class FSDP2Engine(BaseEngine):
         attn = getattr(self.model.config, "_attn_implementation", None)
         return self.config.share_prompts and attn == packing.VARLEN_SDPA
 
-    def _micro_batches(self, batch: DataProto) -> tuple[list[DataProto], int]:
-        """This rank's micro-batches and the largest count over ranks (for collective parity)."""
-        if len(batch) == 0:
-            msg = f"[{self.spec.role}] rank {self.dp_rank} got an empty batch"
-            raise FSDP2Error(msg)
-        mbs = split_micro_batches(
-            batch,
-            micro_batch_size=self.spec.micro_batch_size,
-            max_tokens=self.spec.max_tokens_per_micro_batch,
-            packed=self.config.use_remove_padding,
-            share_prompts=self._share_prompts,
-        )
-        return mbs, micro_batch_count(len(mbs), self.device)
+    def _batching(self) -> dict[str, Any]:
+        """How this engine's micro-batch loop splits (rlcore.engine_utils.accumulate_gradients)."""
+        return {
+            "spec": self.spec,
+            "device": self.device,
+            "packed": self.config.use_remove_padding,
+            "share_prompts": self._share_prompts,
+            # Token budgets split ranks differently: every rank runs the same FSDP collectives.
+            "match_ranks": True,
+        }
 
     def forward_backward(
         self,
@@ -328,66 +331,38 @@ class FSDP2Engine(BaseEngine):
             raise FSDP2Error(msg)
         self.onload()
         self.model.train()
-        totals = batch_totals(batch, self.device)
-        mbs, count = self._micro_batches(batch)
-        sums: dict[str, float] = {}
-        weight_total = 0.0
-        for i in range(count):
-            real = i < len(mbs)
-            mb = _to_device(mbs[i] if real else batch.slice(0, 1), self.device)
-            outputs = self._forward(
-                mb, temperature=temperature, with_entropy=True, entropy_grad=with_entropy
-            )
-            if real:
-                loss, metrics = loss_fn(outputs, mb, totals)
-                weight = float(mb.batch["response_mask"].sum().item()) or 1e-9
-                for key, value in metrics.items():
-                    sums[key] = sums.get(key, 0.0) + float(value) * weight
-                weight_total += weight
-            else:
-                tensor = outputs.values if outputs.values is not None else outputs.log_probs
-                assert tensor is not None
-                loss = tensor.sum() * 0.0
+        return accumulate_gradients(
+            batch,
+            loss_fn,
+            functools.partial(
+                self._forward, temperature=temperature, with_entropy=True, entropy_grad=with_entropy
+            ),
             # FSDP averages gradients over ranks; the loss is already normalised globally.
-            (loss * self.dp_size).backward()
-        return {key: value / weight_total for key, value in sums.items()}
+            loss_scale=float(self.dp_size),
+            **self._batching(),
+        )
 
     def optimizer_step(self, *, lr: float) -> float:
-        if self.optimizer is None:
+        if self._guard is None:
             msg = f"[{self.spec.role}] engine has no optimizer (role 'ref' or optim unset)"
             raise FSDP2Error(msg)
-        grad_norm = clip_and_step(
-            self.optimizer, self.model.parameters(), lr=lr, max_norm=self.spec.grad_clip
-        )
-        if not math.isfinite(grad_norm):
-            self.skipped_steps += 1
-            log.warning(
-                "[%s] grad norm is %s at step %d: update skipped",
-                self.spec.role,
-                grad_norm,
-                self.global_step,
-            )
-        else:
-            self.lr = lr
-            self.global_step += 1
-        return grad_norm
+        return self._guard.step(lr=lr, parameters=self.model.parameters())
 
-    @torch.no_grad()
     def _inference(
         self, batch: DataProto, *, temperature: float, with_entropy: bool
-    ) -> list[ModelOutputs]:
+    ) -> ModelOutputs:
         self.onload()
         self.model.eval()
-        mbs, count = self._micro_batches(batch)
-        results = []
-        for i in range(count):
-            mb = _to_device(mbs[i] if i < len(mbs) else batch.slice(0, 1), self.device)
-            out = self._forward(
-                mb, temperature=temperature, with_entropy=with_entropy, entropy_grad=False
-            )
-            if i < len(mbs):
-                results.append(out)
-        return results
+        return forward_micro_batches(
+            batch,
+            functools.partial(
+                self._forward,
+                temperature=temperature,
+                with_entropy=with_entropy,
+                entropy_grad=False,
+            ),
+            **self._batching(),
+        )
 
     def compute_log_prob(
         self, batch: DataProto, *, temperature: float, with_entropy: bool = False
@@ -395,20 +370,14 @@ class FSDP2Engine(BaseEngine):
         if self.spec.value_head:
             msg = f"[{self.spec.role}] a value-head engine has no log-probs; use compute_values"
             raise FSDP2Error(msg)
-        outs = self._inference(batch, temperature=temperature, with_entropy=with_entropy)
-        log_probs = torch.cat([o.log_probs for o in outs if o.log_probs is not None]).cpu()
-        entropy = (
-            torch.cat([o.entropy for o in outs if o.entropy is not None]).cpu()
-            if with_entropy
-            else None
-        )
-        return ModelOutputs(log_probs=log_probs, entropy=entropy)
+        return self._inference(batch, temperature=temperature, with_entropy=with_entropy)
 
     def compute_values(self, batch: DataProto) -> torch.Tensor:
         if not self.spec.value_head:
             return super().compute_values(batch)
-        outs = self._inference(batch, temperature=1.0, with_entropy=False)
-        return torch.cat([o.values for o in outs if o.values is not None]).cpu()
+        values = self._inference(batch, temperature=1.0, with_entropy=False).values
+        assert values is not None  # a value head fills values
+        return values
 
     # --- weights out ----------------------------------------------------------------------
 
@@ -420,35 +389,13 @@ class FSDP2Engine(BaseEngine):
 
         Tensors stay on the engine's device (cast to ``dtype`` when given); tied weights come
         under both names (``lm_head.weight`` and ``model.embed_tokens.weight``), gathered once.
-        One all-gather per bucket of about ``_SYNC_BUCKET_BYTES`` (see :func:`_gather_bucket`)
-        instead of one per tensor: dozens of small gloo collectives cost more than the bytes.
+        One all-gather per bucket (:func:`rlcore_fsdp2.weights.gathered`).
         """
         self.onload()
         if self.lora is not None:  # W + scaling * B @ A under plain HF names
-            yield from lora.merged_for_sync(self, dtype)
+            yield from self.lora.merged_for_sync(dtype)
             return
-        yield from self._gathered(lambda name: True, dtype)
-
-    def _gathered(
-        self, keep: Callable[[str], bool], dtype: torch.dtype | None
-    ) -> Iterator[tuple[str, torch.Tensor]]:
-        """Full tensors of the state-dict entries whose name ``keep`` accepts, by bucket."""
-        # keep_vars: tied names map to the same Parameter object, so it is gathered once.
-        entries: dict[int, tuple[list[str], torch.Tensor]] = {}
-        for name, tensor in self.model.state_dict(keep_vars=True).items():
-            if keep(name):
-                entries.setdefault(id(tensor), ([], tensor))[0].append(name)
-        bucket: list[tuple[list[str], torch.Tensor]] = []
-        size = 0
-        for names, tensor in entries.values():
-            bucket.append((names, tensor))
-            # Global sizes only: every rank cuts the same buckets and issues the same gathers.
-            size += tensor.numel() * (dtype or tensor.dtype).itemsize
-            if size >= _SYNC_BUCKET_BYTES:
-                yield from _gather_bucket(bucket, dtype, self.device)
-                bucket, size = [], 0
-        if bucket:
-            yield from _gather_bucket(bucket, dtype, self.device)
+        yield from gathered(self.model, lambda name: True, dtype, self.device)
 
     def export_hf(self, path: str) -> None:
         """Rank 0 writes config, safetensors and the tokenizer files of ``model_path``.
@@ -456,7 +403,7 @@ class FSDP2Engine(BaseEngine):
         Under LoRA: the merged model (``W + scaling * B @ A``), a plain transformers folder.
         """
         if self.lora is not None:
-            lora.export_merged(self, path)
+            self.lora.export_merged(path)
             return
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         state = get_model_state_dict(self.model, options=options)
@@ -477,7 +424,7 @@ class FSDP2Engine(BaseEngine):
             model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
             state = {"model": model_sd, "optim": optim_sd}
         if self.lora is not None:  # the base weights come from model_path: adapters only
-            state["model"] = lora.adapter_state(state["model"])
+            state["model"] = LoraAdapter.adapter_state(state["model"])
         return state
 
     def save_checkpoint(self, path: str) -> None:
@@ -507,16 +454,16 @@ class FSDP2Engine(BaseEngine):
             optim_state_dict=state.get("optim", {}),
             options=StateDictOptions(strict=self.lora is None),
         )
-        try:
-            extra = torch.load(extra_file, weights_only=True, map_location="cpu")
-            self.global_step = int(extra["global_step"])
-            self.skipped_steps = int(extra["skipped_steps"])
-        except pickle.UnpicklingError as err:  # verification refuses it first; this backs it
-            msg = f"refusing to load {extra_file}: {weights_only_refusal(err)}"
-            raise UnsafeCheckpointError(msg) from None
-        except (KeyError, TypeError, ValueError, RuntimeError, EOFError) as err:
-            msg = f"[{self.spec.role}] {extra_file} is damaged ({type(err).__name__}: {err})"
-            raise FSDP2Error(msg) from None
+        if self._guard is not None:  # an engine without an optimizer takes no steps
+            try:
+                state = torch.load(extra_file, weights_only=True, map_location="cpu")
+                self._guard.load_state_dict(state)
+            except pickle.UnpicklingError as err:  # verification refuses it first; this backs it
+                msg = f"refusing to load {extra_file}: {weights_only_refusal(err)}"
+                raise UnsafeCheckpointError(msg) from None
+            except (KeyError, TypeError, ValueError, RuntimeError, EOFError) as err:
+                msg = f"[{self.spec.role}] {extra_file} is damaged ({type(err).__name__}: {err})"
+                raise FSDP2Error(msg) from None
 
     # --- offload (colocated with a GPU rollout) ---------------------------------------------
 
@@ -546,7 +493,7 @@ class FSDP2Engine(BaseEngine):
         _move_optimizer_state(self.optimizer, self.device)
         self._offloaded = False
 
-    # --- LoRA (the work is in rlcore_fsdp2.lora; peft is imported only when on) ----------
+    # --- LoRA (the work is in rlcore_fsdp2.lora.LoraAdapter; peft is imported only when on) ---
 
     @property
     def ref_in_actor(self) -> bool:
@@ -556,143 +503,21 @@ class FSDP2Engine(BaseEngine):
     def compute_ref_log_prob(self, batch: DataProto, *, temperature: float) -> ModelOutputs:
         if self.lora is None:
             return super().compute_ref_log_prob(batch, temperature=temperature)
-        with self.model.disable_adapter():  # type: ignore[operator]
+        with self.lora.disabled():
             return self.compute_log_prob(batch, temperature=temperature)
 
     def adapter_for_sync(self) -> tuple[dict[str, Any], Iterator[tuple[str, torch.Tensor]]] | None:
         if self.lora is None:
             return None
-        return lora.adapter_for_sync(self)
+        return self.lora.for_sync()
 
     def export_adapter(self, path: str) -> None:
         if self.lora is None:
             return super().export_adapter(path)
-        lora.export_adapter(self, path)
+        self.lora.export_adapter(path)
 
 
 # --- helpers ------------------------------------------------------------------------------
-
-
-def copy_tokenizer_files(source: Path, out: Path) -> None:
-    """Copy the tokenizer files of ``source`` (the base model folder) into ``out``."""
-    for name in _TOKENIZER_FILES:
-        if (source / name).is_file():
-            shutil.copy2(source / name, out / name)
-
-
-def _init_distributed(device: str) -> torch.device:
-    """Join (or, for single-process use, create) the default process group; pick the device.
-
-    A worker has initialised the group already (env ``MASTER_ADDR``/``RANK``/``WORLD_SIZE``).
-    Otherwise a launcher's env is used when present, else a private 1-rank group.
-    """
-    if device == "cuda":
-        if not torch.cuda.is_available():
-            msg = "device = 'cuda' but torch sees no CUDA device; use device = 'cpu'"
-            raise ConfigError(msg)
-        torch.cuda.set_device(
-            local_device_index(int(os.environ.get("LOCAL_RANK", "0")), torch.cuda.device_count())
-        )
-        dev = torch.device("cuda", torch.cuda.current_device())
-    else:
-        dev = torch.device("cpu")
-    if not dist.is_initialized():
-        backend = "nccl" if dev.type == "cuda" else "gloo"
-        if "MASTER_ADDR" in os.environ and "WORLD_SIZE" in os.environ:
-            dist.init_process_group(backend, device_id=dev if dev.type == "cuda" else None)
-        else:
-            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
-        log.info("initialised a %s process group of %d rank(s)", backend, dist.get_world_size())
-    return dev
-
-
-def local_device_index(local_rank: int, device_count: int) -> int:
-    """The CUDA device of this process, as the worker base picks it.
-
-    Ray narrows ``CUDA_VISIBLE_DEVICES`` to the actor's own GPU, so a worker with
-    ``LOCAL_RANK=1`` sees one device, index 0; a launcher that shows every GPU to every
-    process (torchrun) gets ``LOCAL_RANK``.
-    """
-    return local_rank % max(1, device_count)
-
-
-def _to_device(mb: DataProto, device: torch.device) -> DataProto:
-    """A shallow copy of ``mb`` with its tensors on ``device`` (the caller's batch untouched)."""
-    if device.type == "cpu":
-        return mb
-    return DataProto(
-        batch=dict(mb.batch), non_tensor_batch=mb.non_tensor_batch, meta_info=mb.meta_info
-    ).to(device)
-
-
-def _fsdp_shard_dim(tensor: DTensor) -> int | None:
-    """The mesh dim of FSDP's ``Shard(0)`` when every other placement is ``Replicate``.
-
-    -1: fully replicated (the local tensor is the full tensor). None: another layout (TP,
-    strided or partial shards), which :func:`_gather_bucket` leaves to ``full_tensor()``.
-    """
-    shard_dim = -1
-    for mesh_dim, placement in enumerate(tensor.placements):
-        if type(placement) is Shard and placement.dim == 0 and shard_dim == -1:
-            shard_dim = mesh_dim
-        elif not isinstance(placement, Replicate):
-            return None
-    return shard_dim
-
-
-def _gather_bucket(
-    bucket: list[tuple[list[str], torch.Tensor]], dtype: torch.dtype | None, device: torch.device
-) -> Iterator[tuple[str, torch.Tensor]]:
-    """Yield (name, full tensor) for a bucket with one all-gather per (shard group, dtype).
-
-    DTensor ``Shard(0)`` splits like ``torch.chunk``: rank k holds rows [k*c, min((k+1)*c, n))
-    with c = ceil(n / ws), possibly none. Each rank packs its shards, each padded to c rows,
-    into one flat buffer (cast to ``dtype`` first: the cast is elementwise, so exact, and it
-    halves the bytes for fp32 masters synced as bf16); the gathered (ws, numel) buffer holds
-    rank k's padded chunk of every tensor at the same offset, so a tensor's (ws*c, ...) rows
-    are a strided slice, and its first n rows are the full tensor.
-    """
-    # (group, dtype) -> [(bucket index, padded local numel per rank)]
-    packs: dict[tuple[Any, torch.dtype], list[tuple[int, int]]] = {}
-    full: dict[int, torch.Tensor] = {}
-    for i, (_, tensor) in enumerate(bucket):
-        target = dtype or tensor.dtype
-        if not isinstance(tensor, DTensor):
-            full[i] = tensor.detach().to(target)
-            continue
-        shard_dim = _fsdp_shard_dim(tensor)
-        if shard_dim is None or tensor.ndim == 0:
-            full[i] = tensor.detach().to(device).full_tensor().to(target)
-            continue
-        if shard_dim == -1:
-            full[i] = tensor.to_local().detach().to(device=device, dtype=target)
-            continue
-        group = tensor.device_mesh.get_group(shard_dim)
-        ws = dist.get_world_size(group)
-        rows = tensor.shape[0]
-        padded = -(-rows // ws) * (tensor.numel() // rows if rows else 0)
-        packs.setdefault((group, target), []).append((i, padded))
-    for (group, target), items in packs.items():
-        ws = dist.get_world_size(group)
-        total = sum(padded for _, padded in items)
-        flat = torch.empty(total, dtype=target, device=device)
-        offset = 0
-        for i, padded in items:
-            local = bucket[i][1].to_local().detach().reshape(-1)
-            flat[offset : offset + local.numel()].copy_(local)  # the pad tail stays unset
-            offset += padded
-        gathered = torch.empty(ws * total, dtype=target, device=device)
-        dist.all_gather_single(gathered, flat, group=group)
-        per_rank = gathered.view(ws, total)
-        offset = 0
-        for i, padded in items:
-            tensor = bucket[i][1]
-            chunk = per_rank[:, offset : offset + padded]  # (ws, c * row)
-            full[i] = chunk.reshape(-1, *tensor.shape[1:])[: tensor.shape[0]]
-            offset += padded
-    for i, (names, _) in enumerate(bucket):
-        for name in names:
-            yield name, full[i]
 
 
 def _move_optimizer_state(optimizer: torch.optim.Optimizer | None, device: torch.device) -> None:

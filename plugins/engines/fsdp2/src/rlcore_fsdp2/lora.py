@@ -1,9 +1,10 @@
 """LoRA for the FSDP2 engine, through ``peft``: wrap, name, merge, and write adapters.
 
-The engine wraps the Hugging Face model with :func:`peft.get_peft_model` *before* sharding,
-so ``fully_shard`` sees the frozen base weights and the small ``lora_A``/``lora_B`` matrices
-as ordinary parameters of each decoder layer (FSDP2 allows frozen and trainable parameters in
-one group; only the trainable ones get gradients and optimizer state).
+The engine holds a :class:`LoraAdapter`, which wraps the Hugging Face model with
+:func:`peft.get_peft_model` *before* sharding, so ``fully_shard`` sees the frozen base weights
+and the small ``lora_A``/``lora_B`` matrices as ordinary parameters of each decoder layer
+(FSDP2 allows frozen and trainable parameters in one group; only the trainable ones get
+gradients and optimizer state).
 
 Names. Inside the engine a wrapped linear's weights are called (peft's layout)::
 
@@ -26,21 +27,24 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 import torch
+import torch.distributed as dist
 
+from rlcore.engine_utils import copy_tokenizer_files, dtype_from_name
 from rlcore.errors import ConfigError
-
-if TYPE_CHECKING:
-    from rlcore_fsdp2.engine import FSDP2Engine
+from rlcore.interfaces import EngineSpec
+from rlcore_fsdp2.weights import gathered
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "ADAPTER_NAME",
+    "LoraAdapter",
     "LoraSettings",
     "apply_lora",
     "hf_name",
@@ -162,118 +166,127 @@ def merge_stream(
         yield plain, tensor.to(target)
 
 
-# --- the engine's LoRA hooks (called by FSDP2Engine when ``lora_rank > 0``) ------------------
+# --- the engine's LoRA (held by FSDP2Engine when ``lora_rank > 0``) ---------------------------
 
 
-def wrap(engine: FSDP2Engine, model: torch.nn.Module) -> torch.nn.Module:
-    """The engine's model with LoRA adapters, before sharding; only adapters train."""
-    spec, settings = engine.spec, engine.lora
-    assert settings is not None
-    where = f"[{spec.role}.engine]"
-    if spec.value_head:
-        msg = (
-            f"{where}.lora_rank = {settings.rank}: LoRA for the critic (value head) is not "
-            "supported yet; set lora_rank = 0 in [critic.engine]"
+class LoraAdapter:
+    """The LoRA adapters of one engine's model: wrap it, then sync, save and export them.
+
+    The engine builds one from its settings, passes its model through :meth:`wrap` before
+    sharding (the wrapped module is the one the engine shards and trains) and calls the rest
+    on it. Collective methods (every rank calls them) gather through
+    :func:`rlcore_fsdp2.weights.gathered` onto ``device``.
+    """
+
+    def __init__(self, settings: LoraSettings, spec: EngineSpec, device: torch.device) -> None:
+        self.settings = settings
+        self.spec = spec
+        self.device = device
+        self.model: torch.nn.Module | None = None  # the wrapped model, once wrap() ran
+
+    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        """``model`` with LoRA adapters, before sharding; only adapters train."""
+        spec, settings = self.spec, self.settings
+        where = f"[{spec.role}.engine]"
+        if spec.value_head:
+            msg = (
+                f"{where}.lora_rank = {settings.rank}: LoRA for the critic (value head) is not "
+                "supported yet; set lora_rank = 0 in [critic.engine]"
+            )
+            raise ConfigError(msg)
+        wrapped = apply_lora(model, settings, where=where, base_model_path=spec.model_path)
+        if spec.gradient_checkpointing:
+            # Frozen embeddings give checkpointed blocks inputs without grad: ask for them.
+            wrapped.enable_input_require_grads()
+        trainable = sum(p.numel() for p in wrapped.parameters() if p.requires_grad)
+        total = sum(p.numel() for p in wrapped.parameters())
+        log.info(
+            "[%s] LoRA rank %d: %d of %d parameters train (%.2f%%)",
+            spec.role,
+            settings.rank,
+            trainable,
+            total,
+            100.0 * trainable / max(1, total),
         )
-        raise ConfigError(msg)
-    wrapped = apply_lora(model, settings, where=where, base_model_path=spec.model_path)
-    if spec.gradient_checkpointing:
-        # Frozen embeddings give checkpointed blocks inputs without grad: ask for them.
-        wrapped.enable_input_require_grads()
-    trainable = sum(p.numel() for p in wrapped.parameters() if p.requires_grad)
-    total = sum(p.numel() for p in wrapped.parameters())
-    log.info(
-        "[%s] LoRA rank %d: %d of %d parameters train (%.2f%%)",
-        spec.role,
-        settings.rank,
-        trainable,
-        total,
-        100.0 * trainable / max(1, total),
-    )
-    result: torch.nn.Module = wrapped
-    return result
+        self.model = wrapped
+        return self.model
 
+    def _wrapped(self) -> Any:
+        if self.model is None:
+            msg = "LoraAdapter.wrap(model) must run before the adapters are used"
+            raise RuntimeError(msg)
+        return self.model
 
-def adapter_state(model_state: dict[str, Any]) -> dict[str, Any]:
-    """The adapter entries of a (sharded) model state dict: what a LoRA checkpoint holds."""
-    return {k: v for k, v in model_state.items() if is_adapter_name(k)}
+    def disabled(self) -> AbstractContextManager[Any]:
+        """The base model: adapters off inside the block (the reference under LoRA)."""
+        context: AbstractContextManager[Any] = self._wrapped().disable_adapter()
+        return context
 
+    @staticmethod
+    def adapter_state(model_state: dict[str, Any]) -> dict[str, Any]:
+        """The adapter entries of a (sharded) model state dict: what a LoRA checkpoint holds."""
+        return {k: v for k, v in model_state.items() if is_adapter_name(k)}
 
-def _full_adapters(engine: FSDP2Engine) -> dict[str, torch.Tensor]:
-    """Every adapter tensor in full, float32, on CPU (small: collective on every rank)."""
-    return {
-        name: tensor.detach().to("cpu", torch.float32, copy=True)
-        for name, tensor in engine._gathered(is_adapter_name, torch.float32)
-    }
+    def _full_adapters(self) -> dict[str, torch.Tensor]:
+        """Every adapter tensor in full, float32, on CPU (small: collective on every rank)."""
+        return {
+            name: tensor.detach().to("cpu", torch.float32, copy=True)
+            for name, tensor in gathered(
+                self._wrapped(), is_adapter_name, torch.float32, self.device
+            )
+        }
 
+    def merged_for_sync(self, dtype: torch.dtype | None) -> Iterator[tuple[str, torch.Tensor]]:
+        """The merged model, streamed under plain HF names (see :func:`merge_stream`)."""
+        model = self._wrapped()
+        adapters = {name: t.to(self.device) for name, t in self._full_adapters().items()}
+        base = gathered(model, lambda name: not is_adapter_name(name), None, self.device)
+        yield from merge_stream(base, adapters, lora_scaling(model), dtype)
 
-def merged_for_sync(
-    engine: FSDP2Engine, dtype: torch.dtype | None
-) -> Iterator[tuple[str, torch.Tensor]]:
-    """The merged model, streamed under plain HF names (see :func:`merge_stream`)."""
-    adapters = {name: t.to(engine.device) for name, t in _full_adapters(engine).items()}
-    base = engine._gathered(lambda name: not is_adapter_name(name), None)
-    yield from merge_stream(base, adapters, lora_scaling(engine.model), dtype)
+    def peft_config(self) -> dict[str, Any]:
+        """The adapter's peft config as the dict ``adapter_config.json`` holds."""
+        config: Any = self._wrapped().peft_config[ADAPTER_NAME]
+        result: dict[str, Any] = config.to_dict()
+        return result
 
+    def for_sync(self) -> tuple[dict[str, Any], Iterator[tuple[str, torch.Tensor]]]:
+        """(peft config dict, adapter tensors under peft folder names), for LoRA-aware rollouts."""
+        adapters = self._full_adapters()
+        return self.peft_config(), ((peft_name(n), t) for n, t in adapters.items())
 
-def peft_adapter_config(engine: FSDP2Engine) -> dict[str, Any]:
-    """The adapter's peft config as the dict ``adapter_config.json`` holds."""
-    config: Any = engine.model.peft_config[ADAPTER_NAME]  # type: ignore[index]
-    result: dict[str, Any] = config.to_dict()
-    return result
+    def export_adapter(self, path: str) -> None:
+        """A peft adapter folder (``adapter_config.json``, ``adapter_model.safetensors``) and the
+        tokenizer files: ``PeftModel.from_pretrained(base, path)`` loads it."""
+        from safetensors.torch import save_file
 
+        adapters = self._full_adapters()
+        if dist.get_rank() == 0:
+            out = Path(path)
+            out.mkdir(parents=True, exist_ok=True)
+            peft_config: Any = self._wrapped().peft_config[ADAPTER_NAME]
+            peft_config.save_pretrained(str(out))
+            dtype = dtype_from_name(self.spec.dtype)
+            tensors = {peft_name(n): t.to(dtype).contiguous() for n, t in adapters.items()}
+            save_file(tensors, str(out / "adapter_model.safetensors"), metadata={"format": "pt"})
+            copy_tokenizer_files(Path(self.spec.model_path), out)
+        dist.barrier()
 
-def adapter_for_sync(
-    engine: FSDP2Engine,
-) -> tuple[dict[str, Any], Iterator[tuple[str, torch.Tensor]]]:
-    """(peft config dict, adapter tensors under peft folder names), for LoRA-aware rollouts."""
-    adapters = _full_adapters(engine)
-    return peft_adapter_config(engine), ((peft_name(n), t) for n, t in adapters.items())
+    def export_merged(self, path: str) -> None:
+        """A plain transformers folder of the merged model (base config, ``W + scaling*B@A``)."""
+        from transformers import AutoModelForCausalLM
 
-
-def export_adapter(engine: FSDP2Engine, path: str) -> None:
-    """A peft adapter folder (``adapter_config.json``, ``adapter_model.safetensors``) and the
-    tokenizer files: ``PeftModel.from_pretrained(base, path)`` loads it."""
-    import torch.distributed as dist
-    from safetensors.torch import save_file
-
-    from rlcore_fsdp2.engine import copy_tokenizer_files
-
-    adapters = _full_adapters(engine)
-    if engine.dp_rank == 0:
-        out = Path(path)
-        out.mkdir(parents=True, exist_ok=True)
-        peft_config: Any = engine.model.peft_config[ADAPTER_NAME]  # type: ignore[index]
-        peft_config.save_pretrained(str(out))
-        dtype = _DTYPES[engine.spec.dtype]
-        tensors = {peft_name(n): t.to(dtype).contiguous() for n, t in adapters.items()}
-        save_file(tensors, str(out / "adapter_model.safetensors"), metadata={"format": "pt"})
-        copy_tokenizer_files(Path(engine.spec.model_path), out)
-    dist.barrier()
-
-
-def export_merged(engine: FSDP2Engine, path: str) -> None:
-    """A plain transformers folder of the merged model (base config, ``W + scaling * B @ A``)."""
-    import torch.distributed as dist
-    from transformers import AutoModelForCausalLM
-
-    from rlcore_fsdp2.engine import copy_tokenizer_files
-
-    dtype = _DTYPES[engine.spec.dtype]
-    merged = {name: t.to("cpu", copy=True) for name, t in merged_for_sync(engine, dtype)}
-    if engine.dp_rank == 0:
-        spec = engine.spec
-        # The base model's own class and config write the folder (tied weights, generation
-        # config); strict loading proves every merged name is a base-model name.
-        model = AutoModelForCausalLM.from_pretrained(
-            spec.model_path, dtype=dtype, trust_remote_code=spec.trust_remote_code
-        )
-        model.load_state_dict(merged, strict=True)
-        out = Path(path)
-        out.mkdir(parents=True, exist_ok=True)
-        model.save_pretrained(out, safe_serialization=True)
-        copy_tokenizer_files(Path(spec.model_path), out)
-    dist.barrier()
-
-
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+        spec = self.spec
+        dtype = dtype_from_name(spec.dtype)
+        merged = {name: t.to("cpu", copy=True) for name, t in self.merged_for_sync(dtype)}
+        if dist.get_rank() == 0:
+            # The base model's own class and config write the folder (tied weights, generation
+            # config); strict loading proves every merged name is a base-model name.
+            model = AutoModelForCausalLM.from_pretrained(
+                spec.model_path, dtype=dtype, trust_remote_code=spec.trust_remote_code
+            )
+            model.load_state_dict(merged, strict=True)
+            out = Path(path)
+            out.mkdir(parents=True, exist_ok=True)
+            model.save_pretrained(out, safe_serialization=True)
+            copy_tokenizer_files(Path(spec.model_path), out)
+        dist.barrier()

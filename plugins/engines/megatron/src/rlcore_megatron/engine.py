@@ -10,7 +10,10 @@ Forward and backward go through megatron's pipeline schedule
 with it the 1F1B schedule and its point-to-point sends. Loss normalisation is rlcore's
 (:class:`rlcore.interfaces.BatchTotals`): each micro-batch loss is divided by the mini-batch
 totals and the schedule is told not to rescale (``calculate_per_token_loss``); data-parallel
-gradients are then summed (:func:`rlcore_megatron.parallel.reduce_gradients`).
+gradients are then summed (:func:`rlcore_megatron.parallel.reduce_gradients`). The schedule
+runs the micro-batch loop itself; the totals, the token-weighted metric means, the optimizer
+step's guard (non-finite skip, counters), the device set-up and the dtype names are
+:mod:`rlcore.engine_utils`'s, as for every engine.
 
 On CPU (gloo) the engine enters :func:`rlcore_megatron.cpu_compat.cpu_compat` around megatron
 calls; on GPU it does not.
@@ -22,8 +25,6 @@ import contextlib
 import importlib.util
 import json
 import logging
-import math
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,8 +35,16 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
 from rlcore.dispatch import DispatchInfo
-from rlcore.engine_utils import set_lr, split_micro_batches
-from rlcore.errors import ConfigError, RlcoreError
+from rlcore.engine_utils import (
+    TOKENIZER_FILES,
+    MetricMeans,
+    OptimizerGuard,
+    batch_totals,
+    copy_tokenizer_files,
+    split_micro_batches,
+    token_weight,
+)
+from rlcore.errors import ConfigError, EngineError
 from rlcore.interfaces import BaseEngine, BatchTotals, EngineSpec, LossFn, ModelOutputs
 from rlcore.protocol import DataProto
 from rlcore_megatron.cpu_compat import cpu_compat, install_cpu_rng_tracker
@@ -58,19 +67,11 @@ from rlcore_megatron.parallel import clip_grad_norm, init_parallel, reduce_gradi
 
 log = logging.getLogger(__name__)
 
-_TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "chat_template.jinja",
-    "vocab.json",
-    "merges.txt",
-    "tokenizer.model",
-    "generation_config.json",
-)
+# The exported folder has no save_pretrained behind it: the generation config is copied too.
+_EXPORTED_FILES = (*TOKENIZER_FILES, "generation_config.json")
 
 
-class MegatronError(RlcoreError):
+class MegatronError(EngineError):
     """The megatron engine cannot do what was asked (missing checkpoint, wrong role, ...)."""
 
 
@@ -170,8 +171,6 @@ class MegatronEngine(BaseEngine):
         self.device, self.layout = init_parallel(
             spec.device, tp=cfg.tensor_parallel, pp=cfg.pipeline_parallel, where=where
         )
-        self.global_step = 0
-        self.skipped_steps = 0
         from transformers import AutoConfig
 
         try:
@@ -221,8 +220,19 @@ class MegatronEngine(BaseEngine):
         freeze_padding_embedding(self.model, getattr(self.hf_config, "pad_token_id", None))
         self._offset = layer_offset(self.mcore_config)
         self.optimizer: torch.optim.Optimizer | None = None
+        self._guard: OptimizerGuard | None = None
         if trains:
             self._build_optimizer()
+
+    @property
+    def global_step(self) -> int:
+        """Optimizer steps taken."""
+        return self._guard.global_step if self._guard is not None else 0
+
+    @property
+    def skipped_steps(self) -> int:
+        """Optimizer steps skipped for a non-finite grad norm."""
+        return self._guard.skipped_steps if self._guard is not None else 0
 
     # --- construction ---------------------------------------------------------------------
 
@@ -244,6 +254,9 @@ class MegatronEngine(BaseEngine):
                 "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
                 "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
             }
+        self._guard = OptimizerGuard(
+            self.optimizer, role=self.spec.role, max_norm=self.spec.grad_clip
+        )
 
     def dispatch_info(self) -> DispatchInfo:
         """This rank's data-parallel place (the role worker registers it for mesh dispatch)."""
@@ -394,25 +407,10 @@ class MegatronEngine(BaseEngine):
     # --- training -------------------------------------------------------------------------
 
     def _totals(self, batch: DataProto) -> BatchTotals:
+        """Totals over this data-parallel group (its TP/PP ranks hold the same rows)."""
         from megatron.core import parallel_state as ps
 
-        mask = batch.batch["response_mask"]
-        per_row = mask.sum(-1)
-        # Rows without tokens are the driver's padding: not counted as sequences.
-        sums = torch.tensor(
-            [int(per_row.sum().item()), int((per_row > 0).sum().item()), mask.shape[1]],
-            dtype=torch.int64,
-        )
-        group = ps.get_data_parallel_group()
-        if self.layout.dp > 1:
-            head = sums[:2].to(self.device)
-            dist.all_reduce(head, group=group)
-            longest = sums[2:].to(self.device)
-            dist.all_reduce(longest, op=dist.ReduceOp.MAX, group=group)
-            sums = torch.cat([head, longest]).cpu()
-        return BatchTotals(
-            tokens=int(sums[0]), sequences=int(sums[1]), max_response_length=int(sums[2])
-        )
+        return batch_totals(batch, self.device, group=ps.get_data_parallel_group())
 
     def forward_backward(
         self,
@@ -438,43 +436,26 @@ class MegatronEngine(BaseEngine):
                 out, mb, temperature=temp, entropy=True, entropy_grad=with_entropy
             )
             loss, metrics = loss_fn(outputs, mb, totals)
-            weight = float(mb.batch["response_mask"].sum().item()) or 1e-9
             tokens = torch.tensor(1, dtype=torch.int)  # the schedule must not rescale
-            return loss, tokens, {"weight": weight, "metrics": dict(metrics)}
+            return loss, tokens, {"weight": token_weight(mb), "metrics": dict(metrics)}
 
-        infos = self._run(batch, head, forward_only=False)
-        sums: dict[str, float] = {}
-        weight_total = 0.0
-        for info in infos:
-            weight_total += info["weight"]
-            for key, value in info["metrics"].items():
-                sums[key] = sums.get(key, 0.0) + float(value) * info["weight"]
-        metrics = {key: value / weight_total for key, value in sums.items()} if infos else {}
-        result: dict[str, float] = self._broadcast_from_last_stage(metrics)
+        means = MetricMeans()  # only the last stage computes the loss: the others stay empty
+        for info in self._run(batch, head, forward_only=False):
+            means.add(info["metrics"], info["weight"])
+        result: dict[str, float] = self._broadcast_from_last_stage(means.result())
         return result
 
     def optimizer_step(self, *, lr: float) -> float:
         """Sum DP gradients, clip to ``spec.grad_clip`` (global TP x PP norm), step at ``lr``."""
-        if self.optimizer is None:
+        if self._guard is None:
             msg = f"[{self.spec.role}] engine has no optimizer (role 'ref' or optim unset)"
             raise MegatronError(msg)
         reduce_gradients(self.model, self.layout, tied_output=self._tied_output)
-        max_norm = self.spec.grad_clip if self.spec.grad_clip > 0 else math.inf
-        grad_norm = clip_grad_norm(self.model, self.layout, max_norm, tied_output=self._tied_output)
-        if not math.isfinite(grad_norm):
-            self.skipped_steps += 1
-            log.warning(
-                "[%s] grad norm is %s at step %d: update skipped",
-                self.spec.role,
-                grad_norm,
-                self.global_step,
-            )
-        else:
-            set_lr(self.optimizer, lr)
-            self.optimizer.step()
-            self.global_step += 1
-        self.optimizer.zero_grad(set_to_none=True)
-        return grad_norm
+
+        def clip(max_norm: float) -> float:  # the norm over TP x PP, not torch's local one
+            return clip_grad_norm(self.model, self.layout, max_norm, tied_output=self._tied_output)
+
+        return self._guard.step(lr=lr, clip=clip)
 
     # --- inference ------------------------------------------------------------------------
 
@@ -619,10 +600,7 @@ class MegatronEngine(BaseEngine):
                 ]
             config.save_pretrained(out)
             save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
-            source = Path(self.spec.model_path)
-            for name in _TOKENIZER_FILES:
-                if (source / name).is_file():
-                    shutil.copy2(source / name, out / name)
+            copy_tokenizer_files(self.spec.model_path, out, _EXPORTED_FILES)
         dist.barrier()
 
     # --- checkpoints ----------------------------------------------------------------------
@@ -681,8 +659,8 @@ class MegatronEngine(BaseEngine):
         state = self._state()
         # In place: the tensors are the live ones.
         dcp.load(state, checkpoint_id=path)  # type: ignore[attr-defined]
-        self.global_step = int(extra["global_step"])
-        self.skipped_steps = int(extra["skipped_steps"])
+        if self._guard is not None:  # an engine without an optimizer takes no steps
+            self._guard.load_state_dict(extra)
 
     @torch.no_grad()
     def _load_resharded(self, path: str, *, saved_tp: int) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 import attrs
 import torch
 
+from rlcore.engine_utils import dtype_from_name
 from rlcore_megatron.mapping import MappingError, ModelDims, shard_from_hf
 
 __all__ = [
@@ -29,8 +30,6 @@ __all__ = [
     "local_name",
     "transformer_config",
 ]
-
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 class ValueHead(torch.nn.Linear):
@@ -78,7 +77,7 @@ def transformer_config(
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     dims = ModelDims.from_hf_config(hf_config, tp=tp)
-    torch_dtype = _DTYPES[dtype]
+    torch_dtype = dtype_from_name(dtype)
     extra: dict[str, Any] = {}
     if recompute:
         extra.update(

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 from collections.abc import Iterable
 
 import attrs
 import torch
 import torch.distributed as dist
 
+from rlcore.engine_utils import init_device
 from rlcore.errors import ConfigError
 
 __all__ = ["Layout", "clip_grad_norm", "init_parallel", "reduce_gradients"]
@@ -47,24 +47,11 @@ class Layout:
 def init_parallel(
     device: str, *, tp: int, pp: int, where: str, timeout_minutes: int = 10
 ) -> tuple[torch.device, Layout]:
-    """The engine's device and layout; initialises torch.distributed and parallel_state."""
+    """The engine's device and layout; initialises torch.distributed
+    (:func:`rlcore.engine_utils.init_device`) and megatron's parallel_state."""
     from megatron.core import parallel_state as ps
 
-    if device == "cuda":
-        if not torch.cuda.is_available():
-            msg = "device = 'cuda' but torch sees no CUDA device; use device = 'cpu'"
-            raise ConfigError(msg)
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
-        dev = torch.device("cuda", torch.cuda.current_device())
-    else:
-        dev = torch.device("cpu")
-    if not dist.is_initialized():
-        backend = "nccl" if dev.type == "cuda" else "gloo"
-        if "MASTER_ADDR" in os.environ and "WORLD_SIZE" in os.environ:
-            dist.init_process_group(backend)
-        else:
-            store = dist.HashStore()  # type: ignore[attr-defined]
-            dist.init_process_group(backend, store=store, rank=0, world_size=1)
+    dev = init_device(device)
     world = dist.get_world_size()
     if world % (tp * pp):
         msg = (

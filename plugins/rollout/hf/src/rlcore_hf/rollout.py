@@ -15,14 +15,12 @@ from typing import Any
 import attrs
 import torch
 
-from rlcore.engine_utils import rollout_tensors
+from rlcore.engine_utils import dtype_from_name, rollout_tensors
 from rlcore.errors import ConfigError, RlcoreError
 from rlcore.interfaces import BaseRollout, RolloutSpec, SamplingParams
 from rlcore.protocol import DataProto
 
 log = logging.getLogger(__name__)
-
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 class WeightSyncError(RlcoreError):
@@ -70,7 +68,7 @@ class HFRollout(BaseRollout):
         try:
             model = AutoModelForCausalLM.from_pretrained(
                 spec.model_path,
-                dtype=_DTYPES[spec.dtype],
+                dtype=dtype_from_name(spec.dtype),
                 trust_remote_code=spec.trust_remote_code,
                 attn_implementation=self.config.attn_implementation,
             )

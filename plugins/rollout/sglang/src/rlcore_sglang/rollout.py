@@ -63,6 +63,7 @@ from typing import Any
 import attrs
 import torch
 
+from rlcore.engine_utils import dtype_from_name
 from rlcore.errors import ConfigError, RlcoreError
 from rlcore.interfaces import BaseRollout, GenerationResult, RolloutSpec, SamplingParams
 from rlcore.protocol import DataProto
@@ -89,7 +90,6 @@ __all__ = [
     "special_token_ids",
 ]
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _ALL_TAGS = ("weights", "kv_cache", "cuda_graph")  # srt/constants.py:2-4
 INSTALL_HINT = (
     f"pip install 'rlcore-sglang[engine]' (SGLang {SGLANG_VERSION}; it needs a CUDA GPU and "
@@ -358,7 +358,7 @@ class SGLangRollout(BaseRollout):
         """Send the streamed (HF name, full tensor) pairs to SGLang in buckets, then flush
         the prefix cache once (its entries were computed with the old weights)."""
         self._resume(("weights",))
-        dtype = _DTYPES[self.spec.dtype]
+        dtype = dtype_from_name(self.spec.dtype)
         bucket_bytes = self.config.update_weights_bucket_mb << 20
 
         def on_device() -> Iterable[tuple[str, torch.Tensor]]:

@@ -29,9 +29,10 @@ import numpy as np
 import torch
 
 from rlcore.dispatch import DispatchInfo
-from rlcore.engine_utils import rollout_tensors
+from rlcore.engine_utils import dtype_from_name, rollout_tensors
 from rlcore.errors import ConfigError, RlcoreError
 from rlcore.interfaces import (
+    DTYPE_NAMES,
     BaseRollout,
     GenerationResult,
     RolloutSpec,
@@ -88,9 +89,7 @@ class VLLMRollout(BaseRollout):
         # [algorithm] rollout_is corrects for it.
         dtype: Literal["float32", "bfloat16", "float16"] | None = attrs.field(
             default=None,
-            validator=attrs.validators.optional(
-                attrs.validators.in_(("float32", "bfloat16", "float16"))
-            ),
+            validator=attrs.validators.optional(attrs.validators.in_(DTYPE_NAMES)),
         )
         # GPU: share of device memory vLLM may take (weights + KV cache). CPU: only used when
         # kv_cache_space_gb is unset (then it is the share of RAM reserved).
@@ -397,7 +396,7 @@ class VLLMRollout(BaseRollout):
         self.wake_up()
         # Cast here, one tensor at a time: vLLM would cast too, but warns once per tensor and
         # per sync, and the multiprocess buckets would carry float32 bytes for a bf16 engine.
-        dtype = getattr(torch, self.dtype)
+        dtype = dtype_from_name(self.dtype)
         named_tensors = (
             (name, t.to(dtype) if t.is_floating_point() and t.dtype != dtype else t)
             for name, t in named_tensors

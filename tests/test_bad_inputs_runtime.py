@@ -20,7 +20,7 @@ def test_a_system_exit_during_training_is_one_line(run, capsys, registry, monkey
     import rlcore.trainer
     import rlcore.workers.cluster
 
-    def exits(config, prepared):
+    def exits(config, prepared, **_options):
         sys.exit(3)
 
     monkeypatch.setattr(rlcore.trainer, "run_training", exits)

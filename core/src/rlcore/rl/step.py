@@ -37,11 +37,11 @@ from rlcore.tracking.reductions import combine_calls, reduce_metrics
 if TYPE_CHECKING:
     from rlcore.interfaces import BaseAlgorithm, SamplingParams
     from rlcore.protocol import DataProto
-    from rlcore.reward import RewardManager
 
 __all__ = [
     "PROMPT_KEYS",
     "Phase",
+    "RewardFn",
     "StepContext",
     "StepProgram",
     "compute_advantages",
@@ -49,6 +49,9 @@ __all__ = [
 
 # The rollout's inputs, taken out of the (already expanded) prompt batch.
 PROMPT_KEYS = ("input_ids", "attention_mask", "position_ids")
+
+#: The reward manager's call: token-level scores (and per-sample ``score``/``acc``), metrics.
+RewardFn = Callable[["DataProto"], tuple["DataProto", dict[str, float]]]
 
 #: A phase inserted into the default program: takes the step's context and batch, returns
 #: the batch (it may drop rows and generate more through ``ctx.next_prompts``).
@@ -78,7 +81,7 @@ class StepContext(abc.ABC):
         policy: Any,
         critic: Any | None,
         algorithm: BaseAlgorithm,
-        reward_manager: RewardManager,
+        reward_manager: RewardFn,
         step: int,
         next_prompts: Callable[[], DataProto],
         n: int,

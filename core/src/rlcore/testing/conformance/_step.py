@@ -99,7 +99,7 @@ class _Group:
         from rlcore.protocol import DataProto
 
         ids = prompts.batch["input_ids"]
-        rows = []
+        rows: list[torch.Tensor] = []
         for row in ids.tolist():
             # Seeded by the prompt and the row's place in this call: the same rows in the same
             # order give the same responses, after a resume too.
@@ -140,6 +140,7 @@ class _Group:
 
 def _reward(batch: DataProto) -> tuple[DataProto, dict[str, float]]:
     """A rule reward: 1 when a response's valid tokens sum to an even number."""
+    import numpy as np
     import torch
 
     from rlcore.protocol import DataProto
@@ -149,7 +150,11 @@ def _reward(batch: DataProto) -> tuple[DataProto, dict[str, float]]:
     score = (((b["responses"] * mask).sum(-1) % 2) == 0).to(torch.float32)
     scores = torch.zeros(mask.shape, dtype=torch.float32)
     scores[torch.arange(len(scores)), mask.sum(-1) - 1] = score  # on the last valid token
-    return DataProto.from_dict(tensors={"token_level_scores": scores}), {"reward/mean": 0.0}
+    per_row = np.asarray(score.tolist(), dtype=object)  # as the reward manager reports them
+    out = DataProto.from_dict(
+        tensors={"token_level_scores": scores}, non_tensors={"score": per_row, "acc": per_row}
+    )
+    return out, {"reward/mean": float(score.mean())}
 
 
 class _Context(StepContext):

@@ -134,3 +134,54 @@ def test_the_core_never_names_the_plugin():
         if re.search(r"rlcore[_-]dapo", p.read_text(encoding="utf-8"))
     ]
     assert hits == []
+
+
+@pytest.mark.slow
+def test_dapo_on_real_workers_trains_and_a_filter_that_cannot_fill_stops_naming_the_key(
+    ray_session, tmp_path
+):
+    """The tiny run (real Ray workers, FSDP2, HF rollout, GSM8K reward). Its random model
+    answers nothing right: every group's ``acc`` is all 0, so the filter can never fill a
+    batch, and the run stops with one line naming the key. Without the filter, DAPO (overlong
+    shaping, clip-higher) trains two steps."""
+    import json
+
+    from rlcore.config import load_config_text
+    from rlcore.testing.runs import arithmetic_rows, tiny_run_model, tiny_run_toml, write_jsonl
+    from rlcore.trainer import run_training
+
+    model = tiny_run_model(tmp_path / "model")
+    rows = arithmetic_rows([(a, b) for a in range(4) for b in range(4)])
+    train = write_jsonl(rows, tmp_path / "t.jsonl")
+
+    def config(run: str, options: str):
+        text = tiny_run_toml(
+            model=model,
+            train_files=[train],
+            run_dir=tmp_path / run,
+            algorithm="dapo",
+            algorithm_options=options,
+        )
+        return load_config_text(text, source=f"{run}.toml")
+
+    stuck = config("stuck", 'filter_groups = { metric = "acc", max_num_gen_batches = 2 }')
+    with pytest.raises(DynamicSamplingError) as err:
+        run_training(stuck)
+    line = str(err.value)
+    assert "\n" not in line
+    assert line.startswith(
+        "algorithm.filter_groups.max_num_gen_batches = 2: 2 generation rounds gave 0 of 4 "
+        "prompts whose 'acc' differs within the group"
+    )
+
+    shaped = config(
+        "shaped", "filter_groups = { enable = false }\noverlong_buffer = { enable = true, len = 4 }"
+    )
+    assert run_training(shaped) == 0
+    lines = (tmp_path / "shaped" / "metrics.jsonl").read_text().splitlines()
+    steps = [r for r in map(json.loads, lines) if "train/num_gen_batches" in r]
+    assert [r["step"] for r in steps] == [1, 2]
+    for r in steps:
+        assert r["train/num_gen_batches"] == 1.0
+        assert r["dapo/overlong_penalty/mean"] <= 0.0
+        assert "actor/pg_loss" in r

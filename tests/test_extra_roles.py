@@ -1,6 +1,9 @@
-"""Extra roles from an algorithm: ``[roles.teacher]`` checked before Ray (one line naming the
-key), then placed beside the policy, called from the algorithm's step program, and
-checkpointed and resumed like the built-in roles (real Ray workers, FSDP2, HF rollout)."""
+"""Extra roles from an algorithm: placed beside the policy, called from the algorithm's step
+program, checkpointed and resumed like the built-in roles (real Ray workers, FSDP2, HF
+rollout). The checks before Ray are in ``test_bad_inputs_roles.py``.
+
+Workers unpickle the in-process algorithm by its module: this one imports only what they
+can import too (not the tests' helpers)."""
 
 from __future__ import annotations
 
@@ -8,7 +11,6 @@ import json
 import math
 from pathlib import Path
 
-import _bad_inputs as bi
 import attrs
 import pytest
 import torch
@@ -18,8 +20,6 @@ from rlcore.interfaces import CONTRACT_VERSION, ExtraRole
 from rlcore.plugins import PluginRegistry
 from rlcore.rl.step import StepProgram
 from rlcore_grpo.algorithm import GRPO
-
-registry, tiny, run = bi.registry, bi.tiny, bi.run  # fixtures
 
 
 def teacher_phase(ctx, batch):
@@ -64,51 +64,6 @@ def teacher_registry():
     reg = PluginRegistry(disabled=["rlcore-fake", "rlcore-fake-dup"])
     reg.register(TeacherPlugin(), name="teacher-test")
     return reg
-
-
-# --- before Ray: one line naming the key ---------------------------------------------------------
-
-
-def test_a_declared_role_without_a_model_path_is_one_line(run, capsys, teacher_registry):
-    bi.case(
-        run,
-        capsys,
-        teacher_registry,
-        ['algorithm.name="with_teacher"'],
-        "roles.teacher.model.path: algorithm 'with_teacher' needs the role 'teacher' "
-        "(log_prob); set it to a local Hugging Face model folder",
-    )
-
-
-def test_a_teacher_path_that_does_not_exist_is_one_line(run, capsys, teacher_registry, tmp_path):
-    missing = tmp_path / "no-teacher"
-    bi.case(
-        run,
-        capsys,
-        teacher_registry,
-        ['algorithm.name="with_teacher"', f'roles.teacher.model.path="{missing}"'],
-        f"roles.teacher.model.path: {missing} does not exist; give a local Hugging Face "
-        "model folder",
-    )
-
-
-def test_a_roles_section_no_algorithm_declares_is_one_line(run, capsys, registry, tiny):
-    bi.case(
-        run,
-        capsys,
-        registry,
-        [f'roles.teacher.model.path="{tiny}"'],
-        "[roles.teacher]: algorithm 'grpo' declares no role 'teacher' (its extra roles: "
-        "none); remove the section or select the algorithm that uses it",
-    )
-
-
-def test_roles_keys_are_validated_like_the_others(run, capsys, registry):
-    code, err = bi.cli(
-        ["config", "validate", str(run), "roles.teacher.modle.path=1"], capsys, registry
-    )
-    assert code == 2
-    assert "roles.teacher.modle: unknown key (did you mean 'model'?)" in err
 
 
 # --- end to end: placed, called, checkpointed, resumed ---------------------------------------

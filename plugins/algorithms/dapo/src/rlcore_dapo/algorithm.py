@@ -31,8 +31,7 @@ import attrs
 import numpy as np
 
 from rlcore.errors import RlcoreError
-from rlcore.rl.advantages import compute_grpo_outcome_advantage
-from rlcore.rl.algorithm import PolicyGradientAlgorithm, require
+from rlcore.rl.algorithm import PolicyGradientAlgorithm, adv_estimator_name
 from rlcore.rl.step import StepContext, StepProgram, compute_advantages
 
 if TYPE_CHECKING:
@@ -195,6 +194,8 @@ class DAPO(PolicyGradientAlgorithm):
     @attrs.frozen(kw_only=True)
     class Config(PolicyGradientAlgorithm.Config):
         clip_ratio_high: float = attrs.field(default=0.28, validator=_v.ge(0.0))  # clip-higher
+        # GRPO's group-normalised advantages, from the core's estimator registry
+        adv_estimator: str | None = attrs.field(default="grpo", validator=adv_estimator_name)
         norm_adv_by_std: bool = True
         epsilon: float = attrs.field(default=1e-6, validator=_v.gt(0.0))
         filter_groups: FilterGroupsConfig = attrs.Factory(FilterGroupsConfig)
@@ -216,19 +217,3 @@ class DAPO(PolicyGradientAlgorithm):
 
     def step_program(self) -> DAPOProgram:
         return DAPOProgram(self.config)
-
-    def compute_advantages(self, batch: DataProto) -> DataProto:
-        uids = batch.non_tensor_batch.get("uid")
-        if uids is None:
-            msg = "DAPO's group advantages need non_tensor_batch['uid'] (each sample's prompt)"
-            raise KeyError(msg)
-        advantages, returns = compute_grpo_outcome_advantage(
-            require(batch, "token_level_rewards"),
-            require(batch, "response_mask"),
-            uids,
-            epsilon=self.config.epsilon,
-            norm_adv_by_std=self.config.norm_adv_by_std,
-        )
-        batch.batch["advantages"] = advantages
-        batch.batch["returns"] = returns
-        return batch

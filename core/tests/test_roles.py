@@ -223,7 +223,7 @@ def test_critic_loss_falls_on_a_fixed_batch(assets):
 
 
 def test_reduce_worker_metrics_takes_the_slowest_rank_for_times():
-    from rlcore.trainer.fit import reduce_worker_metrics
+    from rlcore.tracking.reductions import reduce_metrics as reduce_worker_metrics
 
     out = reduce_worker_metrics(
         {"timing_s/worker/generate": [1.0, 3.0], "actor/pg_loss": [1.0, 3.0], "x": 2, "e": []}

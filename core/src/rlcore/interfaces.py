@@ -80,6 +80,7 @@ __all__ = [
     "BaseTool",
     "BatchTotals",
     "EngineSpec",
+    "ExtraRole",
     "GenerationResult",
     "LossFn",
     "ModelOutputs",
@@ -266,6 +267,10 @@ class AlgorithmNeeds:
       on-policy update take them from its own training forward.
     - ``zero_advantage_rows_inert``: a row whose advantages are all zero adds nothing to the
       loss's gradient, so the worker may skip its backward pass. False (the default) is safe.
+    - ``extra_roles``: the roles beyond actor/rollout/reference/critic (:class:`ExtraRole`),
+      each configured by ``[roles.<name>]``, placed and checkpointed like the built-in ones.
+    - ``loss_keys``: batch keys the policy loss reads beyond the default ones (e.g. an extra
+      role's ``teacher_log_prob``); the driver sends them with the update's rows.
     """
 
     reference: bool = False
@@ -274,6 +279,39 @@ class AlgorithmNeeds:
     rollout_log_probs: bool = False
     old_log_probs_on_driver: bool = True
     zero_advantage_rows_inert: bool = False
+    extra_roles: tuple[ExtraRole, ...] = ()
+    loss_keys: tuple[str, ...] = ()
+
+
+#: What an extra role's worker computes (:attr:`ExtraRole.computes`).
+ROLE_COMPUTES: Final = ("log_prob",)
+
+
+@attrs.frozen(kw_only=True)
+class ExtraRole:
+    """A role an algorithm needs beyond the built-in ones (:attr:`BaseAlgorithm.extra_roles`).
+
+    ``name``: the role's name, its config section ``[roles.<name>]`` (``model.path`` and
+    ``engine`` options of its own) and its folder in a checkpoint. ``computes``: what its
+    worker computes; ``"log_prob"``: the log-probs (B, R) of the batch's responses under the
+    role's model (a teacher for distillation), returned as :attr:`output_key`.
+    ``trainable``: False for a frozen model (no optimizer; the only kind so far).
+
+    The algorithm's step program calls it like a built-in role::
+
+        batch |= ctx.phase("teacher", ctx.roles["teacher"].compute_log_prob, model_in)
+    """
+
+    name: str = attrs.field(validator=attrs.validators.matches_re(r"[a-z][a-z0-9_]*"))
+    computes: Literal["log_prob"] = attrs.field(
+        default="log_prob", validator=attrs.validators.in_(ROLE_COMPUTES)
+    )
+    trainable: bool = attrs.field(default=False, validator=attrs.validators.in_((False,)))
+
+    @property
+    def output_key(self) -> str:
+        """The batch key of what the role computes: ``<name>_log_prob``."""
+        return f"{self.name}_{self.computes}"
 
 
 @attrs.frozen(kw_only=True)
@@ -666,6 +704,7 @@ class BaseAlgorithm(abc.ABC):
             rollout_log_probs=self.needs_rollout_log_probs,
             old_log_probs_on_driver=self.needs_old_log_probs_on_driver,
             zero_advantage_rows_inert=self.zero_advantage_rows_inert,
+            extra_roles=self.extra_roles,
         )
 
     @property
@@ -708,6 +747,28 @@ class BaseAlgorithm(abc.ABC):
         backward pass (``actor.skip_zero_advantage_rows``).
         """
         return False
+
+    @property
+    def extra_roles(self) -> tuple[ExtraRole, ...]:
+        """The roles this algorithm needs beyond actor/rollout/reference/critic (default: none).
+
+        Each is configured by ``[roles.<name>]`` (its own ``model.path`` and engine options),
+        built on its own worker and checkpointed with the run; the step program reaches it as
+        ``ctx.roles[name]``.
+        """
+        return ()
+
+    def step_program(self) -> Any:
+        """The step this algorithm runs (a :class:`rlcore.rl.step.StepProgram`); None: the default.
+
+        (Typed ``Any``: the contracts sit below ``rlcore.rl`` and never import it.)
+
+        Return ``StepProgram(after_generate=(...,), before_update=(...,))`` to insert phases
+        into the default step, or an instance of a subclass that writes its own
+        :meth:`~rlcore.rl.step.StepProgram.run`. Driver side only; called once per run. See
+        ``docs/writing-an-algorithm.md``.
+        """
+        return None
 
     def state_dict(self) -> dict[str, Any]:
         """Driver-side run state saved in checkpoints (e.g. an adaptive KL coefficient).

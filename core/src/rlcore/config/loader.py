@@ -30,6 +30,7 @@ from rlcore.config.schema import (
     RefConfig,
     ResourcesConfig,
     RewardConfig,
+    RoleConfig,
     RolloutConfig,
     RunConfig,
     TrainerConfig,
@@ -61,6 +62,7 @@ _SECTIONS: dict[str, type] = {
     "plugins": PluginsConfig,
     "agent": AgentConfig,
 }
+ROLES = "roles"  # [roles.<name>]: a table of extra roles, not one section
 _ROLLOUT_CORE_KEYS = frozenset(f.name for f in attrs.fields(RolloutConfig)) - {"options"}
 _DEFAULT_ENGINE = "fsdp2"
 _DEFAULT_ROLLOUT = "hf"
@@ -223,7 +225,9 @@ class _Choice:
     candidates: frozenset[str] = frozenset({"name"})
 
 
-def _take_engine(raw: dict[str, Any], section: str, default: Any) -> _Choice | None:
+def _take_engine(
+    raw: dict[str, Any], section: str, default: Any, where: Path | None = None
+) -> _Choice | None:
     table = raw.get(section) if default is None else raw.setdefault(section, {})
     if not isinstance(table, dict) or ("engine" not in table and default is None):
         return None
@@ -233,8 +237,22 @@ def _take_engine(raw: dict[str, Any], section: str, default: Any) -> _Choice | N
     name = engine.get("name", default)
     table["engine"] = {"name": name}
     options = {k: v for k, v in engine.items() if k != "name"}
-    path = (section, "engine")
+    path = (*(where or (section,)), "engine")
     return _Choice("engine", name, options, path, (*path, "name"))
+
+
+def _roles(raw: Any) -> tuple[dict[str, RoleConfig], list[Problem]]:
+    """``[roles.<name>]`` tables, each a :class:`RoleConfig` (its engine typed later)."""
+    if not isinstance(raw, dict):
+        return {}, [((ROLES,), "expected a table of [roles.NAME]")]
+    roles: dict[str, RoleConfig] = {}
+    problems: list[Problem] = []
+    for name, table in raw.items():
+        role, found = structure(table, RoleConfig, (ROLES, name))
+        problems.extend(found)
+        if role is not None:
+            roles[name] = role
+    return roles, problems
 
 
 def _take_named(raw: dict[str, Any], section: str, kind: str, default: str) -> _Choice | None:
@@ -256,13 +274,19 @@ def _extract_choices(
     if actor is not None:
         choices.append(actor)
     actor_name = actor.name if actor is not None else _DEFAULT_ENGINE
-    for section in ("ref", "critic"):
+    owners: list[tuple[dict[str, Any], str, Path]] = [
+        (raw, section, (section,)) for section in ("ref", "critic")
+    ]
+    roles = raw.get(ROLES)
+    if isinstance(roles, dict):
+        owners += [(roles, name, (ROLES, name)) for name in roles]
+    for table, section, where in owners:
         # Without its own [ref.engine] / [critic.engine], the role uses the actor's engine.
-        choice = _take_engine(raw, section, None)
+        choice = _take_engine(table, section, None, where)
         if choice is not None:
-            if "name" not in raw[section]["engine"] or choice.name is None:
+            if "name" not in table[section]["engine"] or choice.name is None:
                 choice = attrs.evolve(choice, name=actor_name)
-                raw[section]["engine"] = {"name": actor_name}
+                table[section]["engine"] = {"name": actor_name}
             choices.append(choice)
     for section, kind, default in (
         ("rollout", "rollout", _DEFAULT_ROLLOUT),
@@ -397,6 +421,8 @@ def _cross_checks(s: dict[str, Any]) -> list[Problem]:
     for section in ("actor", "ref", "critic"):
         if s.get(section) is not None:
             problems.extend(_micro_rule(section, s[section]))
+    for name, role in (s.get(ROLES) or {}).items():
+        problems.extend(_micro_rule(f"{ROLES}.{name}", role))
     trainer: TrainerConfig | None = s.get("trainer")
     if trainer is not None and trainer.total_steps is not None and trainer.total_epochs:
         problems.append((("trainer", "total_steps"), "set total_steps or total_epochs, not both"))
@@ -485,6 +511,15 @@ def _resolved(
         resources=s["resources"],
         plugins=s["plugins"],
         agent=s["agent"],
+        roles={
+            name: attrs.evolve(
+                role,
+                model=attrs.evolve(role.model, dtype=role.model.dtype or model.dtype),
+                engine=role.engine or actor.engine,
+                **_micro_or(role, micro),
+            )
+            for name, role in s[ROLES].items()
+        },
     )
 
 
@@ -512,7 +547,9 @@ def _build_config(
     data: dict[str, Any], source: str, lines: list[str], registry: PluginRegistry
 ) -> RunConfig:
     problems: list[Problem] = [
-        ((key,), unknown_key(key, _SECTIONS, "section")) for key in data if key not in _SECTIONS
+        ((key,), unknown_key(key, [*_SECTIONS, ROLES], "section"))
+        for key in data
+        if key not in _SECTIONS and key != ROLES
     ]
     choices, given, found = _extract_choices(data)
     problems.extend(found)
@@ -523,6 +560,8 @@ def _build_config(
         problems.extend(found)
     if "agent" not in data:
         sections["agent"] = None  # no [agent] section: single-turn generation
+    sections[ROLES], found = _roles(data.get(ROLES, {}))
+    problems.extend(found)
     problems.extend(_tool_problems(registry, sections["agent"]))
 
     # Each selected plugin validates its own keys, even where a core key was wrong.
@@ -532,6 +571,12 @@ def _build_config(
         owner_key = str(choice.path[0])
         owner = sections.get(owner_key)
         if owner is None or options is None:
+            continue
+        if owner_key == ROLES:  # [roles.<name>.engine]
+            name = str(choice.path[1])
+            if name in owner:
+                section = PluginSection(name=choice.name, options=options)
+                owner[name] = attrs.evolve(owner[name], engine=section)
             continue
         if choice.path[-1] == "engine":
             section = PluginSection(name=choice.name, options=options)

@@ -37,6 +37,8 @@ __all__ = [
     "RefConfig",
     "ResourcesConfig",
     "RewardConfig",
+    "RoleConfig",
+    "RoleModelConfig",
     "RolloutConfig",
     "RunConfig",
     "TrainerConfig",
@@ -251,6 +253,29 @@ class CriticConfig:
 
 
 @attrs.frozen(kw_only=True)
+class RoleModelConfig:
+    """``[roles.<name>.model]``: the extra role's own Hugging Face folder."""
+
+    path: str = ""  # required when the algorithm declares the role (checked before Ray)
+    dtype: Dtype | None = attrs.field(  # None: model.dtype
+        default=None, validator=v.optional(v.in_(("float32", "bfloat16", "float16")))
+    )
+    trust_remote_code: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class RoleConfig:
+    """``[roles.<name>]``: an extra role an algorithm declares (``BaseAlgorithm.extra_roles``),
+    e.g. a distillation teacher: its model and engine, placed and checkpointed like ``[ref]``."""
+
+    model: RoleModelConfig = attrs.Factory(RoleModelConfig)
+    engine: PluginSection = RESOLVED  # resolved: the actor's engine, options included
+    # resolved: the actor's micro-batching when neither is set
+    micro_batch_size: int | None = attrs.field(default=None, validator=_opt_pos)
+    max_tokens_per_micro_batch: int | None = attrs.field(default=None, validator=_opt_pos)
+
+
+@attrs.frozen(kw_only=True)
 class RewardConfig:
     """``[reward]``: which reward plugin(s) score which ``data_source``.
 
@@ -381,3 +406,4 @@ class RunConfig:
     resources: ResourcesConfig = attrs.Factory(ResourcesConfig)
     plugins: PluginsConfig = attrs.Factory(PluginsConfig)
     agent: AgentConfig | None = None  # None: no [agent] section, single-turn generation
+    roles: dict[str, RoleConfig] = attrs.Factory(dict)  # [roles.<name>]: extra roles

@@ -34,6 +34,7 @@ from rlcore.preflight.model import check_model_files, check_model_folder, check_
 if TYPE_CHECKING:
     from rlcore.config import RunConfig
     from rlcore.data import PromptDataset
+    from rlcore.interfaces import AlgorithmNeeds
     from rlcore.plugins import PluginRegistry
 
 log = logging.getLogger(__name__)
@@ -41,14 +42,15 @@ log = logging.getLogger(__name__)
 __all__ = ["Preflight", "check_model_files", "check_model_folder", "check_tokenizer", "preflight"]
 
 
-def _needs_critic(config: RunConfig, registry: PluginRegistry) -> bool:
+def _needs(config: RunConfig, registry: PluginRegistry) -> AlgorithmNeeds:
     from rlcore.plugins import Component
 
     section = config.algorithm
     component = Component(
         kind="algorithm", name=section.name, options=section.options, where="[algorithm]"
     )
-    return bool(component.build(registry=registry).needs.critic)
+    needs: AlgorithmNeeds = component.build(registry=registry).needs
+    return needs
 
 
 @attrs.frozen(kw_only=True)
@@ -71,13 +73,17 @@ def preflight(config: RunConfig, *, registry: PluginRegistry | None = None) -> P
 
     registry = registry if registry is not None else default_registry(config.plugins.disabled)
     check_model_folder(config.model.path, "model.path")
+    needs = _needs(config, registry)
     critic_path = config.critic.model_path
     if (
         critic_path is not None
         and os.path.abspath(critic_path) != os.path.abspath(config.model.path)
-        and _needs_critic(config, registry)
+        and needs.critic
     ):
         check_model_folder(critic_path, "critic.model_path")
+    from rlcore.preflight.roles import check_extra_roles
+
+    check_extra_roles(config, needs.extra_roles)
     tokenizer = check_tokenizer(
         config.model.tokenizer_path,
         chat_template=config.data.apply_chat_template,

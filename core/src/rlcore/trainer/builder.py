@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from rlcore.errors import ConfigError
 from rlcore.plugins import Component
 
 if TYPE_CHECKING:
@@ -91,6 +92,7 @@ class Workers:
     policy: RayWorkerGroup
     critic: RayWorkerGroup | None
     pool: ResourcePool
+    roles: dict[str, RayWorkerGroup] = attrs.Factory(dict)  # the algorithm's extra roles
 
     @property
     def world_size(self) -> int:
@@ -108,6 +110,7 @@ def build_workers(config: RunConfig, specs: RunSpecs) -> Workers:
     Each role's worker gets its spec (``specs.policy``, ``specs.critic``), not the config.
     """
     from rlcore.resources import ResourcePool, ResourcePoolManager
+    from rlcore.trainer.extra_roles import ExtraRoleWorker
     from rlcore.trainer.roles import ActorRolloutRefWorker, CriticWorker
     from rlcore.workers import ClassWithInitArgs, RayWorkerGroup, create_colocated_worker_cls
 
@@ -124,6 +127,13 @@ def build_workers(config: RunConfig, specs: RunSpecs) -> Workers:
     roles = {POLICY: ClassWithInitArgs(ActorRolloutRefWorker, specs.policy)}
     if specs.critic is not None:
         roles[CRITIC] = ClassWithInitArgs(CriticWorker, specs.critic)
+    for name, role_spec in specs.roles.items():  # the algorithm's extra roles, placed alike
+        if name in roles:
+            msg = (
+                f"[roles.{name}]: {name!r} is a built-in role's name; the algorithm must rename it"
+            )
+            raise ConfigError(msg)
+        roles[name] = ClassWithInitArgs(ExtraRoleWorker, role_spec)
     # Every role shares the one pool: colocated in one process per device.
     manager = ResourcePoolManager({"global_pool": pool}, {name: "global_pool" for name in roles})
     manager.check_resources()
@@ -140,6 +150,8 @@ def build_workers(config: RunConfig, specs: RunSpecs) -> Workers:
         critic = views.get(CRITIC)
         if critic is not None:
             critic.init_model()
+        for name in specs.roles:
+            views[name].init_model()
         # The policy last: its rollout sizes inference memory from what is left.
         views[POLICY].init_model()
     except BaseException:
@@ -152,4 +164,5 @@ def build_workers(config: RunConfig, specs: RunSpecs) -> Workers:
         ", ".join(roles),
         " (+ reference)" if specs.policy.ref is not None else "",
     )
-    return Workers(group=group, policy=views[POLICY], critic=critic, pool=pool)
+    extra = {name: views[name] for name in specs.roles}
+    return Workers(group=group, policy=views[POLICY], critic=critic, pool=pool, roles=extra)

@@ -1,26 +1,23 @@
 """The driver loop: one process writes the algorithm as a plain for-loop over batches.
 
-    for batch in dataloader:
-        batch    = batch.repeat(n)                                # rows: n per prompt, once
-        gen      = policy.generate_sequences(batch, sampling)     # one response per row
-        batch    = batch.union(gen)
-        batch   |= policy.compute_log_prob(batch)                 # old log π
-        batch   |= policy.compute_ref_log_prob(batch)             # if the algorithm needs KL
-        batch   |= critic.compute_values(batch)                   # if it needs a critic
-        batch   |= reward_manager(batch)                          # token-level scores
-        batch    = algorithm.compute_advantages(batch)            # on the driver
-        critic.update_critic(layout(batch), step); policy.update_actor(layout(batch), step)
+    while not plan.is_last(step):
+        batch   = next_prompts()
+        batch   = program.run(ctx, batch)      # rlcore.rl.step: generate, log-probs, reward,
+        step   += 1                            # advantages, updates, one line per phase
+        validate / log / save as the plan says
 
-Validation (greedy by default, ``[rollout.val]``) runs before training and every
-``test_freq`` steps, and reports ``val/<data_source>/score`` and ``val/<data_source>/acc``.
+The step itself is the algorithm's :class:`~rlcore.rl.step.StepProgram`
+(:meth:`BaseAlgorithm.step_program`, None: the default GRPO/PPO/RLOO program). Validation
+(greedy by default, ``[rollout.val]``) runs before training and as the
+:class:`~rlcore.trainer.plan.LoopPlan` says, and reports ``val/<data_source>/score`` and
+``val/<data_source>/acc``.
 
-The loop's state lives in :class:`LoopState` and :meth:`Trainer.state_dict` (step,
-dataloader position, the algorithm's driver state). Checkpoints (``trainer.save_freq``, and
-always after the last step) hold that, the driver's RNG, the resolved config and the
-workers' engine state (see :mod:`rlcore.checkpoint` for the layout); :meth:`Trainer.restore`
-loads one. A step whose update was non-finite (loss or gradient) is skipped by the engine
-and reported (``actor/nonfinite``); ``MAX_CONSECUTIVE_NONFINITE`` of them in a row stop the
-run with :class:`NonFiniteError` before anything is saved.
+Everything a checkpoint holds is one :class:`~rlcore.trainer.state.RunState` (counters, the
+dataloader, the algorithm's and the program's driver state, the role workers); checkpoints
+also keep the driver's RNG and the resolved config (see :mod:`rlcore.checkpoint` for the
+layout). A step whose update was non-finite (loss or gradient) is skipped by the engine and
+reported (``actor/nonfinite``); ``MAX_CONSECUTIVE_NONFINITE`` of them in a row stop the run
+with :class:`NonFiniteError` before anything is saved.
 """
 
 from __future__ import annotations
@@ -30,45 +27,44 @@ import logging
 import math
 import signal
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import attrs
 import numpy as np
 
-from rlcore.errors import RlcoreError
+from rlcore.errors import DataError, RlcoreError
+from rlcore.rl.step import PROMPT_KEYS, StepProgram
 from rlcore.tracking.metrics import (
     compute_data_metrics,
     compute_throughput_metrics,
     timed,
     timing_metrics,
 )
+from rlcore.tracking.reductions import reduce_metrics
 from rlcore.trainer import divergence
-from rlcore.trainer.layout import mini_batch_layout
-from rlcore.trainer.mismatch import logprob_diff_metrics
-from rlcore.trainer.roles import ACTOR_MESH, CRITIC_MESH, POLICY_INPUT_KEYS
+from rlcore.trainer.context import DriverStepContext
+from rlcore.trainer.state import DATALOADER, LoopCounters, RunState
 
 if TYPE_CHECKING:
     from rlcore.checkpoint import CheckpointManager
-    from rlcore.config import RunConfig
     from rlcore.data import PromptDataLoader
-    from rlcore.dispatch import DispatchInfo
     from rlcore.interfaces import BaseAlgorithm
     from rlcore.protocol import DataProto
     from rlcore.reward import RewardManager
     from rlcore.tracking import Tracker
-    from rlcore.trainer.specs import RunSpecs, UpdateSpec
+    from rlcore.trainer.plan import LoopPlan
+    from rlcore.trainer.specs import RunSpecs
     from rlcore.workers import RayWorkerGroup
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "MAX_CONSECUTIVE_NONFINITE",
-    "LoopState",
+    "Components",
     "NonFiniteError",
     "Trainer",
-    "reduce_worker_metrics",
 ]
 
 # Consecutive steps with a non-finite loss or gradient before the run stops; the default of
@@ -78,335 +74,186 @@ MAX_CONSECUTIVE_NONFINITE = 3
 # Per-step flags the workers report: > 0 when an optimizer update was skipped.
 _NONFINITE_KEYS = ("actor/nonfinite", "critic/nonfinite")
 
+# The worker groups' names in the checkpoint map (each writes its own folder).
+POLICY_ROLE = "actor_rollout_ref"
+CRITIC_ROLE = "critic"
+
 
 class NonFiniteError(RlcoreError):
     """Too many consecutive steps had a non-finite loss or gradient."""
 
 
-# The rollout's inputs, taken out of the (already expanded) prompt batch.
-_PROMPT_KEYS = ["input_ids", "attention_mask", "position_ids"]
+@attrs.define(kw_only=True)
+class Components:
+    """What the loop works with, built by :func:`rlcore.trainer.run_training`.
 
-
-@attrs.define
-class LoopState:
-    """Everything the loop advances. ``step`` counts completed training steps."""
-
-    step: int = 0
-    total_steps: int = 0
-    nonfinite_in_a_row: int = 0
-    resumed_from: int | None = None  # the checkpoint step this run started from
-
-
-def reduce_worker_metrics(metrics: Mapping[str, Sequence[float] | float]) -> dict[str, float]:
-    """Per-rank (and per-mini-batch) lists -> one float: mean, but max for worker times
-    and for keys ending in ``_max`` (a maximum over ranks is the largest rank's).
-
-    The driver waits for the slowest rank, so its time is the one that adds up to the step.
+    ``roles``: the algorithm's extra roles (:attr:`BaseAlgorithm.extra_roles`) by name;
+    ``config_text``: the resolved config as TOML, written into every checkpoint.
     """
-    out: dict[str, float] = {}
-    for key, values in metrics.items():
-        if isinstance(values, int | float):
-            out[key] = float(values)
-        elif values:
-            arr = np.asarray(values, dtype=np.float64)
-            biggest = key.startswith("timing_s/") or key.endswith("_max")
-            out[key] = float(arr.max() if biggest else arr.mean())
-    return out
 
-
-def _take_metrics(data: DataProto) -> dict[str, float]:
-    """Pop a worker output's merged metrics (so they do not travel on with the batch)."""
-    return reduce_worker_metrics(data.meta_info.pop("metrics", None) or {})
-
-
-def _add_timing(into: dict[str, float], new: Mapping[str, float]) -> None:
-    """Worker phase times of several calls in one step add up (e.g. two forward passes)."""
-    for key, value in new.items():
-        if key.startswith("timing_s/worker/"):
-            into[key] = into.get(key, 0.0) + value
-        else:
-            into[key] = value
+    policy: RayWorkerGroup
+    critic: RayWorkerGroup | None
+    algorithm: BaseAlgorithm
+    reward_manager: RewardManager
+    train_loader: PromptDataLoader
+    val_loader: PromptDataLoader | None
+    tracker: Tracker
+    checkpoints: CheckpointManager | None = None
+    roles: dict[str, RayWorkerGroup] = attrs.Factory(dict)
+    world_size: int = 1
+    config_text: str = ""
 
 
 class Trainer:
-    """Runs :meth:`fit`; built by :func:`rlcore.trainer.run_training` from a config."""
+    """Runs :meth:`fit`: the run's specs, its plan (cadence) and its components."""
 
-    def __init__(
-        self,
-        config: RunConfig,
-        *,
-        specs: RunSpecs,
-        policy: RayWorkerGroup,
-        critic: RayWorkerGroup | None,
-        algorithm: BaseAlgorithm,
-        reward_manager: RewardManager,
-        train_loader: PromptDataLoader,
-        val_loader: PromptDataLoader | None,
-        tracker: Tracker,
-        total_steps: int,
-        world_size: int = 1,
-        checkpoints: CheckpointManager | None = None,
-        max_consecutive_nonfinite: int = MAX_CONSECUTIVE_NONFINITE,
-    ) -> None:
-        self.config = config
+    def __init__(self, specs: RunSpecs, plan: LoopPlan, components: Components) -> None:
         self.specs = specs
-        self.policy = policy
-        self.critic = critic
-        self.algorithm = algorithm
-        self.reward_manager = reward_manager
-        self.train_loader = train_loader
-        self.val_loader = val_loader
-        self.tracker = tracker
-        self.world_size = world_size
-        self.checkpoints = checkpoints
-        self.max_consecutive_nonfinite = max_consecutive_nonfinite
-        self.state = LoopState(step=0, total_steps=total_steps)
+        self.plan = plan
+        self.parts = parts = components
+        self.program: StepProgram = parts.algorithm.step_program() or StepProgram()
+        workers: dict[str, RayWorkerGroup] = {POLICY_ROLE: parts.policy}
+        if parts.critic is not None:
+            workers[CRITIC_ROLE] = parts.critic
+        self.state = RunState(
+            counters=LoopCounters(total_steps=plan.total_steps),
+            driver={
+                DATALOADER: parts.train_loader,
+                "algorithm": parts.algorithm,
+                "program": self.program,
+            },
+            workers={**workers, **parts.roles},
+        )
         self.last_metrics: dict[str, float] = {}
         self._last_model_in: DataProto | None = None
+        self._batches: Iterator[DataProto] | None = None
 
     # --- state (what a checkpoint holds) --------------------------------------------------
 
-    def state_dict(self) -> dict[str, Any]:
-        """The driver's run state: step, dataloader position, the algorithm's state."""
-        return {
-            "step": self.state.step,
-            "dataloader": self.train_loader.state_dict(),
-            "algorithm": self.algorithm.state_dict(),
-        }
-
     def save_checkpoint(self) -> Path | None:
-        """Write ``global_step_<step>`` (driver state, config, workers' engines) atomically."""
-        if self.checkpoints is None:
+        """Write ``global_step_<step>`` (the :class:`RunState`, config) atomically."""
+        if self.parts.checkpoints is None:
             return None
-        from rlcore.checkpoint import CONFIG_FILE, capture_rng_state, save_driver_state
-        from rlcore.config import config_to_dict, dump_toml
-
-        driver = self.state_dict()
-
-        def write(tmp: Path) -> None:
-            # Workers write their shards straight into the temporary directory (same host,
-            # or a shared filesystem across nodes); the manager fsyncs and renames it.
-            self.policy.save_checkpoint(str(tmp))
-            if self.critic is not None:
-                self.critic.save_checkpoint(str(tmp))
-            save_driver_state(
-                tmp,
-                step=driver["step"],
-                dataloader_state=driver["dataloader"],
-                extra={"algorithm": driver["algorithm"]},
-                rng=capture_rng_state(),
-            )
-            text = dump_toml(config_to_dict(self.config))
-            (tmp / CONFIG_FILE).write_text(text, encoding="utf-8")
-
-        return self.checkpoints.save(self.state.step, write)
+        text = self.parts.config_text
+        return self.parts.checkpoints.save(
+            self.state.counters.step, lambda tmp: self.state.save(tmp, config_text=text)
+        )
 
     def restore(self, path: Path) -> None:
-        """Load checkpoint ``path``: step, dataloader, algorithm, RNG and the workers' state."""
-        from rlcore.checkpoint import CheckpointError, load_driver_state, restore_rng_state
-
-        driver = load_driver_state(path)
-        if driver.step > self.state.total_steps:
-            msg = (
-                f"checkpoint {path} is at step {driver.step}, past this run's "
-                f"{self.state.total_steps} steps: raise trainer.total_steps or set "
-                'trainer.resume = "off"'
-            )
-            raise CheckpointError(msg)
-        self.train_loader.load_state_dict(driver.dataloader)
-        algo_state = driver.extra.get("algorithm") or {}
-        if algo_state:
-            self.algorithm.load_state_dict(algo_state)
-        self.policy.load_checkpoint(str(path))
-        if self.critic is not None:
-            self.critic.load_checkpoint(str(path))
-        if driver.rng is not None:
-            restore_rng_state(driver.rng)
-        self.state.step = driver.step
-        self.state.resumed_from = driver.step
-        log.info("resumed from %s at step %d", path, driver.step)
+        """Load checkpoint ``path``: step, dataloader, algorithm, program, RNG and workers."""
+        self.state.restore(path)
 
     # --- the loop -------------------------------------------------------------------------
 
     def fit(self) -> dict[str, float]:
         """Train up to ``total_steps``; returns the last step's metrics.
 
-        Saves every ``trainer.save_freq`` steps and after the last one. A resumed run does
-        not validate before training again (its first run did, at that step's weights).
+        Saves as the plan says (``trainer.save_freq`` and after the last step). A resumed
+        run does not validate before training again (its first run did, at those weights).
         """
-        cfg = self.config.trainer
-        state = self.state
-        if cfg.val_before_train and self.val_loader is not None and state.resumed_from is None:
+        plan, counters, tracker = self.plan, self.state.counters, self.parts.tracker
+        if plan.validate_before(resumed=counters.resumed_from is not None):
             val = self.validate()
-            self.tracker.log(val, step=state.step)
+            tracker.log(val, step=counters.step)
             log.info("validation before training: %s", _fmt(val))
         with _deferred_interrupt() as interrupted:
-            while state.step < state.total_steps:
-                for batch in self.train_loader:
-                    metrics = self.train_step(batch)
-                    state.step += 1
-                    last = state.step >= state.total_steps
-                    self._check_finite(metrics)
-                    divergence.check_grad_norm(metrics, state.step, cfg.grad_norm_ceiling)
-                    if (
-                        self.val_loader is not None
-                        and cfg.test_freq
-                        and (state.step % cfg.test_freq == 0 or last)
-                    ):
-                        metrics |= self.validate()
-                    metrics["training/epoch"] = float(batch.meta_info.get("epoch", 0))
-                    self.tracker.log(metrics, step=state.step)
-                    self.last_metrics = metrics
-                    if (
-                        last
-                        or interrupted.is_set()
-                        or (cfg.save_freq and state.step % cfg.save_freq == 0)
-                    ):
-                        # Never save diverged weights: score the batch with them first.
-                        divergence.check_policy_finite(self.policy, self._last_model_in, state.step)
-                        self.save_checkpoint()
-                    if interrupted.is_set():
-                        log.warning("interrupted: saved step %d, stopping", state.step)
-                        raise KeyboardInterrupt
-                    if last:
-                        break
-        if state.resumed_from is not None and state.resumed_from >= state.total_steps:
-            log.info("checkpoint step %d is the last step: nothing left to train", state.step)
+            while not plan.is_last(counters.step):
+                batch = self.next_prompts()
+                metrics = self.train_step(batch)
+                counters.step += 1
+                self._check_finite(metrics)
+                divergence.check_grad_norm(metrics, counters.step, plan.grad_norm_ceiling)
+                if plan.validate_after(counters.step):
+                    metrics |= self.validate()
+                metrics["training/epoch"] = float(batch.meta_info.get("epoch", 0))
+                tracker.log(metrics, step=counters.step)
+                self.last_metrics = metrics
+                if plan.save_after(counters.step, interrupted=interrupted.is_set()):
+                    # Never save diverged weights: score the batch with them first.
+                    divergence.check_policy_finite(
+                        self.parts.policy, self._last_model_in, counters.step
+                    )
+                    self.save_checkpoint()
+                if interrupted.is_set():
+                    log.warning("interrupted: saved step %d, stopping", counters.step)
+                    raise KeyboardInterrupt
+        if counters.resumed_from is not None and counters.resumed_from >= counters.total_steps:
+            log.info("checkpoint step %d is the last step: nothing left to train", counters.step)
         return self.last_metrics
+
+    def next_prompts(self) -> DataProto:
+        """The next training batch of prompts; an epoch's end starts the next epoch."""
+        for _ in range(2):  # the second try is the next epoch's first batch
+            if self._batches is None:
+                self._batches = iter(self.parts.train_loader)
+            try:
+                return next(self._batches)
+            except StopIteration:
+                self._batches = None
+        msg = (
+            "the training loader yields no batch: check data.train_files and data.train_batch_size"
+        )
+        raise DataError(msg)
 
     def _check_finite(self, metrics: dict[str, float]) -> None:
         """Count steps whose update was skipped; stop (before any save) after too many."""
-        state = self.state
+        counters = self.state.counters
         skipped = any(
             not math.isfinite(metrics.get(key, 0.0)) or metrics.get(key, 0.0) > 0
             for key in _NONFINITE_KEYS
         )
         metrics["training/nonfinite_step"] = 1.0 if skipped else 0.0
         if not skipped:
-            state.nonfinite_in_a_row = 0
+            counters.nonfinite_in_a_row = 0
             return
-        state.nonfinite_in_a_row += 1
+        counters.nonfinite_in_a_row += 1
+        limit = self.plan.max_consecutive_nonfinite
         log.warning(
             "step %d: non-finite loss or gradient, update skipped (%d in a row, stop at %d)",
-            state.step,
-            state.nonfinite_in_a_row,
-            self.max_consecutive_nonfinite,
+            counters.step,
+            counters.nonfinite_in_a_row,
+            limit,
         )
-        if state.nonfinite_in_a_row >= self.max_consecutive_nonfinite:
+        if counters.nonfinite_in_a_row >= limit:
             # Log the failing step first so metrics.jsonl shows it, then stop unsaved.
-            metrics["training/epoch"] = float(self.train_loader.state_dict()["epoch"])
-            self.tracker.log(metrics, step=state.step)
+            metrics["training/epoch"] = float(self.parts.train_loader.state_dict()["epoch"])
+            self.parts.tracker.log(metrics, step=counters.step)
             msg = (
-                f"{state.nonfinite_in_a_row} consecutive steps had a non-finite loss or "
-                f"gradient (last at step {state.step}); stopping without saving the bad "
+                f"{counters.nonfinite_in_a_row} consecutive steps had a non-finite loss or "
+                f"gradient (last at step {counters.step}); stopping without saving the bad "
                 "state. Lower actor.optim.lr (or critic.optim.lr), set actor.grad_clip, or "
                 "check the data and rewards; resume from the last checkpoint"
             )
             raise NonFiniteError(msg)
 
-    def train_step(self, batch: DataProto) -> dict[str, float]:
-        """One step: generate, score, advantages, update. Returns the step's metrics."""
-        specs, step = self.specs, self.state.step
-        timing: dict[str, float] = {}
-        worker: dict[str, float] = {}
-        with timed("step", timing):
-            # --- n rows per prompt (here, once), one response per row ----------------------
-            batch = batch.repeat(specs.n, interleave=True)
-            prompts = batch.pop(batch_keys=_PROMPT_KEYS)
-            with timed("gen", timing):
-                gen = self.policy.generate_sequences(prompts, specs.train_sampling)
-            _add_timing(worker, _take_metrics(gen))
-            batch = batch.union(gen)
-            model_in = self._select(batch, POLICY_INPUT_KEYS)
-            self._last_model_in = model_in  # the divergence guard rescores it before a save
-
-            # --- old log-probs, reference log-probs, values ----------------------------------
-            mismatch: dict[str, float] = {}  # rollout vs engine log-probs (trainer/mismatch.py)
-            if not specs.policy.reuse_old_log_probs:  # on-policy: the update's forward has them
-                with timed("old_log_prob", timing):
-                    out = self.policy.compute_log_prob(model_in)
-                _add_timing(worker, _take_metrics(out))
-                batch.union(out)
-                if "rollout_log_probs" in batch.batch:  # else the update's forward tallies it
-                    mismatch = logprob_diff_metrics(
-                        batch.batch["old_log_probs"],
-                        batch.batch["rollout_log_probs"],
-                        batch.batch["response_mask"],
-                    )
-            if specs.policy.ref is not None:  # the algorithm's needs.reference decided it
-                with timed("ref", timing):
-                    out = self.policy.compute_ref_log_prob(model_in)
-                _add_timing(worker, _take_metrics(out))
-                batch.union(out)
-            if self.critic is not None:
-                with timed("values", timing):
-                    out = self.critic.compute_values(model_in)
-                _add_timing(worker, _take_metrics(out))
-                batch.union(out)
-
-            # --- reward (driver) -------------------------------------------------------------
-            with timed("reward", timing):
-                scores, reward_metrics = self.reward_manager(batch)
-                batch.union(scores)
-
-            # --- advantages (driver) ---------------------------------------------------------
-            with timed("adv", timing):
-                batch, kl_metrics = self.algorithm.compute_rewards(batch)
-                batch = self.algorithm.compute_advantages(batch)
-
-            # --- updates ---------------------------------------------------------------------
-            update_keys: tuple[str, ...] = (*POLICY_INPUT_KEYS, "advantages")
-            for key in ("old_log_probs", "rollout_log_probs"):  # rollout_is and mismatch
-                if key in batch.batch:
-                    update_keys = (*update_keys, key)
-            if self.critic is not None and specs.critic is not None:
-                critic_keys = (*POLICY_INPUT_KEYS, "values", "returns")
-                critic_in = self._laid_out(
-                    batch, critic_keys, specs.critic.update, self.critic.dispatch_info(CRITIC_MESH)
-                )
-                with timed("update_critic", timing):
-                    out = self.critic.update_critic(critic_in, step)
-                _add_timing(worker, _take_metrics(out))
-            if specs.policy.ref is not None:
-                update_keys = (*update_keys, "ref_log_prob")
-            actor_in = self._laid_out(
-                batch, update_keys, specs.policy.update, self.policy.dispatch_info(ACTOR_MESH)
-            )
-            with timed("update_actor", timing):
-                out = self.policy.update_actor(actor_in, step)
-            _add_timing(worker, _take_metrics(out))
-
-        return {
-            **worker,
-            **mismatch,
-            **reward_metrics,
-            **kl_metrics,
-            **compute_data_metrics(batch),
-            **timing_metrics(timing),
-            **compute_throughput_metrics(batch, timing, n_workers=self.world_size),
-        }
-
-    @staticmethod
-    def _select(batch: DataProto, keys: Sequence[str]) -> DataProto:
-        """Only the tensors a worker call needs: per-row strings and dicts stay here."""
-        return batch.select(batch_keys=list(keys), non_tensor_batch_keys=[])
-
-    def _laid_out(
-        self,
-        batch: DataProto,
-        keys: Sequence[str],
-        update: UpdateSpec,
-        mesh: Sequence[DispatchInfo],
-    ) -> DataProto:
-        """The update's rows: whole mini-batches per data-parallel rank of the role's ``mesh``
-        (its engine's ``dispatch_info``; tensor-parallel ranks share rows), zero-weight padding
-        (layout.py)."""
-        return mini_batch_layout(
-            self._select(batch, keys),
-            rows_per_mini_batch=update.rows_per_mini_batch,
-            world_size=mesh[0].dp_size,
-            balance_tokens=update.balance_tokens,
+    def context(self) -> DriverStepContext:
+        """A fresh context for the next step (the program's blocks, empty metrics)."""
+        parts = self.parts
+        return DriverStepContext(
+            self.specs,
+            policy=parts.policy,
+            critic=parts.critic,
+            roles=parts.roles,
+            algorithm=parts.algorithm,
+            reward_manager=parts.reward_manager,
+            step=self.state.counters.step,
+            next_prompts=self.next_prompts,
+            world_size=parts.world_size,
         )
+
+    def train_step(self, batch: DataProto) -> dict[str, float]:
+        """One step of the program on a batch of prompts. Returns the step's metrics."""
+        ctx = self.context()
+        with timed("step", ctx.timing):
+            batch = self.program.run(ctx, batch)
+        self._last_model_in = ctx.model_in  # the divergence guard rescores it before a save
+        return {
+            **ctx.worker_metrics,
+            **ctx.metrics,
+            **compute_data_metrics(batch),
+            **timing_metrics(ctx.timing),
+            **compute_throughput_metrics(batch, ctx.timing, n_workers=ctx.world_size),
+        }
 
     # --- validation -----------------------------------------------------------------------
 
@@ -417,7 +264,8 @@ class Trainer:
         samples of that source), ``timing_s/validate`` and, with ``[agent]``, the agent
         metrics of the validation conversations (``val/agent/tool_use_rate``, ...).
         """
-        if self.val_loader is None:
+        val_loader, policy = self.parts.val_loader, self.parts.policy
+        if val_loader is None:
             return {}
         timing: dict[str, float] = {}
         sources: list[str] = []
@@ -426,15 +274,15 @@ class Trainer:
         lengths: list[float] = []
         agent: dict[str, list[float]] = {}  # [agent] runs: tool use under validation sampling
         with timed("validate", timing):
-            for batch in self.val_loader:
+            for batch in val_loader:
                 batch = batch.repeat(self.specs.val_n, interleave=True)
-                prompts = batch.pop(batch_keys=_PROMPT_KEYS)
-                gen = self.policy.generate_sequences(prompts, self.specs.val_sampling)
-                for key, value in _take_metrics(gen).items():
+                prompts = batch.pop(batch_keys=list(PROMPT_KEYS))
+                gen = policy.generate_sequences(prompts, self.specs.val_sampling)
+                for key, value in reduce_metrics(gen.meta_info.pop("metrics", None) or {}).items():
                     if key.startswith("agent/"):
                         agent.setdefault(key, []).append(value)
                 batch = batch.union(gen)
-                out, _ = self.reward_manager(batch)
+                out, _ = self.parts.reward_manager(batch)
                 sources += [str(s) for s in batch.non_tensor_batch["data_source"]]
                 scores += [float(s) for s in out.non_tensor_batch["score"]]
                 accs += [float(bool(a)) for a in out.non_tensor_batch["acc"]]

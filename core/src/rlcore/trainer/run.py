@@ -71,7 +71,7 @@ def run_training(
     import ray
 
     from rlcore.checkpoint import CHECKPOINTS_DIR, CheckpointManager
-    from rlcore.config import config_to_dict
+    from rlcore.config import config_to_dict, dump_toml
     from rlcore.data import build_datasets, build_loaders, load_tokenizer
     from rlcore.tracking import Tracker
     from rlcore.trainer.builder import (
@@ -80,7 +80,9 @@ def run_training(
         build_workers,
         total_training_steps,
     )
-    from rlcore.trainer.fit import Trainer
+    from rlcore.trainer.extra_roles import check_extra_roles
+    from rlcore.trainer.fit import Components, Trainer
+    from rlcore.trainer.plan import build_loop_plan
     from rlcore.trainer.specs import build_specs, worker_settings
     from rlcore.workers.cluster import start_ray
     from rlcore.workers.worker import pin_torch_threads
@@ -93,6 +95,8 @@ def run_training(
     )
     resume_from = checkpoints.resolve_resume(config.trainer.resume)
     run_dir = prepare_run_dir(config, resuming=resume_from is not None)
+    algorithm = build_algorithm(config, registry)
+    check_extra_roles(config, algorithm.needs.extra_roles)  # one line before Ray starts
     if not ray.is_initialized():
         start_ray(config.resources)
 
@@ -105,7 +109,6 @@ def run_training(
         tokenizer, train_set, val_set = prepared.tokenizer, prepared.train_set, prepared.val_set
     train_loader, val_loader = build_loaders(config, train_set, val_set)
     total_steps = total_training_steps(config, len(train_loader))
-    algorithm = build_algorithm(config, registry)
     specs = build_specs(config, algorithm, total_steps, registry=registry)
     reward_manager = build_reward_manager(config, tokenizer, registry)
     workers = build_workers(config, specs)
@@ -121,19 +124,21 @@ def run_training(
     )
     try:
         trainer = Trainer(
-            config,
-            specs=specs,
-            policy=workers.policy,
-            critic=workers.critic,
-            algorithm=algorithm,
-            reward_manager=reward_manager,
-            train_loader=train_loader,
-            val_loader=val_loader,
-            tracker=tracker,
-            total_steps=total_steps,
-            world_size=workers.world_size,
-            checkpoints=checkpoints,
-            max_consecutive_nonfinite=config.trainer.max_consecutive_nonfinite,
+            specs,
+            build_loop_plan(config, total_steps, has_validation=val_loader is not None),
+            Components(
+                policy=workers.policy,
+                critic=workers.critic,
+                roles=workers.roles,
+                algorithm=algorithm,
+                reward_manager=reward_manager,
+                train_loader=train_loader,
+                val_loader=val_loader,
+                tracker=tracker,
+                checkpoints=checkpoints,
+                world_size=workers.world_size,
+                config_text=dump_toml(config_to_dict(config)),
+            ),
         )
         if resume_from is not None:
             trainer.restore(resume_from)

@@ -20,8 +20,16 @@ from rlcore.plugins import Component
 from rlcore.workers.worker import WorkerSettings
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from rlcore.config import AgentConfig, RunConfig
-    from rlcore.interfaces import AlgorithmNeeds, BaseAlgorithm, BaseRollout, RolloutTraits
+    from rlcore.interfaces import (
+        AlgorithmNeeds,
+        BaseAlgorithm,
+        BaseRollout,
+        ExtraRole,
+        RolloutTraits,
+    )
     from rlcore.plugins import PluginRegistry
 
 __all__ = [
@@ -29,8 +37,10 @@ __all__ = [
     "CriticSpec",
     "EngineRole",
     "PolicySpec",
+    "RoleSpec",
     "RunSpecs",
     "UpdateSpec",
+    "build_role_specs",
     "build_specs",
     "rollout_traits",
     "worker_settings",
@@ -119,6 +129,57 @@ class CriticSpec:
 
 
 @attrs.frozen(kw_only=True)
+class RoleSpec:
+    """One extra role's worker: its engine (frozen: no optimizer) and what it computes."""
+
+    name: str
+    output_key: str  # e.g. "teacher_log_prob"
+    backend: str
+    engine: EngineRole
+    temperature: float  # the policy's log-prob temperature: scores of the sampled distribution
+    settings: WorkerSettings
+
+
+def build_role_specs(
+    config: RunConfig,
+    declared: Sequence[ExtraRole],
+    *,
+    temperature: float,
+    settings: WorkerSettings,
+    registry: PluginRegistry | None = None,
+) -> dict[str, RoleSpec]:
+    """The spec of each declared role, from its ``[roles.<name>]`` (checked already)."""
+    res = config.resources
+    specs: dict[str, RoleSpec] = {}
+    for role in declared:
+        section = config.roles[role.name]
+        where = f"[roles.{role.name}.engine]"
+        specs[role.name] = RoleSpec(
+            name=role.name,
+            output_key=role.output_key,
+            backend="nccl" if res.device == "cuda" else "gloo",
+            engine=EngineRole(
+                engine=Component.of("engine", section.engine, where=where).pinned(registry),
+                spec=EngineSpec(
+                    # "ref": a frozen model to the engines (no optimizer, no LoRA adapters)
+                    role="ref",
+                    model_path=section.model.path,
+                    optim=None,
+                    micro_batch_size=section.micro_batch_size,
+                    max_tokens_per_micro_batch=section.max_tokens_per_micro_batch,
+                    dtype=section.model.dtype or config.model.dtype,
+                    trust_remote_code=section.model.trust_remote_code,
+                    device=res.device,
+                    seed=config.trainer.seed,
+                ),
+            ),
+            temperature=temperature,
+            settings=settings,
+        )
+    return specs
+
+
+@attrs.frozen(kw_only=True)
 class RunSpecs:
     """Everything the driver hands out, plus what it uses itself (``n``, sampling)."""
 
@@ -128,6 +189,8 @@ class RunSpecs:
     val_n: int
     train_sampling: SamplingParams
     val_sampling: SamplingParams
+    # the algorithm's extra roles by name (rlcore.trainer.extra_roles), each its own worker
+    roles: dict[str, RoleSpec] = attrs.Factory(dict)
 
 
 def worker_settings(config: RunConfig) -> WorkerSettings:
@@ -342,4 +405,11 @@ def build_specs(
         val_n=rollout.val.n,
         train_sampling=train_sampling,
         val_sampling=rollout.val.sampling(max_new),
+        roles=build_role_specs(
+            config,
+            needs.extra_roles,
+            temperature=policy.temperature,
+            settings=settings,
+            registry=registry,
+        ),
     )

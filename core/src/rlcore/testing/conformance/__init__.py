@@ -35,6 +35,10 @@ What each checks (see the function docstrings for the exact rules):
   advantages finite, (B, R), zero outside the mask, row-order
   free; losses are scalars with gradient, documented metric names, and split-invariant
   (micro-batch losses sum to the mini-batch loss and gradient, rtol 1e-6 in float64).
+- :func:`check_step_program` — the algorithm's step program (``step_program()``, None: the
+  default) updates the actor once a step (``step-updates-actor``), trains on
+  ``batch_size × n`` rows, ``n`` per prompt (``step-keeps-rows``), and resumed from a step's
+  saved state trains on what the uninterrupted run does (``step-resumable``).
 - :func:`check_engine` — an actor engine on a tiny model in a 1-rank gloo group: log-probs
   equal transformers', a step trains, synced weights load into transformers, checkpoints
   restore exactly.
@@ -62,6 +66,7 @@ from rlcore.testing.conformance._engine import check_engine, random_engine_batch
 from rlcore.testing.conformance._plugin import HEAVY_MODULES, check_plugin_module
 from rlcore.testing.conformance._reward import ADVERSARIAL_INPUTS, check_reward
 from rlcore.testing.conformance._rollout import check_rollout
+from rlcore.testing.conformance._step import STEP_RULES, check_step_program
 from rlcore.testing.conformance._tool import ADVERSARIAL_ARGUMENTS, check_tool
 
 __all__ = [
@@ -69,6 +74,7 @@ __all__ = [
     "ADVERSARIAL_INPUTS",
     "HEAVY_MODULES",
     "POLICY_METRICS",
+    "STEP_RULES",
     "check_algorithm",
     "check_config",
     "check_contract",
@@ -77,6 +83,7 @@ __all__ = [
     "check_reward",
     "check_rollout",
     "check_signatures",
+    "check_step_program",
     "check_tool",
     "random_algorithm_batch",
     "random_engine_batch",

@@ -1,0 +1,45 @@
+"""The algorithm's extra roles against ``[roles.<name>]``, before Ray starts.
+
+A role the algorithm declares (:attr:`BaseAlgorithm.extra_roles`) without a section or a
+``model.path``, a section no role asks for, and a model folder that does not exist are each
+one line naming the key.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rlcore.errors import ConfigError
+from rlcore.preflight.model import check_model_folder
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from rlcore.config import RunConfig
+    from rlcore.interfaces import ExtraRole
+
+__all__ = ["check_extra_roles"]
+
+
+def check_extra_roles(config: RunConfig, declared: Sequence[ExtraRole]) -> None:
+    """Every declared role has ``[roles.<name>]`` with an existing ``model.path``; every
+    ``[roles.<name>]`` is declared. One line naming the key, before Ray starts."""
+    names = {role.name for role in declared}
+    algo = config.algorithm.name
+    for name in config.roles:
+        if name not in names:
+            asked = ", ".join(sorted(names)) or "none"
+            msg = (
+                f"[roles.{name}]: algorithm {algo!r} declares no role {name!r} (its extra "
+                f"roles: {asked}); remove the section or select the algorithm that uses it"
+            )
+            raise ConfigError(msg)
+    for role in declared:
+        section = config.roles.get(role.name)
+        if section is None or not section.model.path:
+            msg = (
+                f"roles.{role.name}.model.path: algorithm {algo!r} needs the role "
+                f"{role.name!r} ({role.computes}); set it to a local Hugging Face model folder"
+            )
+            raise ConfigError(msg)
+        check_model_folder(section.model.path, f"roles.{role.name}.model.path")

@@ -1,0 +1,232 @@
+"""The training step as a program of named phases: the design's for-loop body, one line each.
+
+:class:`StepProgram` is the default step of GRPO, PPO, RLOO (and every algorithm whose
+:meth:`~rlcore.interfaces.BaseAlgorithm.step_program` returns None). Its body reads like the
+design's pseudo-code because :meth:`StepContext.phase` does the plumbing of each line: it
+times the call (``timing_s/<name>``), takes the metrics a worker reported (or the
+``(value, metrics)`` pair a driver-side call returned) and returns the data::
+
+    batch |= ctx.phase("ref", ctx.policy.compute_ref_log_prob, model_in)
+
+An algorithm changes the dataflow in one of two ways, from public blocks only (the role
+worker groups, the reward manager, the layout helpers and the phase helper of
+:class:`StepContext`):
+
+- insert phases into the default program: ``StepProgram(after_generate=(my_filter,),
+  before_update=(my_extra_loss_inputs,))``; each is a :data:`Phase`, ``(ctx, batch) -> batch``;
+- or subclass :class:`StepProgram` and write :meth:`StepProgram.run` itself.
+
+Rules a program keeps (checked by
+:func:`rlcore.testing.conformance.check_step_program`): it updates the actor once per step,
+the batch it trains on holds ``train_batch_size × n`` rows, and everything it carries from
+one step to the next is in its :meth:`StepProgram.state_dict` (checkpointed with the run).
+``docs/writing-an-algorithm.md`` walks through it.
+
+Nothing heavy is imported here: torch loads with the batch's tensors.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from rlcore.tracking.metrics import timed
+from rlcore.tracking.reductions import combine_calls, reduce_metrics
+
+if TYPE_CHECKING:
+    from rlcore.interfaces import BaseAlgorithm, SamplingParams
+    from rlcore.protocol import DataProto
+
+__all__ = [
+    "PROMPT_KEYS",
+    "Phase",
+    "RewardFn",
+    "StepContext",
+    "StepProgram",
+    "compute_advantages",
+]
+
+# The rollout's inputs, taken out of the (already expanded) prompt batch.
+PROMPT_KEYS = ("input_ids", "attention_mask", "position_ids")
+
+#: The reward manager's call: token-level scores (and per-sample ``score``/``acc``), metrics.
+RewardFn = Callable[["DataProto"], tuple["DataProto", dict[str, float]]]
+
+#: A phase inserted into the default program: takes the step's context and batch, returns
+#: the batch (it may drop rows and generate more through ``ctx.next_prompts``).
+Phase = Callable[["StepContext", "DataProto"], "DataProto"]
+
+
+class StepContext(abc.ABC):
+    """What one step's program works with, and what it gathers (timing, metrics).
+
+    Blocks: ``policy`` and ``critic`` (the role worker groups: ``generate_sequences``,
+    ``compute_log_prob``, ``compute_ref_log_prob``, ``update_actor``; ``compute_values``,
+    ``update_critic``; ``critic`` is None without one), ``roles`` (the algorithm's extra
+    roles by name, :attr:`BaseAlgorithm.extra_roles`), ``algorithm`` (the driver's copy),
+    ``reward_manager`` (``batch -> (scores, metrics)``), ``step`` (completed training steps,
+    seeds the mini-batch shuffle), ``next_prompts`` (the next batch of prompts from the run's
+    loader, for programs that generate more than one batch per step), and what the run
+    decided: ``n`` (samples per prompt), ``sampling`` (training sampling), ``old_log_prob_pass``
+    (False: the on-policy update's forward has them), ``reference`` (the algorithm needs
+    ``ref_log_prob``). The trainer builds it (``rlcore.trainer.fit``); the layout blocks
+    (:meth:`model_input`, :meth:`actor_input`, :meth:`critic_input`, :meth:`rollout_mismatch`)
+    are its.
+    """
+
+    def __init__(
+        self,
+        *,
+        policy: Any,
+        critic: Any | None,
+        algorithm: BaseAlgorithm,
+        reward_manager: RewardFn,
+        step: int,
+        next_prompts: Callable[[], DataProto],
+        n: int,
+        sampling: SamplingParams,
+        old_log_prob_pass: bool = True,
+        reference: bool = False,
+        roles: Mapping[str, Any] | None = None,
+        world_size: int = 1,
+    ) -> None:
+        self.policy = policy
+        self.critic = critic
+        self.roles: Mapping[str, Any] = roles or {}
+        self.algorithm = algorithm
+        self.reward_manager = reward_manager
+        self.step = step
+        self.next_prompts = next_prompts
+        self.n = n
+        self.sampling = sampling
+        self.old_log_prob_pass = old_log_prob_pass
+        self.reference = reference
+        self.world_size = world_size
+        self.timing: dict[str, float] = {}  # seconds per phase name (driver wall clock)
+        self.worker_metrics: dict[str, float] = {}  # what workers reported, reduced
+        self.metrics: dict[str, float] = {}  # what driver-side phases returned
+        self.phases: list[str] = []  # names of the phases run, in order (conformance reads it)
+        self.model_in: DataProto | None = None  # the policy's last input (the divergence guard)
+
+    # --- the phase helper -------------------------------------------------------------------
+
+    def phase(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn(*args, **kwargs)`` as phase ``name``: timed, its metrics taken, data returned.
+
+        A :class:`~rlcore.protocol.DataProto` result gives up ``meta_info["metrics"]`` (a
+        worker's lists, reduced by :mod:`rlcore.tracking.reductions`); a ``(value, metrics)``
+        pair gives up the dict. Either way the data comes back, so the line reads
+        ``batch |= ctx.phase(...)``.
+        """
+        from rlcore.protocol import DataProto
+
+        self.phases.append(name)
+        with timed(name, self.timing):
+            out = fn(*args, **kwargs)
+        if isinstance(out, DataProto):
+            reported = reduce_metrics(out.meta_info.pop("metrics", None) or {})
+            combine_calls(self.worker_metrics, reported)
+            return out
+        if isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], Mapping):
+            self.metrics.update(out[1])
+            return out[0]
+        return out
+
+    # --- blocks the default program uses, public for the others -------------------------------
+
+    @staticmethod
+    def prompts(batch: DataProto) -> DataProto:
+        """Pop the rollout's inputs (``input_ids``, masks, positions) out of ``batch``."""
+        return batch.pop(batch_keys=list(PROMPT_KEYS))
+
+    def generate(self, batch: DataProto, name: str = "gen") -> DataProto:
+        """Phase ``name``: one response per row of ``batch`` (already expanded), joined to it."""
+        gen = self.phase(name, self.policy.generate_sequences, self.prompts(batch), self.sampling)
+        return batch.union(gen)
+
+    @abc.abstractmethod
+    def rollout_mismatch(self, batch: DataProto) -> None:
+        """Add ``rollout/logprob_diff_*`` (the engine's old log-probs against the rollout's
+        own) to the metrics, when the batch holds both."""
+
+    @abc.abstractmethod
+    def model_input(self, batch: DataProto) -> DataProto:
+        """The tensors a forward pass over (prompt, response) needs; kept as ``model_in``."""
+
+    @abc.abstractmethod
+    def actor_input(self, batch: DataProto) -> DataProto:
+        """The actor update's rows: its loss inputs, laid out in whole mini-batches per rank
+        (``needs.loss_keys`` included)."""
+
+    @abc.abstractmethod
+    def critic_input(self, batch: DataProto) -> DataProto:
+        """The critic update's rows (values, returns), laid out like the actor's."""
+
+    def update_actor(self, batch: DataProto) -> None:
+        """Phase ``update_actor``: the policy's optimizer steps on ``batch``."""
+        self.phase("update_actor", self.policy.update_actor, self.actor_input(batch), self.step)
+
+    def update_critic(self, batch: DataProto) -> None:
+        """Phase ``update_critic``: the critic's optimizer steps on ``batch``."""
+        if self.critic is None:
+            msg = "update_critic: this run has no critic"
+            raise RuntimeError(msg)
+        self.phase("update_critic", self.critic.update_critic, self.critic_input(batch), self.step)
+
+
+def compute_advantages(
+    algorithm: BaseAlgorithm, batch: DataProto
+) -> tuple[DataProto, dict[str, float]]:
+    """The algorithm's rewards (e.g. minus a KL penalty), then its advantages; with metrics."""
+    batch, metrics = algorithm.compute_rewards(batch)
+    return algorithm.compute_advantages(batch), metrics
+
+
+class StepProgram:
+    """The default step (GRPO, PPO, RLOO), with optional inserted phases.
+
+    ``after_generate``: phases run right after generation (filter, resample); ``before_update``:
+    phases run after the advantages, before the updates (extra loss inputs). The program holds
+    no run state; a subclass that does returns it from :meth:`state_dict`.
+    """
+
+    def __init__(
+        self, *, after_generate: Sequence[Phase] = (), before_update: Sequence[Phase] = ()
+    ) -> None:
+        self.after_generate = tuple(after_generate)
+        self.before_update = tuple(before_update)
+
+    def run(self, ctx: StepContext, batch: DataProto) -> DataProto:
+        """One step on a batch of prompts; returns the batch the update trained on."""
+        policy, critic = ctx.policy, ctx.critic
+        # --- n rows per prompt (here, once), one response per row ----------------------------
+        batch = ctx.generate(batch.repeat(ctx.n, interleave=True))
+        for insert in self.after_generate:
+            batch = insert(ctx, batch)
+        model_in = ctx.model_input(batch)
+        # --- old log-probs, reference log-probs, values ---------------------------------------
+        if ctx.old_log_prob_pass:  # else on-policy: the update's forward has them
+            batch |= ctx.phase("old_log_prob", policy.compute_log_prob, model_in)
+            ctx.rollout_mismatch(batch)
+        if ctx.reference:  # the algorithm's needs.reference decided it
+            batch |= ctx.phase("ref", policy.compute_ref_log_prob, model_in)
+        if critic is not None:
+            batch |= ctx.phase("values", critic.compute_values, model_in)
+        # --- reward and advantages (driver) ---------------------------------------------------
+        batch |= ctx.phase("reward", ctx.reward_manager, batch)
+        batch = ctx.phase("adv", compute_advantages, ctx.algorithm, batch)
+        for insert in self.before_update:
+            batch = insert(ctx, batch)
+        # --- updates ----------------------------------------------------------------------------
+        if critic is not None:
+            ctx.update_critic(batch)
+        ctx.update_actor(batch)
+        return batch
+
+    def state_dict(self) -> dict[str, Any]:
+        """What the program carries from step to step (checkpointed); the default: nothing."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""

@@ -1,0 +1,107 @@
+"""The algorithm's extra roles (:attr:`BaseAlgorithm.extra_roles`): checked, specced, placed.
+
+An algorithm declares, e.g., ``ExtraRole(name="teacher")`` (the log-probs of another model);
+the user configures it in ``[roles.teacher]``::
+
+    [roles.teacher]
+    model = { path = "models/teacher" }
+    engine = { name = "fsdp2" }        # optional: the actor's engine, options included
+
+Before Ray starts, :func:`check_extra_roles` (:mod:`rlcore.preflight.roles`) turns a role
+without a section, a section no role asks for and a model folder that does not exist into one
+line naming the key. :func:`rlcore.trainer.specs.build_role_specs` makes one
+:class:`~rlcore.trainer.specs.RoleSpec` per role on the driver;
+:class:`ExtraRoleWorker` holds its engine, colocated with the built-in roles in one process
+per device (:func:`rlcore.trainer.builder.build_workers`) and checkpointed with them (its own
+folder ``<name>/`` of a checkpoint; a frozen model keeps only its rank's state map there).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rlcore.dispatch import Dispatch, mesh_dispatch_mode, register
+from rlcore.preflight.roles import check_extra_roles
+from rlcore.workers import Worker
+
+if TYPE_CHECKING:
+    from rlcore.interfaces import BaseEngine
+    from rlcore.protocol import DataProto
+    from rlcore.trainer.specs import RoleSpec
+
+log = logging.getLogger(__name__)
+
+__all__ = ["EXTRA_ROLE_MESH", "ExtraRoleWorker", "check_extra_roles"]
+
+# Each extra role's worker declares its own engine's place here (one instance per role, so
+# two roles never share a declaration).
+EXTRA_ROLE_MESH = "extra_role"
+_EXTRA = mesh_dispatch_mode(EXTRA_ROLE_MESH)
+
+
+class ExtraRoleWorker(Worker):
+    """A frozen model's engine: ``compute_log_prob`` gives ``<name>_log_prob`` (B, R)."""
+
+    def __init__(self, spec: RoleSpec) -> None:
+        super().__init__()
+        self.apply_settings(spec.settings)
+        self.spec = spec
+        self.engine: BaseEngine | None = None
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        from rlcore.trainer.roles import declare_mesh
+
+        self.init_process_group(self.spec.backend)
+        self.engine = self.spec.engine.engine.build(self.spec.engine.spec)
+        declare_mesh(self, self.engine, EXTRA_ROLE_MESH)
+        log.info("rank %d: role %s ready", self.rank, self.spec.name)
+
+    def _engine(self) -> BaseEngine:
+        if self.engine is None:
+            msg = f"ExtraRoleWorker {self.spec.name}: call init_model() first"
+            raise RuntimeError(msg)
+        return self.engine
+
+    @register(dispatch_mode=_EXTRA)
+    def compute_log_prob(self, data: DataProto) -> DataProto:
+        """``<name>_log_prob`` (B, R): the responses' log-probs under this role's model."""
+        from rlcore.protocol import DataProto
+        from rlcore.trainer.update import clock, summed
+
+        timing: dict[str, list[float]] = {}
+        with clock(timing, f"{self.spec.name}_forward"):
+            outputs = self._engine().compute_log_prob(data, temperature=self.spec.temperature)
+        if outputs.log_probs is None:
+            msg = f"role {self.spec.name}: the engine returned no log_probs"
+            raise RuntimeError(msg)
+        return DataProto.from_dict(
+            tensors={self.spec.output_key: outputs.log_probs},
+            meta_info={"metrics": summed(timing)},
+        )
+
+    # The model is frozen at its model.path: a checkpoint keeps only which model it was, so a
+    # resume with another teacher is caught instead of silently training against it.
+    def _state(self) -> dict[str, Any]:
+        return {"role": self.spec.name, "model_path": self.spec.engine.spec.model_path}
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_checkpoint(self, path: str) -> None:
+        from rlcore.checkpoint import save_worker_state
+
+        save_worker_state(Path(path) / self.spec.name, self.rank, self._state())
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, path: str) -> None:
+        from rlcore.checkpoint import CheckpointError, load_worker_state
+
+        saved = load_worker_state(Path(path) / self.spec.name, self.rank)
+        if dict(saved) != self._state():
+            msg = (
+                f"checkpoint {path} was written with role {self.spec.name!r} at "
+                f"{saved.get('model_path')!r}, this run's roles.{self.spec.name}.model.path "
+                f"is {self._state()['model_path']!r}"
+            )
+            raise CheckpointError(msg)

@@ -107,21 +107,18 @@ BASES: Final[dict[str, type]] = {
 }
 
 # Where the first-party components live, for "not installed" messages only: the core never
-# branches on a plugin name for behaviour.
+# branches on a plugin name for behaviour. Each is the distribution ``rlcore-<name>``.
 INSTALL_HINTS: Final[dict[tuple[str, str], str]] = {
-    ("engine", "fsdp2"): "rlcore-fsdp2",
-    ("engine", "megatron"): "rlcore-megatron",
-    ("rollout", "hf"): "rlcore-hf",
-    ("rollout", "vllm"): "rlcore-vllm",
-    ("rollout", "sglang"): "rlcore-sglang",
-    ("reward", "gsm8k"): "rlcore-gsm8k",
-    ("reward", "math"): "rlcore-math",
-    ("algorithm", "ppo"): "rlcore-ppo",
-    ("algorithm", "grpo"): "rlcore-grpo",
-    ("algorithm", "rloo"): "rlcore-rloo",
-    ("tool", "calculator"): "rlcore-calculator",
-    ("logger", "wandb"): "rlcore-wandb",
-    ("logger", "mlflow"): "rlcore-mlflow",
+    (kind, name): f"rlcore-{name}"
+    for kind, names in {
+        "engine": ("fsdp2", "megatron"),
+        "rollout": ("hf", "vllm", "sglang"),
+        "reward": ("gsm8k", "math"),
+        "algorithm": ("ppo", "grpo", "rloo"),
+        "tool": ("calculator",),
+        "logger": ("wandb", "mlflow"),
+    }.items()
+    for name in names
 }
 
 
@@ -183,6 +180,17 @@ class _Provenance:
         if self.distribution is None:
             return "in-process plugin"
         return f"{self.distribution} {self.version}"
+
+    def entry(self, kind: str, name: str, target: str | type | Callable[..., Any]) -> PluginEntry:
+        """``name`` -> ``target`` as registered by this plugin."""
+        return PluginEntry(
+            kind=kind,
+            name=name,
+            target=target,
+            distribution=self.distribution,
+            version=self.version,
+            plugin=self.plugin,
+        )
 
 
 def contract_refusal(declared: object) -> str | None:
@@ -385,14 +393,7 @@ class PluginRegistry:
                     continue
                 for name, target in result.items():
                     if isinstance(name, str) and isinstance(target, str | type):
-                        entry = PluginEntry(
-                            kind=kind,
-                            name=name,
-                            target=target,
-                            distribution=prov.distribution,
-                            version=prov.version,
-                            plugin=prov.plugin,
-                        )
+                        entry = prov.entry(kind, name, target)
                         self._refused[kind].setdefault(name, (entry, refusal))
 
     def refused_entries(self) -> list[tuple[PluginEntry, str]]:
@@ -449,16 +450,8 @@ class PluginRegistry:
                 )
                 self._problem(prov, "error", f"bad registration {name!r} -> {target!r}", msg)
                 continue
-            entry = PluginEntry(
-                kind=kind,
-                name=name,
-                target=target,
-                distribution=prov.distribution,
-                version=prov.version,
-                plugin=prov.plugin,
-            )
             existing = self._entries[kind].setdefault(name, [])
-            existing.append(entry)
+            existing.append(prov.entry(kind, name, target))
             if len(existing) > 1:
                 msg = self._duplicate_message(kind, name)
                 self._problem(prov, "duplicate", msg, msg)

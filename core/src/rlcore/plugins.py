@@ -499,15 +499,7 @@ class PluginRegistry:
         cached = self._resolved.get((kind, name))
         if cached is not None:
             return cached
-        found = self._entries[kind].get(name)
-        if not found and name in self._refused[kind]:
-            raise PluginError(self._refused_message(kind, name, where))
-        if not found:
-            raise PluginError(self._unknown_message(kind, name, where))
-        if len(found) > 1:
-            raise PluginError(self._duplicate_message(kind, name))
-        entry = found[0]
-        cls = self._import(entry)
+        entry, cls = self._import_one(kind, name, where)
         base = BASES[kind]
         if not (isinstance(cls, type) and issubclass(cls, base)):
             msg = (
@@ -538,13 +530,7 @@ class PluginRegistry:
         cached = self._resolved_functions.get((kind, name))
         if cached is not None:
             return cached
-        found = self._entries[kind].get(name)
-        if not found:
-            raise PluginError(self._unknown_message(kind, name, where))
-        if len(found) > 1:
-            raise PluginError(self._duplicate_message(kind, name))
-        entry = found[0]
-        fn = self._import(entry)
+        entry, fn = self._import_one(kind, name, where)
         # A class is callable too, but the registries promise plain functions of one signature.
         if isinstance(fn, type) or not callable(fn):
             msg = (
@@ -554,6 +540,18 @@ class PluginRegistry:
             raise PluginError(msg)
         self._resolved_functions[(kind, name)] = fn
         return fn
+
+    def _import_one(self, kind: str, name: str, where: str | None) -> tuple[PluginEntry, object]:
+        """The one entry registered as ``name`` and what it names, imported; otherwise the
+        error that says why not (refused, unknown or not installed, or provided twice)."""
+        found = self._entries[kind].get(name)
+        if not found and name in self._refused[kind]:
+            raise PluginError(self._refused_message(kind, name, where))
+        if not found:
+            raise PluginError(self._unknown_message(kind, name, where))
+        if len(found) > 1:
+            raise PluginError(self._duplicate_message(kind, name))
+        return found[0], self._import(found[0])
 
     def _import(self, entry: PluginEntry) -> object:
         if not isinstance(entry.target, str):

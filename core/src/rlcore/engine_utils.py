@@ -61,6 +61,7 @@ log = logging.getLogger(__name__)
 __all__ = [
     "LOG_PROB_CHUNK_TOKENS",
     "TOKENIZER_FILES",
+    "GuardedSteps",
     "MetricMeans",
     "OptimizerGuard",
     "accumulate_gradients",
@@ -696,6 +697,42 @@ class OptimizerGuard:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.global_step = int(state["global_step"])
         self.skipped_steps = int(state["skipped_steps"])
+
+
+class GuardedSteps:
+    """The optimizer side every engine that steps through an :class:`OptimizerGuard` shares.
+
+    A mixin before :class:`~rlcore.interfaces.BaseEngine` in an engine's bases; the engine
+    sets ``self._guard`` when it builds its optimizer and leaves it None without one (the
+    reference, or no ``optim``). ``global_step``, ``skipped_steps`` and ``lr`` are the
+    guard's counters (0 without one); :meth:`_require_guard` is the check a training call
+    starts with.
+    """
+
+    spec: EngineSpec
+    _guard: OptimizerGuard | None = None
+
+    @property
+    def global_step(self) -> int:
+        """Optimizer steps taken."""
+        return self._guard.global_step if self._guard is not None else 0
+
+    @property
+    def skipped_steps(self) -> int:
+        """Optimizer steps skipped for a non-finite grad norm."""
+        return self._guard.skipped_steps if self._guard is not None else 0
+
+    @property
+    def lr(self) -> float:
+        """The learning rate of the last optimizer step (0 before any)."""
+        return self._guard.lr if self._guard is not None else 0.0
+
+    def _require_guard(self, error: type[EngineError]) -> OptimizerGuard:
+        """The guard, or ``error`` (the engine's own class) for an engine that cannot train."""
+        if self._guard is None:
+            msg = f"[{self.spec.role}] engine has no optimizer (role 'ref' or optim unset)"
+            raise error(msg)
+        return self._guard
 
 
 def clip_and_step(

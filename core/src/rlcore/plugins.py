@@ -107,21 +107,18 @@ BASES: Final[dict[str, type]] = {
 }
 
 # Where the first-party components live, for "not installed" messages only: the core never
-# branches on a plugin name for behaviour.
+# branches on a plugin name for behaviour. Each is the distribution ``rlcore-<name>``.
 INSTALL_HINTS: Final[dict[tuple[str, str], str]] = {
-    ("engine", "fsdp2"): "rlcore-fsdp2",
-    ("engine", "megatron"): "rlcore-megatron",
-    ("rollout", "hf"): "rlcore-hf",
-    ("rollout", "vllm"): "rlcore-vllm",
-    ("rollout", "sglang"): "rlcore-sglang",
-    ("reward", "gsm8k"): "rlcore-gsm8k",
-    ("reward", "math"): "rlcore-math",
-    ("algorithm", "ppo"): "rlcore-ppo",
-    ("algorithm", "grpo"): "rlcore-grpo",
-    ("algorithm", "rloo"): "rlcore-rloo",
-    ("tool", "calculator"): "rlcore-calculator",
-    ("logger", "wandb"): "rlcore-wandb",
-    ("logger", "mlflow"): "rlcore-mlflow",
+    (kind, name): f"rlcore-{name}"
+    for kind, names in {
+        "engine": ("fsdp2", "megatron"),
+        "rollout": ("hf", "vllm", "sglang"),
+        "reward": ("gsm8k", "math"),
+        "algorithm": ("ppo", "grpo", "rloo"),
+        "tool": ("calculator",),
+        "logger": ("wandb", "mlflow"),
+    }.items()
+    for name in names
 }
 
 
@@ -183,6 +180,17 @@ class _Provenance:
         if self.distribution is None:
             return "in-process plugin"
         return f"{self.distribution} {self.version}"
+
+    def entry(self, kind: str, name: str, target: str | type | Callable[..., Any]) -> PluginEntry:
+        """``name`` -> ``target`` as registered by this plugin."""
+        return PluginEntry(
+            kind=kind,
+            name=name,
+            target=target,
+            distribution=self.distribution,
+            version=self.version,
+            plugin=self.plugin,
+        )
 
 
 def contract_refusal(declared: object) -> str | None:
@@ -385,14 +393,7 @@ class PluginRegistry:
                     continue
                 for name, target in result.items():
                     if isinstance(name, str) and isinstance(target, str | type):
-                        entry = PluginEntry(
-                            kind=kind,
-                            name=name,
-                            target=target,
-                            distribution=prov.distribution,
-                            version=prov.version,
-                            plugin=prov.plugin,
-                        )
+                        entry = prov.entry(kind, name, target)
                         self._refused[kind].setdefault(name, (entry, refusal))
 
     def refused_entries(self) -> list[tuple[PluginEntry, str]]:
@@ -449,16 +450,8 @@ class PluginRegistry:
                 )
                 self._problem(prov, "error", f"bad registration {name!r} -> {target!r}", msg)
                 continue
-            entry = PluginEntry(
-                kind=kind,
-                name=name,
-                target=target,
-                distribution=prov.distribution,
-                version=prov.version,
-                plugin=prov.plugin,
-            )
             existing = self._entries[kind].setdefault(name, [])
-            existing.append(entry)
+            existing.append(prov.entry(kind, name, target))
             if len(existing) > 1:
                 msg = self._duplicate_message(kind, name)
                 self._problem(prov, "duplicate", msg, msg)
@@ -506,15 +499,7 @@ class PluginRegistry:
         cached = self._resolved.get((kind, name))
         if cached is not None:
             return cached
-        found = self._entries[kind].get(name)
-        if not found and name in self._refused[kind]:
-            raise PluginError(self._refused_message(kind, name, where))
-        if not found:
-            raise PluginError(self._unknown_message(kind, name, where))
-        if len(found) > 1:
-            raise PluginError(self._duplicate_message(kind, name))
-        entry = found[0]
-        cls = self._import(entry)
+        entry, cls = self._import_one(kind, name, where)
         base = BASES[kind]
         if not (isinstance(cls, type) and issubclass(cls, base)):
             msg = (
@@ -545,13 +530,7 @@ class PluginRegistry:
         cached = self._resolved_functions.get((kind, name))
         if cached is not None:
             return cached
-        found = self._entries[kind].get(name)
-        if not found:
-            raise PluginError(self._unknown_message(kind, name, where))
-        if len(found) > 1:
-            raise PluginError(self._duplicate_message(kind, name))
-        entry = found[0]
-        fn = self._import(entry)
+        entry, fn = self._import_one(kind, name, where)
         # A class is callable too, but the registries promise plain functions of one signature.
         if isinstance(fn, type) or not callable(fn):
             msg = (
@@ -561,6 +540,18 @@ class PluginRegistry:
             raise PluginError(msg)
         self._resolved_functions[(kind, name)] = fn
         return fn
+
+    def _import_one(self, kind: str, name: str, where: str | None) -> tuple[PluginEntry, object]:
+        """The one entry registered as ``name`` and what it names, imported; otherwise the
+        error that says why not (refused, unknown or not installed, or provided twice)."""
+        found = self._entries[kind].get(name)
+        if not found and name in self._refused[kind]:
+            raise PluginError(self._refused_message(kind, name, where))
+        if not found:
+            raise PluginError(self._unknown_message(kind, name, where))
+        if len(found) > 1:
+            raise PluginError(self._duplicate_message(kind, name))
+        return found[0], self._import(found[0])
 
     def _import(self, entry: PluginEntry) -> object:
         if not isinstance(entry.target, str):

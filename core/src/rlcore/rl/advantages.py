@@ -20,12 +20,15 @@ before the run starts.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from rlcore.rl.masked import apply_mask, masked_whiten
+
+if TYPE_CHECKING:
+    from rlcore.rl.registry import AdvantageEstimatorFn
 
 __all__ = [
     "compute_gae_advantage_return",
@@ -216,17 +219,8 @@ def compute_reinforce_plus_plus_baseline_outcome_advantage(
 
 # --- the registered estimators (one signature) ----------------------------------------------
 
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
-def _reads(*keys: str) -> Callable[[_F], _F]:
-    """Declare the ``Config`` fields an estimator reads (checked when the config is loaded)."""
-
-    def mark(fn: _F) -> _F:
-        fn.config_keys = keys  # type: ignore[attr-defined]
-        return fn
-
-    return mark
+_UIDS = "non_tensor_batch['uid'] (the prompt id of each sample)"
+_CRITIC = "batch['values'] from a critic (an algorithm with one, e.g. ppo)"
 
 
 def _need(x: Any, what: str, estimator: str) -> Any:
@@ -237,84 +231,56 @@ def _need(x: Any, what: str, estimator: str) -> Any:
     return x
 
 
-_UIDS = "non_tensor_batch['uid'] (the prompt id of each sample)"
-
-
-@_reads("gamma", "lam")
-def gae_estimator(
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
+def _registered(
+    name: str,
+    compute: Callable[..., tuple[torch.Tensor, torch.Tensor]],
     *,
-    config: Any,
-    index: np.ndarray | None = None,
-    values: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``gae``: :func:`compute_gae_advantage_return` with ``config.gamma``, ``config.lam``."""
-    critic = _need(values, "batch['values'] from a critic (an algorithm with one, e.g. ppo)", "gae")
-    return compute_gae_advantage_return(
-        token_level_rewards, critic, response_mask, gamma=config.gamma, lam=config.lam
-    )
+    reads: tuple[str, ...] = (),
+    uids: bool = False,
+    critic: bool = False,
+) -> AdvantageEstimatorFn:
+    """``compute`` behind the one :class:`AdvantageEstimatorFn` signature, as ``name``.
+
+    Every option in ``reads`` is a ``Config`` field passed on under the same keyword (and is
+    the estimator's ``config_keys``, checked when the config is loaded); ``uids`` / ``critic``:
+    ``compute`` takes ``uids`` / ``values``, which must then be given.
+    """
+
+    def estimator(
+        token_level_rewards: torch.Tensor,
+        response_mask: torch.Tensor,
+        *,
+        config: Any,
+        index: np.ndarray | None = None,
+        values: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        extra = {key: getattr(config, key) for key in reads}
+        if uids:
+            extra["uids"] = _need(index, _UIDS, name)
+        if critic:
+            extra["values"] = _need(values, _CRITIC, name)
+        return compute(token_level_rewards, response_mask=response_mask, **extra)
+
+    # The name the registry's messages (and a reader of a traceback) see.
+    estimator.__name__ = estimator.__qualname__ = f"{name}_estimator"
+    options = f" ({', '.join(f'``{k}``' for k in reads)})" if reads else ""
+    estimator.__doc__ = f"``{name}``: :func:`{compute.__name__}`{options}."
+    estimator.config_keys = reads  # type: ignore[attr-defined]
+    return estimator
 
 
-@_reads("epsilon", "norm_adv_by_std")
-def grpo_estimator(
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    *,
-    config: Any,
-    index: np.ndarray | None = None,
-    values: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``grpo``: :func:`compute_grpo_outcome_advantage` (``epsilon``, ``norm_adv_by_std``)."""
-    return compute_grpo_outcome_advantage(
-        token_level_rewards,
-        response_mask,
-        _need(index, _UIDS, "grpo"),
-        epsilon=config.epsilon,
-        norm_adv_by_std=config.norm_adv_by_std,
-    )
-
-
-@_reads()
-def rloo_estimator(
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    *,
-    config: Any,
-    index: np.ndarray | None = None,
-    values: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``rloo``: :func:`compute_rloo_outcome_advantage`."""
-    uids = _need(index, _UIDS, "rloo")
-    return compute_rloo_outcome_advantage(token_level_rewards, response_mask, uids)
-
-
-@_reads("gamma")
-def reinforce_plus_plus_estimator(
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    *,
-    config: Any,
-    index: np.ndarray | None = None,
-    values: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``reinforce_plus_plus``: :func:`compute_reinforce_plus_plus_outcome_advantage`."""
-    return compute_reinforce_plus_plus_outcome_advantage(
-        token_level_rewards, response_mask, gamma=config.gamma
-    )
-
-
-@_reads()
-def reinforce_plus_plus_baseline_estimator(
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    *,
-    config: Any,
-    index: np.ndarray | None = None,
-    values: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``reinforce_plus_plus_baseline``: its group-baseline variant (uid groups)."""
-    uids = _need(index, _UIDS, "reinforce_plus_plus_baseline")
-    return compute_reinforce_plus_plus_baseline_outcome_advantage(
-        token_level_rewards, response_mask, uids
-    )
+gae_estimator = _registered(
+    "gae", compute_gae_advantage_return, reads=("gamma", "lam"), critic=True
+)
+grpo_estimator = _registered(
+    "grpo", compute_grpo_outcome_advantage, reads=("epsilon", "norm_adv_by_std"), uids=True
+)
+rloo_estimator = _registered("rloo", compute_rloo_outcome_advantage, uids=True)
+reinforce_plus_plus_estimator = _registered(
+    "reinforce_plus_plus", compute_reinforce_plus_plus_outcome_advantage, reads=("gamma",)
+)
+reinforce_plus_plus_baseline_estimator = _registered(
+    "reinforce_plus_plus_baseline",
+    compute_reinforce_plus_plus_baseline_outcome_advantage,
+    uids=True,
+)

@@ -32,7 +32,7 @@ from the algorithm's ``Config`` (``config.clip_ratio_low``, ...).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import attrs
 import torch
@@ -70,13 +70,8 @@ LossAggMode = Literal[
     "seq-mean-token-mean",
     "seq-mean-token-sum-norm",
 ]
-LOSS_AGG_MODES: tuple[str, ...] = (
-    "token-mean",
-    "token-sum",
-    "seq-mean-token-sum",
-    "seq-mean-token-mean",
-    "seq-mean-token-sum-norm",
-)
+# The same names at run time (config validation, error messages), in the Literal's order.
+LOSS_AGG_MODES: tuple[str, ...] = get_args(LossAggMode)
 
 
 def local_totals(response_mask: torch.Tensor) -> BatchTotals:

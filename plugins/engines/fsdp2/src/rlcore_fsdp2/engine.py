@@ -43,6 +43,7 @@ from rlcore.checkpoint.safe_load import (
     weights_only_refusal,
 )
 from rlcore.engine_utils import (
+    GuardedSteps,
     OptimizerGuard,
     accumulate_gradients,
     copy_tokenizer_files,
@@ -64,7 +65,7 @@ class FSDP2Error(EngineError):
     """The FSDP2 engine cannot do what was asked (missing checkpoint, wrong role, ...)."""
 
 
-class FSDP2Engine(BaseEngine):
+class FSDP2Engine(GuardedSteps, BaseEngine):
     """A :class:`~rlcore.interfaces.BaseEngine` on torch FSDP2 (``fully_shard``).
 
     Extra public surface beyond the contract: ``lr`` (the learning rate of the last step),
@@ -153,21 +154,6 @@ class FSDP2Engine(BaseEngine):
         if spec.optim is not None and spec.role != "ref":
             self._build_optimizer()
         self._offloaded = False
-
-    @property
-    def global_step(self) -> int:
-        """Optimizer steps taken."""
-        return self._guard.global_step if self._guard is not None else 0
-
-    @property
-    def skipped_steps(self) -> int:
-        """Optimizer steps skipped for a non-finite grad norm."""
-        return self._guard.skipped_steps if self._guard is not None else 0
-
-    @property
-    def lr(self) -> float:
-        """The learning rate of the last optimizer step (0 before any)."""
-        return self._guard.lr if self._guard is not None else 0.0
 
     # --- construction ---------------------------------------------------------------------
 
@@ -326,9 +312,7 @@ class FSDP2Engine(BaseEngine):
         Ranks with fewer micro-batches (dynamic batching) run zero-weight passes on one of
         their rows so every rank issues the same FSDP collectives.
         """
-        if self.optimizer is None:
-            msg = f"[{self.spec.role}] engine has no optimizer (role 'ref' or optim unset)"
-            raise FSDP2Error(msg)
+        self._require_guard(FSDP2Error)
         self.onload()
         self.model.train()
         return accumulate_gradients(
@@ -343,10 +327,8 @@ class FSDP2Engine(BaseEngine):
         )
 
     def optimizer_step(self, *, lr: float) -> float:
-        if self._guard is None:
-            msg = f"[{self.spec.role}] engine has no optimizer (role 'ref' or optim unset)"
-            raise FSDP2Error(msg)
-        return self._guard.step(lr=lr, parameters=self.model.parameters())
+        guard = self._require_guard(FSDP2Error)
+        return guard.step(lr=lr, parameters=self.model.parameters())
 
     def _inference(
         self, batch: DataProto, *, temperature: float, with_entropy: bool

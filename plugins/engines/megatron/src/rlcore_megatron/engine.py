@@ -37,6 +37,7 @@ import torch.distributed.checkpoint as dcp
 from rlcore.dispatch import DispatchInfo
 from rlcore.engine_utils import (
     TOKENIZER_FILES,
+    GuardedSteps,
     MetricMeans,
     OptimizerGuard,
     batch_totals,
@@ -108,11 +109,12 @@ def _single_process() -> bool:
     return not dist.is_initialized() or dist.get_world_size() == 1
 
 
-class MegatronEngine(BaseEngine):
+class MegatronEngine(GuardedSteps, BaseEngine):
     """A :class:`~rlcore.interfaces.BaseEngine` on megatron-core (tensor/pipeline/data parallel).
 
     Extra public surface beyond the contract: ``layout`` (sizes and ranks), ``compute_logits``
-    (full-vocab logits, for tests), ``global_step``, ``skipped_steps``, ``model`` and ``dims``.
+    (full-vocab logits, for tests), ``global_step``, ``skipped_steps``, ``lr`` (the learning
+    rate of the last step), ``model`` and ``dims``.
     """
 
     @attrs.frozen(kw_only=True)
@@ -223,16 +225,6 @@ class MegatronEngine(BaseEngine):
         self._guard: OptimizerGuard | None = None
         if trains:
             self._build_optimizer()
-
-    @property
-    def global_step(self) -> int:
-        """Optimizer steps taken."""
-        return self._guard.global_step if self._guard is not None else 0
-
-    @property
-    def skipped_steps(self) -> int:
-        """Optimizer steps skipped for a non-finite grad norm."""
-        return self._guard.skipped_steps if self._guard is not None else 0
 
     # --- construction ---------------------------------------------------------------------
 
@@ -424,9 +416,7 @@ class MegatronEngine(BaseEngine):
 
         Metrics are averaged over micro-batches weighted by their valid response tokens.
         """
-        if self.optimizer is None:
-            msg = f"[{self.spec.role}] engine has no optimizer (role 'ref' or optim unset)"
-            raise MegatronError(msg)
+        self._require_guard(MegatronError)
         self.model.train()
         totals = self._totals(batch)
         temp = float(temperature)
@@ -447,15 +437,13 @@ class MegatronEngine(BaseEngine):
 
     def optimizer_step(self, *, lr: float) -> float:
         """Sum DP gradients, clip to ``spec.grad_clip`` (global TP x PP norm), step at ``lr``."""
-        if self._guard is None:
-            msg = f"[{self.spec.role}] engine has no optimizer (role 'ref' or optim unset)"
-            raise MegatronError(msg)
+        guard = self._require_guard(MegatronError)
         reduce_gradients(self.model, self.layout, tied_output=self._tied_output)
 
         def clip(max_norm: float) -> float:  # the norm over TP x PP, not torch's local one
             return clip_grad_norm(self.model, self.layout, max_norm, tied_output=self._tied_output)
 
-        return self._guard.step(lr=lr, clip=clip)
+        return guard.step(lr=lr, clip=clip)
 
     # --- inference ------------------------------------------------------------------------
 

@@ -113,8 +113,8 @@ INSTALL_HINTS: Final[dict[tuple[str, str], str]] = {
     for kind, names in {
         "engine": ("fsdp2", "megatron"),
         "rollout": ("hf", "vllm", "sglang"),
-        "reward": ("gsm8k", "math"),
-        "algorithm": ("ppo", "grpo", "rloo"),
+        "reward": ("gsm8k", "math", "code"),
+        "algorithm": ("ppo", "grpo", "rloo", "dapo"),
         "tool": ("calculator",),
         "logger": ("wandb", "mlflow"),
     }.items()

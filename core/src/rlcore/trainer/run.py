@@ -112,6 +112,7 @@ def run_training(
     specs = build_specs(config, algorithm, total_steps, registry=registry)
     reward_manager = build_reward_manager(config, tokenizer, registry)
     workers = build_workers(config, specs)
+    config_dict = config_to_dict(config)  # for the loggers and the checkpoints' config.toml
     tracker = Tracker(
         run_dir,
         config.trainer.loggers,
@@ -119,7 +120,7 @@ def run_training(
         console_every=config.trainer.log_freq,
         start_step=_checkpoint_step(resume_from),
         experiment_name=config.trainer.experiment_name,
-        config=config_to_dict(config),
+        config=config_dict,
         logger_options=config.trainer.logger_options,
     )
     try:
@@ -137,7 +138,7 @@ def run_training(
                 tracker=tracker,
                 checkpoints=checkpoints,
                 world_size=workers.world_size,
-                config_text=dump_toml(config_to_dict(config)),
+                config_text=dump_toml(config_dict),
             ),
         )
         if resume_from is not None:

@@ -30,7 +30,13 @@ from rlcore.errors import PluginError
 from rlcore.interfaces import BaseAlgorithm, BatchTotals, ModelOutputs
 from rlcore.rl import builtin
 from rlcore.rl.kl import KL_ESTIMATORS, KLController, apply_kl_penalty, kl_penalty
-from rlcore.rl.losses import LOSS_AGG_MODES, LossAggMode, agg_loss, local_metric
+from rlcore.rl.losses import (
+    LOSS_AGG_MODES,
+    LossAggMode,
+    agg_loss,
+    is_advantage_scaled,
+    local_metric,
+)
 from rlcore.rl.registry import get_adv_estimator_fn, get_policy_loss_fn
 from rlcore.rl.rollout_is import (
     ROLLOUT_IS_LEVELS,
@@ -109,13 +115,6 @@ def require(batch: DataProto, key: str) -> torch.Tensor:
         msg = f"the algorithm needs batch[{key!r}]; the batch has {sorted(tensors)}"
         raise KeyError(msg)
     return tensors[key]
-
-
-# The core's policy losses whose per-token (or per-row) terms are all multiples of the
-# advantage: a row of zero advantages contributes exactly nothing to their gradient.
-ADVANTAGE_SCALED_LOSSES: frozenset[str] = frozenset(
-    {"vanilla", "gspo", "cispo", "gpg", "sapo", "gmpo"}
-)
 
 
 class PolicyGradientAlgorithm(BaseAlgorithm):
@@ -215,17 +214,19 @@ class PolicyGradientAlgorithm(BaseAlgorithm):
     def zero_advantage_rows_inert(self) -> bool:
         """Whether a row whose advantages are all zero adds nothing to the loss's gradient.
 
-        True without a KL loss or entropy bonus and with one of the core's losses whose every
-        term is a multiple of the advantage (:data:`ADVANTAGE_SCALED_LOSSES`), so the worker
-        may leave such rows out of the backward pass (the mini-batch totals keep them).
-        ``kl_cov`` is not (its penalty does not vanish with the advantage, and its token
-        selection depends on the rows present); nor is a plugin's loss, which says nothing.
+        True without a KL loss or entropy bonus and with a policy loss marked
+        :func:`~rlcore.rl.losses.advantage_scaled` (every term a multiple of the advantage), so
+        the worker may leave such rows out of the backward pass (the mini-batch totals keep
+        them). ``kl_cov`` is not marked (its penalty does not vanish with the advantage, and
+        its token selection depends on the rows present); nor is an unknown name.
         """
-        return (
-            not self.config.use_kl_loss
-            and not self.needs_entropy
-            and self.config.policy_loss in ADVANTAGE_SCALED_LOSSES
-        )
+        if self.config.use_kl_loss or self.needs_entropy:
+            return False
+        try:
+            loss = get_policy_loss_fn(self.config.policy_loss)
+        except PluginError:  # validated when the config loads; unknown here: keep every row
+            return False
+        return is_advantage_scaled(loss)
 
     # --- driver side ------------------------------------------------------------------------
 

@@ -48,6 +48,7 @@ __all__ = [
     "LossAggMode",
     "PolicyLossBody",
     "PolicyLossTerms",
+    "advantage_scaled",
     "agg_loss",
     "compute_policy_loss_cispo",
     "compute_policy_loss_gmpo",
@@ -57,6 +58,7 @@ __all__ = [
     "compute_policy_loss_sapo",
     "compute_policy_loss_vanilla",
     "compute_value_loss",
+    "is_advantage_scaled",
     "local_metric",
     "local_totals",
     "policy_loss_fn",
@@ -250,6 +252,21 @@ def policy_loss_fn(body: PolicyLossBody) -> PolicyLossFn:
     return loss
 
 
+def advantage_scaled(loss: PolicyLossFn) -> PolicyLossFn:
+    """Mark a policy loss every term of which is a multiple of the advantage: a row of zero
+    advantages adds exactly nothing to its gradient, so workers may leave such rows out of
+    the backward pass (:attr:`~rlcore.interfaces.BaseAlgorithm.zero_advantage_rows_inert`).
+    A loss without the mark (``kl_cov``, whose penalty does not vanish with the advantage;
+    any plugin's that does not say) keeps every row."""
+    loss.advantage_scaled = True  # type: ignore[attr-defined]
+    return loss
+
+
+def is_advantage_scaled(loss: PolicyLossFn) -> bool:
+    """Whether ``loss`` carries the :func:`advantage_scaled` mark."""
+    return bool(getattr(loss, "advantage_scaled", False))
+
+
 def _valid_only(mask: torch.Tensor, *tensors: torch.Tensor) -> list[torch.Tensor]:
     """The inputs with padded positions set to 0 (selected, so gradients there are 0 too).
 
@@ -292,6 +309,7 @@ def _log_ratio(old_log_prob: torch.Tensor, log_prob: torch.Tensor) -> torch.Tens
 # --- the policy losses (bodies; registered in rlcore.rl.builtin) -----------------------------
 
 
+@advantage_scaled
 @policy_loss_fn
 def compute_policy_loss_vanilla(
     old_log_prob: torch.Tensor,
@@ -328,6 +346,7 @@ def compute_policy_loss_vanilla(
     )
 
 
+@advantage_scaled
 @policy_loss_fn
 def compute_policy_loss_gspo(
     old_log_prob: torch.Tensor,
@@ -358,6 +377,7 @@ def compute_policy_loss_gspo(
     )
 
 
+@advantage_scaled
 @policy_loss_fn
 def compute_policy_loss_cispo(
     old_log_prob: torch.Tensor,
@@ -382,6 +402,7 @@ def compute_policy_loss_cispo(
     )
 
 
+@advantage_scaled
 @policy_loss_fn
 def compute_policy_loss_gpg(
     old_log_prob: torch.Tensor,
@@ -398,6 +419,7 @@ def compute_policy_loss_gpg(
     return PolicyLossTerms(token_losses=-advantages * log_prob, kl=old_log_prob - log_prob)
 
 
+@advantage_scaled
 @policy_loss_fn
 def compute_policy_loss_sapo(
     old_log_prob: torch.Tensor,
@@ -425,6 +447,7 @@ def compute_policy_loss_sapo(
     return PolicyLossTerms(token_losses=-gates * advantages, kl=-neg_approx_kl)
 
 
+@advantage_scaled
 @policy_loss_fn
 def compute_policy_loss_gmpo(
     old_log_prob: torch.Tensor,

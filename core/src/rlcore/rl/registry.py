@@ -73,7 +73,9 @@ class PolicyLossFn(Protocol):
     ``loss`` is a scalar with a graph; ``metrics`` are this micro-batch's own values
     (``actor/pg_loss``, ``actor/pg_clipfrac``, ``actor/pg_clipfrac_lower``, ``actor/ppo_kl``,
     and any of the loss's own). :func:`rlcore.rl.losses.policy_loss_fn` builds one from the
-    per-token terms, with the shared aggregation and metrics.
+    per-token terms, with the shared aggregation and metrics. A loss whose every term is a
+    multiple of the advantage may say so with :func:`rlcore.rl.losses.advantage_scaled`, so
+    that zero-advantage rows can be left out of the backward pass.
     """
 
     def __call__(

@@ -121,6 +121,7 @@ def test_written_parquet_loads_unfiltered_within_the_config_limits(prepare, mode
         QUICKSTART / "grpo.toml",
         QUICKSTART / "ppo.toml",
         QUICKSTART / "rloo.toml",
+        QUICKSTART / "dapo.toml",
         GSM8K_EXAMPLE / "grpo.toml",
         GSM8K_EXAMPLE / "ppo.toml",
         GSM8K_EXAMPLE / "rloo.toml",
@@ -149,12 +150,14 @@ def test_no_example_logs_to_tensorboard_by_default(config):
 def test_run_sh_threads_the_seed_through_every_stage():
     text = (QUICKSTART / "run.sh").read_text()
     assert 'python examples/quickstart/prepare.py --seed "$seed"' in text  # init + batches
-    assert "rlcore train examples/quickstart/grpo.toml" in text
+    assert "config=examples/quickstart/grpo.toml" in text  # the default algorithm
+    assert 'rlcore train "$config"' in text
     for override in (
         '"model.path=$work/seed$seed/model_sft"',  # the seed's own warm start
         '"data.seed=$seed"',  # prompt order
         '"trainer.seed=$seed"',  # sampling and everything else the trainer seeds
-        'run_dir="${run_dir:-runs/quickstart-grpo-seed$seed}"',  # one run dir per seed
+        'name="quickstart-$(basename "$config" .toml)"',  # quickstart-grpo by default
+        'run_dir="${run_dir:-runs/$name-seed$seed}"',  # one run dir per seed and algorithm
     ):
         assert override in text, override
     # The seed's model path is the one prepare.py writes.
@@ -242,3 +245,18 @@ def test_prepare_cli_evaluates_on_the_given_schedule_and_seeds_its_own_folder(
     assert "warm start exists" in again
     assert f"held-out test accuracy {summary['test_acc']:.1%}" in again
     assert "dev acc" not in again
+
+
+@pytest.mark.parametrize("other", ["dapo.toml"])
+def test_algorithm_variants_share_the_quickstart_recipe(other):
+    # A variant's curve is comparable with GRPO's only when it trains the same warm start on
+    # the same data with the same budget and optimiser: only [algorithm], [roles] and the
+    # run's names may differ.
+    base = tomllib.loads((QUICKSTART / "grpo.toml").read_text())
+    cfg = tomllib.loads((QUICKSTART / other).read_text())
+    for section in ("data", "model", "actor", "rollout", "reward", "resources"):
+        assert cfg[section] == base[section], section
+    names = ("experiment_name", "run_dir")
+    assert {k: v for k, v in cfg["trainer"].items() if k not in names} == {
+        k: v for k, v in base["trainer"].items() if k not in names
+    }

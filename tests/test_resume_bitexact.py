@@ -1,10 +1,16 @@
 """Kill the driver with SIGKILL right after a checkpoint, resume with ``resume = "auto"``.
 
 Each run is a subprocess with its own local Ray (its process group is killed, workers
-included). PPO (actor + critic; GAE against an untrained critic gives non-zero gradients)
-for 4 steps, 2 batches per epoch, a checkpoint every step. One chain of runs is killed once
-mid-epoch and once at an epoch boundary (in a random order of the two plans) and then run to
-the end; its exported final actor must be bit-identical to an uninterrupted run's.
+included), 4 steps of 2 batches per epoch, a checkpoint every step; its exported final actor
+must be bit-identical to an uninterrupted run's. One case per algorithm whose step carries
+something a resume must restore:
+
+- PPO (actor + critic; GAE against an untrained critic gives non-zero gradients): killed once
+  mid-epoch and once at an epoch boundary, in a random order of the two plans;
+- DAPO: dynamic sampling pulls extra prompts from the loader inside a step (its position,
+  mid-step, is what a resume must get right); killed once at a random step. The random tiny
+  model never answers right, so these runs score with ``parity`` (tests/data/varied-reward),
+  a deterministic test reward that splits random text and leaves groups to keep and drop.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -23,6 +30,27 @@ import pytest
 pytestmark = pytest.mark.slow
 
 TOTAL_STEPS = 4  # 2 epochs of 2 batches
+VARIED_REWARD = Path(__file__).parent / "data" / "varied-reward"
+
+
+@dataclass(frozen=True)
+class Case:
+    algorithm: str
+    kill_plans: tuple[tuple[int, ...], ...]  # one is drawn: the steps to kill after, in order
+    options: str = ""
+    rewards: tuple[str, ...] = ("gsm8k",)
+    critic_lr: float | None = None
+
+
+CASES = {
+    "ppo": Case(algorithm="ppo", kill_plans=((1, 2), (2, 3)), critic_lr=1e-3),
+    "dapo": Case(
+        algorithm="dapo",
+        kill_plans=((1,), (2,), (3,)),
+        options='filter_groups = { metric = "acc" }',
+        rewards=("parity",),
+    ),
+}
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +68,7 @@ def assets(tmp_path_factory):
     return model, train, write_train_script(root / "runner.py")
 
 
-def _write_config(assets, run_dir: Path, keep_last: int | None = None) -> Path:
+def _write_config(assets, case: Case, run_dir: Path, keep_last: int | None = None) -> Path:
     from rlcore.testing.runs import tiny_run_toml
 
     model, train, _ = assets
@@ -48,8 +76,10 @@ def _write_config(assets, run_dir: Path, keep_last: int | None = None) -> Path:
         model=model,
         train_files=[train],
         run_dir=run_dir,
-        algorithm="ppo",
-        critic_lr=1e-3,
+        algorithm=case.algorithm,
+        algorithm_options=case.options,
+        rewards=case.rewards,
+        critic_lr=case.critic_lr,
         total_steps=TOTAL_STEPS,
         save_freq=1,
         keep_last=keep_last or None,
@@ -63,6 +93,8 @@ def _write_config(assets, run_dir: Path, keep_last: int | None = None) -> Path:
 def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env["OMP_NUM_THREADS"] = "1"
+    # The test reward's distribution, found by the driver, its reward pool and the workers.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(VARIED_REWARD), env.get("PYTHONPATH")]))
     return env
 
 
@@ -123,26 +155,27 @@ def _weights(run_dir: Path) -> dict:
     return out
 
 
-def test_sigkill_mid_epoch_and_at_epoch_boundary_resume_bit_identical(assets, tmp_path):
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_sigkill_then_resume_is_bit_identical(assets, tmp_path, name):
     import torch
 
+    case = CASES[name]
     # Reference: one uninterrupted run.
     ref_dir = tmp_path / "ref"
-    _run_to_end(assets, _write_config(assets, ref_dir), tmp_path / "ref.log")
+    _run_to_end(assets, _write_config(assets, case, ref_dir), tmp_path / "ref.log")
 
-    # Mid-epoch (steps 1, 3) and epoch boundary (step 2), in a random order.
-    plan = random.choice([(1, 2), (2, 3)])
+    plan = random.choice(case.kill_plans)
     run_dir = tmp_path / "killed"
-    config = _write_config(assets, run_dir, keep_last=2)
+    config = _write_config(assets, case, run_dir, keep_last=2)
     log = tmp_path / "killed.log"
-    _run_and_kill_after(assets, config, run_dir, plan[0], log)
-    _run_and_kill_after(assets, config, run_dir, plan[1], log)
+    for step in plan:
+        _run_and_kill_after(assets, config, run_dir, step, log)
     _run_to_end(assets, config, log)
 
     ref, got = _weights(ref_dir), _weights(run_dir)
     assert ref.keys() == got.keys()
-    for name in ref:
-        assert torch.equal(ref[name], got[name]), f"{name} differs after resume (plan {plan})"
+    for key in ref:
+        assert torch.equal(ref[key], got[key]), f"{key} differs after resume (plan {plan})"
     # The run did change the weights (a no-op run would be trivially identical).
     from safetensors.torch import load_file
 
@@ -159,11 +192,24 @@ def test_sigkill_mid_epoch_and_at_epoch_boundary_resume_bit_identical(assets, tm
     assert kept == [f"global_step_{TOTAL_STEPS - 1}", f"global_step_{TOTAL_STEPS}"]
     assert _latest(run_dir) == f"global_step_{TOTAL_STEPS}"
     step_dir = run_dir / "checkpoints" / f"global_step_{TOTAL_STEPS}"
-    for name in ("COMPLETE", "config.toml", "trainer_state.json", "rng_state.pt"):
-        assert (step_dir / name).is_file(), name
+    for file in ("COMPLETE", "config.toml", "trainer_state.json", "rng_state.pt"):
+        assert (step_dir / file).is_file(), file
     assert (step_dir / "actor").is_dir()
-    assert (step_dir / "critic").is_dir()
+    assert (step_dir / "critic").is_dir() == (case.critic_lr is not None)
     state = json.loads((step_dir / "trainer_state.json").read_text())
     assert state["step"] == TOTAL_STEPS
-    # After 4 batches of 2 per epoch the loader stands at the start of epoch 2.
-    assert state["dataloader"] == {"epoch": 2, "position": 0, "seed": 0}
+    if name == "ppo":
+        # After 4 batches of 2 per epoch the loader stands at the start of epoch 2.
+        assert state["dataloader"] == {"epoch": 2, "position": 0, "seed": 0}
+    if name == "dapo":
+        # The filter dropped groups and pulled more prompts: the resume restored a loader
+        # that had moved inside steps, and the resumed run logged the same rounds.
+        ref_rows = [json.loads(x) for x in (ref_dir / "metrics.jsonl").read_text().splitlines()]
+        rounds = {
+            r["step"]: r["train/num_gen_batches"] for r in ref_rows if "train/num_gen_batches" in r
+        }
+        assert max(rounds.values()) > 1, rounds
+        got_rounds = {
+            r["step"]: r["train/num_gen_batches"] for r in rows if "train/num_gen_batches" in r
+        }
+        assert got_rounds == rounds

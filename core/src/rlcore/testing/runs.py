@@ -133,15 +133,17 @@ def tiny_run_toml(
     processes_per_node: int = 1,
     cpus_per_process: float | None = None,
     experiment_name: str = "rlcore",
+    rewards: Sequence[str] = ("gsm8k",),
     extra: str = "",
 ) -> str:
     """The TOML text of the tiny run (load it with ``rlcore.config.load_config_text``).
 
     Prompts up to 64 tokens, responses up to 8, ``n`` samples each from the HF rollout, the
-    GSM8K reward, JSONL metrics in ``run_dir``. ``algorithm_options`` are lines added to
-    ``[algorithm]`` (e.g. ``"use_kl_in_reward = true"``); ``critic_lr`` adds a ``[critic]``
-    section (PPO needs one); ``keep_last`` and ``cpus_per_process`` are left to the schema's
-    defaults when None; ``extra`` is TOML appended at the end (whole sections).
+    GSM8K reward (or the ``rewards`` named), JSONL metrics in ``run_dir``.
+    ``algorithm_options`` are lines added to ``[algorithm]`` (e.g. ``"use_kl_in_reward =
+    true"``); ``critic_lr`` adds a ``[critic]`` section (PPO needs one); ``keep_last`` and
+    ``cpus_per_process`` are left to the schema's defaults when None; ``extra`` is TOML
+    appended at the end (whole sections).
     """
     critic = "" if critic_lr is None else f"\n[critic]\noptim = {{ lr = {critic_lr!r} }}\n"
     keep = "" if keep_last is None else f"keep_last = {keep_last}\n"
@@ -166,7 +168,7 @@ name = "hf"
 n = {n}
 
 [reward]
-default = ["gsm8k"]
+default = {json.dumps(list(rewards))}
 
 [algorithm]
 name = {json.dumps(algorithm)}

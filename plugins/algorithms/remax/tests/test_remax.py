@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from rlcore.interfaces import SamplingParams
+from rlcore.hookspecs import hookimpl
+from rlcore.interfaces import CONTRACT_VERSION, BaseReward, SamplingParams
 from rlcore.testing.conformance import check_plugin_module, check_step_program
 from rlcore_remax.algorithm import (
     ReMax,
@@ -188,3 +189,92 @@ def test_the_core_never_names_the_plugin():
         if re.search(r"rlcore[_-]remax", p.read_text(encoding="utf-8"))
     ]
     assert hits == []
+
+
+# --- a tiny real run: Ray workers, FSDP2, HF rollout ------------------------------------------
+
+
+class LengthReward(BaseReward):
+    """Scores the decoded response's length modulo 3 (0, 0.5 or 1): greedy and sampled
+    responses of the tiny random model score differently, so the advantages are not all 0
+    (the GSM8K reward would score this model 0 everywhere)."""
+
+    def score(self, data_source, solution_str, ground_truth, extra_info=None):
+        return (len(solution_str) % 3) / 2
+
+
+class LengthRewardPlugin:
+    contract_version = CONTRACT_VERSION
+
+    @staticmethod
+    @hookimpl
+    def register_rewards():
+        return {"length_mod3": LengthReward}
+
+
+@pytest.mark.slow
+def test_a_tiny_run_trains_on_sample_minus_greedy_reward(ray_session, tmp_path, monkeypatch):
+    """``run_training`` on the installed plugin (the driver runs in this process, so its step
+    program can be watched): the greedy phases ran and were timed, every trained row's
+    advantage is its reward minus its prompt's greedy reward, the actor trained."""
+    from rlcore.config import load_config_text
+    from rlcore.plugins import PluginRegistry
+    from rlcore.testing.runs import arithmetic_rows, tiny_run_model, tiny_run_toml, write_jsonl
+    from rlcore.trainer import run_training
+
+    trained: list = []
+    baselines: list[torch.Tensor] = []
+
+    class Watched(ReMaxProgram):
+        def baseline(self, ctx, prompts):
+            out = super().baseline(ctx, prompts)
+            baselines.append(out.clone())
+            return out
+
+        def run(self, ctx, batch):
+            out = super().run(ctx, batch)
+            trained.append(out)
+            return out
+
+    monkeypatch.setattr(ReMax, "step_program", lambda self: Watched())
+    registry = PluginRegistry(disabled=["rlcore-fake", "rlcore-fake-dup"])
+    registry.register(LengthRewardPlugin(), name="length-reward-test")
+
+    model = tiny_run_model(tmp_path / "model")
+    rows = arithmetic_rows([(a, b) for a in range(4) for b in range(4)])
+    text = tiny_run_toml(
+        model=model,
+        train_files=[write_jsonl(rows, tmp_path / "t.jsonl")],
+        run_dir=tmp_path / "run",
+        algorithm="remax",
+        n=2,
+    ).replace('default = ["gsm8k"]', 'default = ["length_mod3"]\nnum_workers = 1')
+    config = load_config_text(text, source="remax.toml", registry=registry)
+    assert run_training(config, registry=registry) == 0
+
+    assert len(trained) == len(baselines) == 2
+    nonzero = 0
+    for batch, greedy in zip(trained, baselines, strict=True):
+        assert len(greedy) == 4  # one greedy response per prompt
+        assert len(batch) == 8  # 4 prompts x n = 2: the greedy rows are not trained on
+        assert torch.equal(batch.batch["reward_baselines"], greedy.repeat_interleave(2))
+        mask = batch.batch["response_mask"].bool()
+        score = batch.batch["token_level_scores"].sum(-1)
+        for row in range(len(batch)):
+            adv = batch.batch["advantages"][row]
+            want = score[row] - batch.batch["reward_baselines"][row]
+            assert torch.allclose(adv[mask[row]], want.expand(int(mask[row].sum())))
+            assert torch.all(adv[~mask[row]] == 0)
+            nonzero += int(want != 0)
+    assert nonzero > 0, "every sample scored like its greedy response: a trivial check"
+
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    steps = [r for r in map(json.loads, lines) if "timing_s/gen_greedy" in r]
+    assert [r["step"] for r in steps] == [1, 2]
+    for r, greedy in zip(steps, baselines, strict=True):
+        assert r["timing_s/gen_greedy"] > 0
+        assert "timing_s/reward_greedy" in r
+        assert r["remax/baseline_reward_mean"] == pytest.approx(float(greedy.mean()))
+        assert "remax/sample_minus_baseline_mean" in r
+        assert "actor/pg_loss" in r
+        assert np.isfinite(r["actor/grad_norm"])

@@ -13,8 +13,14 @@ import pytest
 import torch
 
 from rlcore.hookspecs import hookimpl
-from rlcore.interfaces import CONTRACT_VERSION, BaseReward, SamplingParams
-from rlcore.testing.conformance import check_plugin_module, check_step_program
+from rlcore.interfaces import CONTRACT_VERSION, AlgorithmNeeds, BaseReward, SamplingParams
+from rlcore.testing.conformance import (
+    check_algorithm,
+    check_contract,
+    check_plugin_module,
+    check_signatures,
+    check_step_program,
+)
 from rlcore_remax.algorithm import (
     ReMax,
     ReMaxProgram,
@@ -38,6 +44,37 @@ def test_plugin_module():
     assert check_plugin_module("rlcore_remax.plugin") == {
         "algorithm/remax": "rlcore_remax.algorithm:ReMax"
     }
+    assert check_contract("rlcore_remax.plugin") == CONTRACT_VERSION
+    check_signatures(ReMax)
+
+
+def test_needs_no_critic_and_its_zero_advantage_rows_are_inert():
+    assert _remax().needs == AlgorithmNeeds(
+        old_log_probs_on_driver=False, zero_advantage_rows_inert=True
+    )
+    assert _remax(use_kl_in_reward=True).needs.reference
+
+
+class _Baselined(ReMax):
+    """ReMax on check_algorithm's batch, which has no greedy rewards: a baseline per uid
+    (as the program gives: one per prompt) is added with the rewards."""
+
+    def compute_rewards(self, batch):
+        batch, metrics = super().compute_rewards(batch)
+        if "reward_baselines" not in batch.batch:
+            by_uid = {"a": 0.25, "b": 1.25, "c": 0.0, "d": -0.5}
+            uids = batch.non_tensor_batch["uid"]
+            batch.batch["reward_baselines"] = torch.tensor(
+                [by_uid[u] for u in uids], dtype=torch.float64
+            )
+        return batch, metrics
+
+
+@pytest.mark.parametrize(
+    "options", [{}, {"use_kl_loss": True}, {"use_kl_in_reward": True}, {"policy_loss": "gspo"}]
+)
+def test_algorithm_conformance(options):
+    check_algorithm(_Baselined, ReMax.Config(**options))
 
 
 def test_the_advantage_is_verls_formula():

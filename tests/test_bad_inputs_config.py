@@ -59,7 +59,7 @@ CONFIG_CASES = [
     (
         ["algorithm.name=grp"],
         "algorithm.name: unknown algorithm 'grp'. "
-        "Installed: dapo, grpo, ppo, reinforce_plus_plus, rloo. Did you mean 'grpo'?",
+        "Installed: dapo, grpo, ppo, reinforce_plus_plus, remax, rloo. Did you mean 'grpo'?",
     ),
     (
         ['reward.default="gsm9k"'],
@@ -71,6 +71,10 @@ CONFIG_CASES = [
         "actor.engine.reshard_after_foward: unknown key (did you mean 'reshard_after_forward'?)",
     ),
     (["algorithm.epsilon=0"], "algorithm.epsilon: must be > 0.0, got 0.0"),
+    (
+        ["algorithm.name=remax", 'algorithm.adv_estimator="grpo"'],
+        'algorithm.adv_estimator: must be one of "remax"; got "grpo"',
+    ),
     (
         ["actor.max_tokens_per_micro_batch=4096"],
         "actor.max_tokens_per_micro_batch: set micro_batch_size or "
@@ -147,6 +151,11 @@ def test_config_error(run, capsys, registry, overrides, message):
             ["rollout.name=vllm"],
             "rollout.name: rollout 'vllm' is not installed. "
             "Install it with: pip install rlcore-vllm",
+        ),
+        (
+            ["algorithm.name=remax"],
+            "algorithm.name: algorithm 'remax' is not installed. "
+            "Install it with: pip install rlcore-remax",
         ),
     ],
     ids=lambda v: v[0] if isinstance(v, list) else None,

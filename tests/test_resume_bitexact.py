@@ -10,7 +10,9 @@ something a resume must restore:
 - DAPO: dynamic sampling pulls extra prompts from the loader inside a step (its position,
   mid-step, is what a resume must get right); killed once at a random step. The random tiny
   model never answers right, so these runs score with ``parity`` (tests/data/varied-reward),
-  a deterministic test reward that splits random text and leaves groups to keep and drop.
+  a deterministic test reward that splits random text and leaves groups to keep and drop;
+- ReMax: a greedy generation per prompt is the baseline (``parity`` too, so advantages are
+  not all zero); killed once at a random step.
 """
 
 from __future__ import annotations
@@ -50,6 +52,9 @@ CASES = {
         options='filter_groups = { metric = "acc" }',
         rewards=("parity",),
     ),
+    # ReMax: a greedy generation per prompt inside the step (its baseline); greedy or not,
+    # the rollout's sampling RNG must stand where the uninterrupted run's did.
+    "remax": Case(algorithm="remax", kill_plans=((1,), (2,), (3,)), rewards=("parity",)),
 }
 
 

@@ -496,7 +496,8 @@ class PluginRegistry:
         if kind in FUNCTION_KINDS:
             msg = f"{kind} names a function: use resolve_function({kind!r}, {name!r})"
             raise PluginError(msg)
-        return self._resolve_cached(self._resolved, kind, name, where, self._class_problem)
+        cls: type = self._resolve_cached(self._resolved, kind, name, where, self._class_problem)
+        return cls
 
     def resolve_function(self, kind: str, name: str, *, where: str | None = None) -> Any:
         """Import and return the function registered as ``name`` of a function kind

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import tempfile
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -46,29 +47,37 @@ def random_engine_batch(vocab_size: int, *, seed: int = 0) -> DataProto:
     )
 
 
-def _loss(
-    outputs: ModelOutputs, mb: DataProto, totals: BatchTotals
-) -> tuple[Any, dict[str, float]]:
-    """A policy-gradient-shaped token-mean loss over the mini-batch totals."""
-    log_probs = _given(outputs.log_probs, "log_probs", "the loss function")
-    return _token_mean(-(log_probs * mb.batch["advantages"]), mb, totals, "conformance/loss")
+def _token_mean_loss(
+    field: str, to: str, metric: str, token_losses: Callable[[Any, DataProto], Any]
+) -> Callable[[ModelOutputs, DataProto, BatchTotals], tuple[Any, dict[str, float]]]:
+    """A loss function: ``token_losses(outputs.<field>, mb)`` summed over the valid tokens and
+    divided by the mini-batch's token total, reported as ``metric``; ``to`` names it in the
+    assertion that the engine passed the field."""
+
+    def loss_fn(
+        outputs: ModelOutputs, mb: DataProto, totals: BatchTotals
+    ) -> tuple[Any, dict[str, float]]:
+        value = getattr(outputs, field)
+        if value is None:
+            msg = f"the engine passed ModelOutputs without {field} to {to}"
+            raise AssertionError(msg)
+        mask = mb.batch["response_mask"].to(value.dtype)
+        loss = (token_losses(value, mb) * mask).sum() / max(totals.tokens, 1)
+        return loss, {metric: float(loss.detach())}
+
+    return loss_fn
 
 
-def _given(value: Any, field: str, to: str) -> Any:
-    """``value``, a field of the ModelOutputs the engine passed ``to`` a loss function."""
-    if value is None:
-        msg = f"the engine passed ModelOutputs without {field} to {to}"
-        raise AssertionError(msg)
-    return value
-
-
-def _token_mean(
-    token_losses: Any, mb: DataProto, totals: BatchTotals, metric: str
-) -> tuple[Any, dict[str, float]]:
-    """The valid tokens' losses summed over the mini-batch's token total, and as ``metric``."""
-    mask = mb.batch["response_mask"].to(token_losses.dtype)
-    loss = (token_losses * mask).sum() / max(totals.tokens, 1)
-    return loss, {metric: float(loss.detach())}
+# A policy-gradient-shaped token-mean loss over the mini-batch totals, and a critic's.
+_loss = _token_mean_loss(
+    "log_probs",
+    "the loss function",
+    "conformance/loss",
+    lambda lp, mb: -(lp * mb.batch["advantages"]),
+)
+_value_loss = _token_mean_loss(
+    "values", "a critic's loss function", "conformance/vf_loss", lambda v, mb: (v - 1.0) ** 2
+)
 
 
 def _hf_log_probs(model: Any, batch: DataProto, temperature: float = 1.0) -> Any:
@@ -371,13 +380,6 @@ def check_engine(
     finally:
         if created and dist.is_initialized():
             dist.destroy_process_group()
-
-
-def _value_loss(
-    outputs: ModelOutputs, mb: DataProto, totals: BatchTotals
-) -> tuple[Any, dict[str, float]]:
-    values = _given(outputs.values, "values", "a critic's loss function")
-    return _token_mean((values - 1.0) ** 2, mb, totals, "conformance/vf_loss")
 
 
 def _check_critic(

@@ -496,26 +496,7 @@ class PluginRegistry:
         if kind in FUNCTION_KINDS:
             msg = f"{kind} names a function: use resolve_function({kind!r}, {name!r})"
             raise PluginError(msg)
-        cached = self._resolved.get((kind, name))
-        if cached is not None:
-            return cached
-        entry, cls = self._import_one(kind, name, where)
-        base = BASES[kind]
-        if not (isinstance(cls, type) and issubclass(cls, base)):
-            msg = (
-                f"{kind} {name!r} ({entry.target_name}) from {entry.provider} is not a "
-                f"subclass of {base.__module__}.{base.__name__}"
-            )
-            raise PluginError(msg)
-        config_cls = cls.Config  # type: ignore[attr-defined]
-        # A plain subclass of an attrs class passes attrs.has() but drops its own fields.
-        if not attrs.has(config_cls) or "__attrs_attrs__" not in vars(config_cls):
-            msg = (
-                f"{kind} {name!r} ({entry.target_name}) from {entry.provider}: its Config "
-                f"must be an attrs class (@attrs.frozen(kw_only=True))"
-            )
-            raise PluginError(msg)
-        self._resolved[(kind, name)] = cls
+        cls: type = self._resolve_cached(self._resolved, kind, name, where, self._class_problem)
         return cls
 
     def resolve_function(self, kind: str, name: str, *, where: str | None = None) -> Any:
@@ -527,19 +508,48 @@ class PluginRegistry:
         if self._check_kind(kind) not in FUNCTION_KINDS:
             msg = f"{kind} names a class: use resolve({kind!r}, {name!r})"
             raise PluginError(msg)
-        cached = self._resolved_functions.get((kind, name))
+        return self._resolve_cached(
+            self._resolved_functions, kind, name, where, self._function_problem
+        )
+
+    def _resolve_cached(
+        self,
+        cache: dict[tuple[str, str], Any],
+        kind: str,
+        name: str,
+        where: str | None,
+        problem: Callable[[str, object], str | None],
+    ) -> Any:
+        """What ``name`` of ``kind`` names, imported once and kept in ``cache``; refused with
+        the entry and its provider when ``problem(kind, target)`` says what is wrong with it."""
+        cached = cache.get((kind, name))
         if cached is not None:
             return cached
-        entry, fn = self._import_one(kind, name, where)
+        entry, target = self._import_one(kind, name, where)
+        why = problem(kind, target)
+        if why is not None:
+            msg = f"{kind} {name!r} ({entry.target_name}) from {entry.provider}{why}"
+            raise PluginError(msg)
+        cache[(kind, name)] = target
+        return target
+
+    @staticmethod
+    def _class_problem(kind: str, cls: object) -> str | None:
+        base = BASES[kind]
+        if not (isinstance(cls, type) and issubclass(cls, base)):
+            return f" is not a subclass of {base.__module__}.{base.__name__}"
+        config_cls = cls.Config  # type: ignore[attr-defined]
+        # A plain subclass of an attrs class passes attrs.has() but drops its own fields.
+        if not attrs.has(config_cls) or "__attrs_attrs__" not in vars(config_cls):
+            return ": its Config must be an attrs class (@attrs.frozen(kw_only=True))"
+        return None
+
+    @staticmethod
+    def _function_problem(kind: str, fn: object) -> str | None:
         # A class is callable too, but the registries promise plain functions of one signature.
         if isinstance(fn, type) or not callable(fn):
-            msg = (
-                f"{kind} {name!r} ({entry.target_name}) from {entry.provider} is not a "
-                f"function, got {type(fn).__name__}"
-            )
-            raise PluginError(msg)
-        self._resolved_functions[(kind, name)] = fn
-        return fn
+            return f" is not a function, got {type(fn).__name__}"
+        return None
 
     def _import_one(self, kind: str, name: str, where: str | None) -> tuple[PluginEntry, object]:
         """The one entry registered as ``name`` and what it names, imported; otherwise the

@@ -13,25 +13,18 @@ _LOSSES = "rlcore.rl.losses"
 _ADVANTAGES = "rlcore.rl.advantages"
 
 
+def _targets(module: str, pattern: str, names: tuple[str, ...]) -> dict[str, str]:
+    """``{name: "module:<pattern with the name>"}``: each function is named after its name."""
+    return {name: f"{module}:{pattern.format(name)}" for name in names}
+
+
 @hookimpl
 def register_policy_losses() -> Mapping[str, str]:
-    return {
-        "vanilla": f"{_LOSSES}:compute_policy_loss_vanilla",
-        "gspo": f"{_LOSSES}:compute_policy_loss_gspo",
-        "cispo": f"{_LOSSES}:compute_policy_loss_cispo",
-        "gpg": f"{_LOSSES}:compute_policy_loss_gpg",
-        "sapo": f"{_LOSSES}:compute_policy_loss_sapo",
-        "gmpo": f"{_LOSSES}:compute_policy_loss_gmpo",
-        "kl_cov": f"{_LOSSES}:compute_policy_loss_kl_cov",
-    }
+    names = ("vanilla", "gspo", "cispo", "gpg", "sapo", "gmpo", "kl_cov")
+    return _targets(_LOSSES, "compute_policy_loss_{}", names)
 
 
 @hookimpl
 def register_adv_estimators() -> Mapping[str, str]:
-    return {
-        "gae": f"{_ADVANTAGES}:gae_estimator",
-        "grpo": f"{_ADVANTAGES}:grpo_estimator",
-        "rloo": f"{_ADVANTAGES}:rloo_estimator",
-        "reinforce_plus_plus": f"{_ADVANTAGES}:reinforce_plus_plus_estimator",
-        "reinforce_plus_plus_baseline": f"{_ADVANTAGES}:reinforce_plus_plus_baseline_estimator",
-    }
+    names = ("gae", "grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline")
+    return _targets(_ADVANTAGES, "{}_estimator", names)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import tempfile
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -46,16 +47,37 @@ def random_engine_batch(vocab_size: int, *, seed: int = 0) -> DataProto:
     )
 
 
-def _loss(
-    outputs: ModelOutputs, mb: DataProto, totals: BatchTotals
-) -> tuple[Any, dict[str, float]]:
-    """A policy-gradient-shaped token-mean loss over the mini-batch totals."""
-    if outputs.log_probs is None:
-        msg = "the engine passed ModelOutputs without log_probs to the loss function"
-        raise AssertionError(msg)
-    mask = mb.batch["response_mask"].to(outputs.log_probs.dtype)
-    loss = -(outputs.log_probs * mb.batch["advantages"] * mask).sum() / max(totals.tokens, 1)
-    return loss, {"conformance/loss": float(loss.detach())}
+def _token_mean_loss(
+    field: str, to: str, metric: str, token_losses: Callable[[Any, DataProto], Any]
+) -> Callable[[ModelOutputs, DataProto, BatchTotals], tuple[Any, dict[str, float]]]:
+    """A loss function: ``token_losses(outputs.<field>, mb)`` summed over the valid tokens and
+    divided by the mini-batch's token total, reported as ``metric``; ``to`` names it in the
+    assertion that the engine passed the field."""
+
+    def loss_fn(
+        outputs: ModelOutputs, mb: DataProto, totals: BatchTotals
+    ) -> tuple[Any, dict[str, float]]:
+        value = getattr(outputs, field)
+        if value is None:
+            msg = f"the engine passed ModelOutputs without {field} to {to}"
+            raise AssertionError(msg)
+        mask = mb.batch["response_mask"].to(value.dtype)
+        loss = (token_losses(value, mb) * mask).sum() / max(totals.tokens, 1)
+        return loss, {metric: float(loss.detach())}
+
+    return loss_fn
+
+
+# A policy-gradient-shaped token-mean loss over the mini-batch totals, and a critic's.
+_loss = _token_mean_loss(
+    "log_probs",
+    "the loss function",
+    "conformance/loss",
+    lambda lp, mb: -(lp * mb.batch["advantages"]),
+)
+_value_loss = _token_mean_loss(
+    "values", "a critic's loss function", "conformance/vf_loss", lambda v, mb: (v - 1.0) ** 2
+)
 
 
 def _hf_log_probs(model: Any, batch: DataProto, temperature: float = 1.0) -> Any:
@@ -180,25 +202,28 @@ def check_engine(
         def close(a: Any, b: Any) -> float:
             return float((a[valid] - b[valid]).abs().max())
 
+        def like_reference(lp: Any, rule: str, differ: str, temperature: float = 1.0) -> None:
+            # The engine's log-probs against those of the transformers model ``reference``.
+            diff = close(lp, _hf_log_probs(reference, batch, temperature))
+            if diff > atol:
+                fail(what, rule, f"{differ} {diff:.3g} > atol={atol:g}")
+
         rule = "compute_log_prob must return (B, R) log-probs of responses"
         before = log_probs(rule)
-        diff = close(before, _hf_log_probs(reference, batch))
-        if diff > atol:
-            fail(
-                what,
-                "compute_log_prob must equal transformers' log-probs of the same model "
-                "(left padding, position_ids, responses aligned)",
-                f"max difference {diff:.3g} > atol={atol:g}",
-            )
+        like_reference(
+            before,
+            "compute_log_prob must equal transformers' log-probs of the same model "
+            "(left padding, position_ids, responses aligned)",
+            "max difference",
+        )
         warm = log_probs(rule, temperature=0.7)
-        diff = close(warm, _hf_log_probs(reference, batch, 0.7))
-        if diff > atol:
-            fail(
-                what,
-                "compute_log_prob(temperature=T) must score softmax(logits / T), the "
-                "distribution the rollout sampled (temperature must not be ignored)",
-                f"at T=0.7 max difference {diff:.3g} > atol={atol:g}",
-            )
+        like_reference(
+            warm,
+            "compute_log_prob(temperature=T) must score softmax(logits / T), the "
+            "distribution the rollout sampled (temperature must not be ignored)",
+            "at T=0.7 max difference",
+            temperature=0.7,
+        )
         ent = engine.compute_log_prob(batch, temperature=1.0, with_entropy=True).entropy
         if ent is None or tuple(ent.shape) != shape or not bool((ent >= -1e-6).all()):
             fail(
@@ -326,14 +351,12 @@ def check_engine(
 
         # The synced weights, loaded into a plain transformers model, give the engine's outputs.
         reference.load_state_dict(trained, strict=False)
-        diff = close(after, _hf_log_probs(reference, batch))
-        if diff > atol:
-            fail(
-                what,
-                "weights from named_parameters_for_sync loaded into "
-                "AutoModelForCausalLM.from_pretrained(model_path) must reproduce the engine",
-                f"log-probs differ by {diff:.3g} > atol={atol:g}",
-            )
+        like_reference(
+            after,
+            "weights from named_parameters_for_sync loaded into "
+            "AutoModelForCausalLM.from_pretrained(model_path) must reproduce the engine",
+            "log-probs differ by",
+        )
 
         with tempfile.TemporaryDirectory(prefix="rlcore-conformance-") as tmp:
             _check_export(what, engine, f"{tmp}/hf", batch, after, close, atol)
@@ -357,17 +380,6 @@ def check_engine(
     finally:
         if created and dist.is_initialized():
             dist.destroy_process_group()
-
-
-def _value_loss(
-    outputs: ModelOutputs, mb: DataProto, totals: BatchTotals
-) -> tuple[Any, dict[str, float]]:
-    if outputs.values is None:
-        msg = "the engine passed ModelOutputs without values to a critic's loss function"
-        raise AssertionError(msg)
-    mask = mb.batch["response_mask"].to(outputs.values.dtype)
-    loss = ((outputs.values - 1.0) ** 2 * mask).sum() / max(totals.tokens, 1)
-    return loss, {"conformance/vf_loss": float(loss.detach())}
 
 
 def _check_critic(

@@ -6,6 +6,8 @@ valid response token (verl's convention, so sequence-level rewards enter GAE/GRP
 A scorer that raises or runs past ``timeout_s`` scores 0 and is counted; the run continues.
 Scoring runs in worker processes (:mod:`rlcore.reward.pool`) by default, even for a batch of
 one: a scorer stuck in one long C call ignores the alarm, and only a process can be killed.
+Batched scorers (:class:`~rlcore.interfaces.BaseBatchReward`: a model, a remote judge) run in
+the driver, one call per batch, and their failure stops the run (:mod:`rlcore.reward.batched`).
 """
 
 from __future__ import annotations

@@ -88,6 +88,17 @@ CONFIG_CASES = [
         ["reward.weights.math=1.0"],
         "reward.weights.math: reward 'math' is not selected by reward.default or reward.sources",
     ),
+    # issue 27: batched scorers share the reward names, keys and checks
+    (
+        ['reward.default=["gsm8k", "my_batched"]'],
+        "reward.default: unknown reward 'my_batched'. Installed: code, gsm8k, gsm8k_tool, math.",
+    ),
+    (
+        ['reward.default=["gsm8k"]', "reward.weights.my_batched=0.5"],
+        "reward.weights.my_batched: reward 'my_batched' is not selected by reward.default or "
+        "reward.sources",
+    ),
+    (["reward.batch_timeout_s=0"], "reward.batch_timeout_s: must be > 0.0, got 0.0"),
     (["actor.optim"], "override 'actor.optim': expected KEY=VALUE, e.g. actor.optim.lr=1e-5"),
     (["actor..lr=1"], "override 'actor..lr=1': 'actor..lr' is not a valid key path"),
     (["model.path.x=1"], "override 'model.path.x=1': model.path is not a table"),

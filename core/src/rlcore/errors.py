@@ -31,6 +31,11 @@ class DataProtoError(RlcoreError, ValueError, AssertionError):
     """
 
 
+class RewardError(RlcoreError):
+    """A batched reward scorer failed or broke its contract (raised, ran past
+    ``reward.batch_timeout_s``, returned the wrong shape); the message names the scorer."""
+
+
 class EngineError(RlcoreError):
     """A training engine cannot do what was asked (no optimizer, an empty batch, a missing
     checkpoint, ...); the message names the role. Engine plugins subclass it."""

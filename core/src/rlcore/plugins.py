@@ -43,6 +43,7 @@ from rlcore.interfaces import (
     CONTRACT_NOTE,
     CONTRACT_VERSION,
     BaseAlgorithm,
+    BaseBatchReward,
     BaseEngine,
     BaseLogger,
     BaseReward,
@@ -53,6 +54,7 @@ from rlcore.interfaces import (
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "ACCEPTED_BASES",
     "BASES",
     "DISABLED_KEY",
     "ENTRY_POINT_GROUP",
@@ -104,6 +106,11 @@ BASES: Final[dict[str, type]] = {
     "algorithm": BaseAlgorithm,
     "tool": BaseTool,
     "logger": BaseLogger,
+}
+# Every interface a kind's class may subclass: a reward is per-sample (BaseReward) or batched
+# (BaseBatchReward), one kind and one name space, so [reward] mixes them by name.
+ACCEPTED_BASES: Final[dict[str, tuple[type, ...]]] = {
+    kind: (base, BaseBatchReward) if kind == "reward" else (base,) for kind, base in BASES.items()
 }
 
 # Where the first-party components live, for "not installed" messages only: the core never
@@ -535,9 +542,10 @@ class PluginRegistry:
 
     @staticmethod
     def _class_problem(kind: str, cls: object) -> str | None:
-        base = BASES[kind]
-        if not (isinstance(cls, type) and issubclass(cls, base)):
-            return f" is not a subclass of {base.__module__}.{base.__name__}"
+        bases = ACCEPTED_BASES[kind]
+        if not (isinstance(cls, type) and issubclass(cls, bases)):
+            wanted = " or ".join(f"{b.__module__}.{b.__name__}" for b in bases)
+            return f" is not a subclass of {wanted}"
         config_cls = cls.Config  # type: ignore[attr-defined]
         # A plain subclass of an attrs class passes attrs.has() but drops its own fields.
         if not attrs.has(config_cls) or "__attrs_attrs__" not in vars(config_cls):

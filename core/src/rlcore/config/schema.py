@@ -280,14 +280,18 @@ class RewardConfig:
     """``[reward]``: which reward plugin(s) score which ``data_source``.
 
     ``sources`` maps a data source to reward names; others use ``default``. Several names
-    are combined by ``weights`` (1.0 each unless given). ``options`` holds, for every selected
-    reward (and any given a ``[reward.options.NAME]`` table), that plugin's ``Config``.
+    are combined by ``weights`` (1.0 each unless given), per-sample and batched scorers alike.
+    ``options`` holds, for every selected reward (and any given a ``[reward.options.NAME]``
+    table), that plugin's ``Config``. ``timeout_s`` bounds one per-sample call (past it the
+    row scores 0), ``batch_timeout_s`` one batched scorer's call (past it the run stops with
+    an error naming the scorer; None: no limit).
     """
 
     default: tuple[str, ...] = ()
     sources: dict[str, tuple[str, ...]] = attrs.Factory(dict)
     weights: dict[str, float] = attrs.Factory(dict)  # resolved: every selected name
     timeout_s: float = attrs.field(default=5.0, validator=v.gt(0.0))
+    batch_timeout_s: float | None = attrs.field(default=None, validator=v.optional(v.gt(0.0)))
     num_workers: int = attrs.field(default=0, validator=v.ge(0))  # 0: one per CPU
     options: dict[str, Any] = attrs.Factory(dict)
 

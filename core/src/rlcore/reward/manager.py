@@ -6,6 +6,8 @@ valid response token (verl's convention, so sequence-level rewards enter GAE/GRP
 A scorer that raises or runs past ``timeout_s`` scores 0 and is counted; the run continues.
 Scoring runs in worker processes (:mod:`rlcore.reward.pool`) by default, even for a batch of
 one: a scorer stuck in one long C call ignores the alarm, and only a process can be killed.
+Batched scorers (:class:`~rlcore.interfaces.BaseBatchReward`: a model, a remote judge) run in
+the driver, one call per batch, and their failure stops the run (:mod:`rlcore.reward.batched`).
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rlcore.errors import ConfigError, DataError
-from rlcore.interfaces import BaseReward
+from rlcore.interfaces import BaseBatchReward, BaseReward
 from rlcore.reward._scoring import Outcome, Task, alarm_available, alarm_handler, call_reward
+from rlcore.reward.batched import call_batched, checked_scores, reward_batch
 from rlcore.reward.pool import ScoringPool
 
 if TYPE_CHECKING:
@@ -39,15 +42,20 @@ _PROBE_TASKS = 16
 
 
 class RewardManager:
-    """Scores a batch of responses with rule rewards.
+    """Scores a batch of responses with per-sample rule rewards and batched scorers.
 
     Args:
         tokenizer: decodes response ids (``batch_decode(ids, skip_special_tokens=True)``).
-        rewards: reward objects by name (``{"gsm8k": GSM8KReward(...)}``).
+        rewards: scorers by name (``{"gsm8k": GSM8KReward(...)}``): per-sample
+            :class:`~rlcore.interfaces.BaseReward` (scored in the pool) or batched
+            :class:`~rlcore.interfaces.BaseBatchReward` (scored in the driver, once per call
+            on the rows that select it; :mod:`rlcore.reward.batched`).
         sources: ``data_source -> reward names`` (``[reward.sources]``).
         default: the reward names for a ``data_source`` not in ``sources``.
         weights: a weight per reward name (default 1.0); a row's score is the weighted sum.
         timeout_s: per-sample time limit of one reward call.
+        batch_timeout_s: time limit of one batched scorer's call (None: none); past it the
+            call raises :class:`~rlcore.errors.RewardError` naming the scorer.
         num_workers: scoring processes. 0: one per CPU (at most 8); 1: never a pool (scoring
             in the driver, where a scorer stuck in C code cannot be stopped).
         pool_min_batch: fewer reward calls than this are scored in the driver. Default 0:
@@ -64,12 +72,18 @@ class RewardManager:
     ``reward_model`` (``{"ground_truth": ...}``), optionally ``extra_info``. It returns a new
     DataProto to ``union`` into the batch, and metrics:
 
-    - ``token_level_scores`` (B, R) float32: the score at the last valid response token;
-    - ``score`` (per row, combined), ``acc`` (the reward's ``acc`` or else ``score > 0``),
-      ``pred`` and any other extra a reward returns (None where a row's rewards gave none),
-      and ``score/<name>`` per reward when there are several (NaN where not used);
+    - ``token_level_scores`` (B, R) float32: the weighted sum of the row's scorers, each
+      sequence-level score at the last valid response token, each token-level score
+      (a batched scorer's (B, R)) on its own token (zero outside the response mask);
+    - ``score`` (per row, combined; the sum of the row's ``token_level_scores``), ``acc``
+      (the first of the row's rewards that gives one, else ``score > 0``), ``pred`` and any
+      other extra a reward returns (None where a row's rewards gave none), and
+      ``score/<name>`` per reward when there are several (unweighted; NaN where not used);
     - metrics ``reward/timeouts``, ``reward/errors``, ``reward/empty_responses`` (counts in
-      this batch), ``reward/<data_source>/score``, ``.../acc`` (means), ``.../count``, and
+      this batch), ``reward/<data_source>/score``, ``.../acc`` (means), ``.../count``,
+      ``reward/scorer/<name>/mean`` (each scorer's own, unweighted score over the rows it
+      scored; ``scorer/`` keeps the names apart from a data source's or a reason's), a
+      batched scorer's own metrics as ``reward/scorer/<name>/<key>``, and
       ``reward/reason/<reason>``: how many rows' extras have that string ``reason`` (the
       code reward's ``pass``, ``timeout``, ...; only reasons seen in the batch appear).
     """
@@ -77,7 +91,7 @@ class RewardManager:
     def __init__(
         self,
         tokenizer: Any,
-        rewards: Mapping[str, BaseReward],
+        rewards: Mapping[str, BaseReward | BaseBatchReward],
         sources: Mapping[str, Sequence[str]] | None = None,
         default: Sequence[str] | str = (),
         weights: Mapping[str, float] | None = None,
@@ -85,9 +99,24 @@ class RewardManager:
         num_workers: int = 0,
         pool_min_batch: int = 0,
         pool_min_seconds: float = 0.0,
+        batch_timeout_s: float | None = None,
     ) -> None:
         self.tokenizer = tokenizer
         self.rewards = dict(rewards)
+        for name, reward in self.rewards.items():
+            if not isinstance(reward, BaseReward | BaseBatchReward):
+                msg = (
+                    f"reward {name!r} is a {type(reward).__name__}, not a "
+                    "rlcore.interfaces.BaseReward or BaseBatchReward"
+                )
+                raise ConfigError(msg)
+        # Per-sample rewards go to the pool; batched scorers stay here (models, clients).
+        self.sample_rewards = {
+            n: r for n, r in self.rewards.items() if isinstance(r, BaseReward)
+        }  # fmt: skip
+        self.batch_rewards = {
+            n: r for n, r in self.rewards.items() if isinstance(r, BaseBatchReward)
+        }  # fmt: skip
         self.sources = {ds: _names(v) for ds, v in (sources or {}).items()}
         self.default = _names(default)
         self.weights = dict(weights or {})
@@ -111,10 +140,14 @@ class RewardManager:
         if timeout_s <= 0:
             msg = f"[reward] timeout_s must be > 0, got {timeout_s}"
             raise ConfigError(msg)
+        if batch_timeout_s is not None and not batch_timeout_s > 0:
+            msg = f"[reward] batch_timeout_s must be > 0, got {batch_timeout_s}"
+            raise ConfigError(msg)
         if num_workers < 0:
             msg = f"[reward] num_workers must be >= 0, got {num_workers}"
             raise ConfigError(msg)
         self.timeout_s = timeout_s
+        self.batch_timeout_s = batch_timeout_s
         self.num_workers = num_workers if num_workers else min(8, os.cpu_count() or 1)
         self.pool_min_batch = pool_min_batch
         self.pool_min_seconds = pool_min_seconds
@@ -134,41 +167,44 @@ class RewardManager:
         B, R = responses.shape
         # Valid tokens run through the last 1 of the mask (a multi-turn mask may have holes):
         # decode responses[i, :ends[i]] and put the score at ends[i] - 1.
-        ends = _ends(_response_mask(data, R))  # (B,) int64, 0 for an empty response
-        sources = _column(data, "data_source")
+        mask = _response_mask(data, R)  # (B, R) bool
+        ends = _ends(mask)  # (B,) int64, 0 for an empty response
+        sources = [str(s) for s in _column(data, "data_source")]
         truths = [_ground_truth(rm, i) for i, rm in enumerate(_column(data, "reward_model"))]
         extras_in = data.non_tensor_batch.get("extra_info")
         # A multi-turn rollout ([agent]) adds each conversation's turns and tool counts; the
         # reward sees them in extra_info (keys "turns", "tool_calls", "tool_errors", ...).
         agent_in = data.non_tensor_batch.get("agent")
+        infos: list[dict[str, Any] | None] = []
+        for i in range(B):
+            extra = extras_in[i] if extras_in is not None else None
+            extra = dict(extra) if isinstance(extra, Mapping) else None
+            if agent_in is not None and isinstance(agent_in[i], Mapping):
+                extra = {**(extra or {}), **agent_in[i]}
+            infos.append(extra)
 
         lens: list[int] = ends.tolist()
         # numpy rows, not lists: transformers type-checks every int of a list (10x slower).
         ids_np = responses.detach().cpu().numpy()
         ids = [ids_np[i, :n] for i, n in enumerate(lens)]
         texts = _decode(self.tokenizer, ids)
+        # Each non-empty row's rewards, in the order listed; an empty one scores 0 (no token).
+        row_names: list[list[str]] = [
+            self._names_for(sources[i]) if lens[i] else [] for i in range(B)
+        ]
 
-        # --- one task per (row, reward) ---------------------------------------------------
+        # --- per-sample rewards: one task per (row, reward) ---------------------------------
         tasks: list[Task] = []
         owner: list[int] = []
         for i in range(B):
-            if lens[i] == 0:
-                continue  # nothing generated: score 0, no token to put it on
-            extra = extras_in[i] if extras_in is not None else None
-            extra = dict(extra) if isinstance(extra, Mapping) else None
-            if agent_in is not None and isinstance(agent_in[i], Mapping):
-                extra = {**(extra or {}), **agent_in[i]}
-            for name in self._names_for(str(sources[i])):
-                tasks.append((len(tasks), name, str(sources[i]), texts[i], truths[i], extra))
-                owner.append(i)
+            for name in row_names[i]:
+                if name in self.sample_rewards:
+                    tasks.append((len(tasks), name, sources[i], texts[i], truths[i], infos[i]))
+                    owner.append(i)
         outcomes = self._run(tasks)
 
-        # --- combine per row --------------------------------------------------------------
-        scores = np.zeros(B, dtype=np.float64)
-        extras: list[dict[str, Any]] = [{} for _ in range(B)]
-        per_reward: dict[str, np.ndarray] = {}
-        if len(self.rewards) > 1:
-            per_reward = {name: np.full(B, np.nan) for name in self.rewards}
+        values = {name: np.full(B, np.nan) for name in self.rewards}  # unweighted, per row
+        row_extras: dict[str, dict[int, dict[str, Any]]] = {n: {} for n in self.rewards}
         timeouts = errors = 0
         first_problem = ""
         for task, i, (status, value, extra_out, message, _) in zip(tasks, owner, outcomes):
@@ -177,24 +213,70 @@ class RewardManager:
                 timeouts += status == "timeout"
                 errors += status == "error"
                 first_problem = first_problem or f"{message} (data_source {task[2]!r})"
-            scores[i] += self.weights.get(name, 1.0) * value
-            for key, v in extra_out.items():
-                extras[i].setdefault(key, v)  # the first reward listed wins
-            if name in per_reward:
-                per_reward[name][i] = value
+            values[name][i] = value
+            row_extras[name][i] = extra_out
         if first_problem:
             log.warning(
                 "reward: %d timeouts, %d errors in %d calls; first: %s",
                 timeouts, errors, len(tasks), first_problem,
             )  # fmt: skip
 
+        # --- batched scorers: one call each, on the rows that select it -------------------
+        token_parts: dict[str, torch.Tensor] = {}  # name -> (B, R) of a token-level scorer
+        scorer_metrics: dict[str, float] = {}
+        if self.batch_rewards:
+            mask_f = torch.as_tensor(mask, dtype=torch.float32)
+            prompt_texts = self._prompt_texts(data, lens)
+        for name, scorer in self.batch_rewards.items():
+            rows = [i for i in range(B) if name in row_names[i]]
+            if not rows:
+                continue
+            batch = reward_batch(
+                data,
+                rows,
+                prompts=prompt_texts,
+                responses=texts,
+                response_mask=mask_f,
+                sources=sources,
+                truths=truths,
+                extra_infos=infos,
+            )
+            result = checked_scores(
+                name, call_batched(name, scorer, batch, self.batch_timeout_s), batch
+            )
+            values[name][rows] = result.row_scores
+            for k, i in enumerate(rows):
+                row_extras[name][i] = result.extras[k]
+            if result.token_scores is not None:
+                part = torch.zeros(B, R, dtype=torch.float32)
+                part[torch.as_tensor(rows, dtype=torch.long)] = result.token_scores
+                token_parts[name] = part
+            for key, value in result.metrics.items():
+                scorer_metrics[f"reward/scorer/{name}/{key}"] = value
+
+        # --- combine per row, by weight ---------------------------------------------------
+        scores = np.zeros(B, dtype=np.float64)
+        at_end = np.zeros(B, dtype=np.float64)  # the sequence-level part, on the last token
+        extras: list[dict[str, Any]] = [{} for _ in range(B)]
+        for i in range(B):
+            for name in row_names[i]:
+                w = self.weights.get(name, 1.0)
+                scores[i] += w * values[name][i]
+                if name not in token_parts:
+                    at_end[i] += w * values[name][i]
+                for key, v in row_extras[name].get(i, {}).items():
+                    extras[i].setdefault(key, v)  # the first reward listed wins
+
         acc = np.array([bool(e.get("acc", s > 0)) for e, s in zip(extras, scores)])
-        # Score at the last valid response token; (B, R). Rows without one keep zeros.
+        # Sequence-level scores at the last valid response token; (B, R). Rows without one
+        # keep zeros. Token-level scores add on their own tokens.
         token_level_scores = torch.zeros(B, R, dtype=torch.float32)
-        rows = np.flatnonzero(ends)
-        token_level_scores[rows, ends[rows] - 1] = torch.as_tensor(
-            scores[rows], dtype=torch.float32
+        rows_np = np.flatnonzero(ends)
+        token_level_scores[rows_np, ends[rows_np] - 1] = torch.as_tensor(
+            at_end[rows_np], dtype=torch.float32
         )
+        for name, part in token_parts.items():
+            token_level_scores += self.weights.get(name, 1.0) * part
 
         non_tensors: dict[str, Any] = {
             "score": _objects(scores.tolist()),
@@ -202,8 +284,9 @@ class RewardManager:
         }
         for key in sorted({k for e in extras for k in e} - {"acc", "score"}):
             non_tensors[key] = _objects([e.get(key) for e in extras])
-        for name, arr in per_reward.items():
-            non_tensors[f"score/{name}"] = _objects(arr.tolist())
+        if len(self.rewards) > 1:
+            for name, arr in values.items():
+                non_tensors[f"score/{name}"] = _objects(arr.tolist())
 
         metrics: dict[str, float] = {
             "reward/timeouts": float(timeouts),
@@ -214,22 +297,30 @@ class RewardManager:
         reasons = collections.Counter(r for e in extras if isinstance(r := e.get("reason"), str))
         for reason, count in sorted(reasons.items()):
             metrics[f"reward/reason/{reason}"] = float(count)
-        src = np.array([str(s) for s in sources], dtype=object)
-        for ds in sorted(set(src.tolist())):
+        src = np.array(sources, dtype=object)
+        for ds in sorted(set(sources)):
             sel = src == ds
             metrics[f"reward/{ds}/score"] = float(scores[sel].mean())
             metrics[f"reward/{ds}/acc"] = float(acc[sel].mean())
             metrics[f"reward/{ds}/count"] = float(sel.sum())
+        for name, arr in values.items():  # each scorer's own score, over the rows it scored
+            scored = arr[~np.isnan(arr)]
+            if scored.size:
+                metrics[f"reward/scorer/{name}/mean"] = float(scored.mean())
+        for key, value in scorer_metrics.items():
+            metrics.setdefault(key, value)
         out = DataProto.from_dict(
             tensors={"token_level_scores": token_level_scores}, non_tensors=non_tensors
         )
         return out, metrics
 
     def close(self) -> None:
-        """Stop the scoring processes, if any were started."""
+        """Stop the scoring processes, if any were started, and close the batched scorers."""
         if self._pool is not None:
             self._pool.close()
             self._pool = None
+        for scorer in self.batch_rewards.values():
+            scorer.close()
 
     def __enter__(self) -> RewardManager:
         return self
@@ -248,6 +339,29 @@ class RewardManager:
             )
             raise ConfigError(msg)
         return names
+
+    def _prompt_texts(self, data: DataProto, lens: list[int]) -> list[str]:
+        """Each row's decoded prompt (its attended tokens), for the batched scorers; "" for an
+        empty response's row, which no scorer sees."""
+        prompts = data.batch.get("prompts")
+        if prompts is None:
+            msg = (
+                "reward manager: a batched reward needs the 'prompts' tensor "
+                f"(the batch has: {sorted(data.batch)})"
+            )
+            raise DataError(msg)
+        ids_np = prompts.detach().cpu().numpy()
+        if "attention_mask" in data.batch:
+            attended = data.batch["attention_mask"][:, : ids_np.shape[1]].detach().cpu().numpy()
+            keep = attended != 0
+        else:
+            keep = np.ones(ids_np.shape, dtype=bool)
+        wanted = [i for i, n in enumerate(lens) if n]
+        decoded = _decode(self.tokenizer, [ids_np[i][keep[i]] for i in wanted])
+        texts = [""] * len(lens)
+        for i, text in zip(wanted, decoded):
+            texts[i] = text
+        return texts
 
     def _run(self, tasks: list[Task]) -> list[Outcome]:
         """Score all tasks: in the driver, or in the pool when it pays (or is needed)."""
@@ -296,7 +410,7 @@ class RewardManager:
     def _get_pool(self) -> ScoringPool | None:
         if self._pool is None:
             try:
-                self._pool = ScoringPool(self.rewards, self.num_workers, self.timeout_s)
+                self._pool = ScoringPool(self.sample_rewards, self.num_workers, self.timeout_s)
             except Exception as err:  # unpicklable reward: keep scoring in the driver
                 log.warning("reward pool unavailable (%s: %s); scoring in the driver",
                             type(err).__name__, err)  # fmt: skip
@@ -310,7 +424,7 @@ class RewardManager:
         t0 = time.perf_counter()
         if can_alarm:
             with alarm_handler():
-                out = [call_reward(self.rewards, t, self.timeout_s) for t in tasks]
+                out = [call_reward(self.sample_rewards, t, self.timeout_s) for t in tasks]
         else:
             if not self._warned_no_limit:
                 log.warning(
@@ -318,7 +432,7 @@ class RewardManager:
                     "the %s s time limit cannot be enforced", self.timeout_s,
                 )  # fmt: skip
                 self._warned_no_limit = True
-            out = [call_reward(self.rewards, t, None) for t in tasks]
+            out = [call_reward(self.sample_rewards, t, None) for t in tasks]
         self._update_estimate((time.perf_counter() - t0) / len(tasks))
         return out
 

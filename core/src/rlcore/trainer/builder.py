@@ -80,6 +80,7 @@ def build_reward_manager(
         default=reward.default,
         weights=reward.weights,
         timeout_s=reward.timeout_s,
+        batch_timeout_s=reward.batch_timeout_s,
         num_workers=reward.num_workers,
     )
 

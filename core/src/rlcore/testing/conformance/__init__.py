@@ -31,6 +31,11 @@ What each checks (see the function docstrings for the exact rules):
 - :func:`check_reward` — ``Config`` rules; ``score`` returns a float or a dict with a float
   ``score``, is deterministic, never raises on adversarial text and returns in time; the
   reward pickles (the scoring pool); optional author cases.
+- :func:`check_batch_reward` — for a batched scorer: ``Config`` rules; ``score_batch``
+  returns ``BatchScores`` with one score per row ((B,) or (B, R), one kind), floating-point
+  and finite, extras one per row, finite metrics, in time, on adversarial rows and on a
+  batch of one; optional author cases. :func:`make_reward_batch` lays out a
+  ``RewardBatch`` from texts for a scorer's own tests.
 - :func:`check_algorithm` — ``needs`` is an :class:`~rlcore.interfaces.AlgorithmNeeds`;
   advantages finite, (B, R), zero outside the mask, row-order
   free; losses are scalars with gradient, documented metric names, and split-invariant
@@ -60,6 +65,7 @@ from rlcore.testing.conformance._algorithm import (
     check_algorithm,
     random_algorithm_batch,
 )
+from rlcore.testing.conformance._batch_reward import check_batch_reward, make_reward_batch
 from rlcore.testing.conformance._common import check_config
 from rlcore.testing.conformance._contract import check_contract, check_signatures
 from rlcore.testing.conformance._engine import check_engine, random_engine_batch
@@ -76,6 +82,7 @@ __all__ = [
     "POLICY_METRICS",
     "STEP_RULES",
     "check_algorithm",
+    "check_batch_reward",
     "check_config",
     "check_contract",
     "check_engine",
@@ -85,6 +92,7 @@ __all__ = [
     "check_signatures",
     "check_step_program",
     "check_tool",
+    "make_reward_batch",
     "random_algorithm_batch",
     "random_engine_batch",
 ]

@@ -15,7 +15,7 @@ from types import ModuleType
 from typing import Any
 
 from rlcore.interfaces import CONTRACT_NOTE, CONTRACT_VERSION
-from rlcore.plugins import BASES, contract_refusal
+from rlcore.plugins import ACCEPTED_BASES, contract_refusal
 from rlcore.testing.conformance._common import check_config, check_subclass, fail, name_of
 
 __all__ = ["check_class", "check_contract", "check_signatures", "construct"]
@@ -50,7 +50,12 @@ def check_signatures(cls: type) -> None:
     core calls it; an extra one without a default cannot be given. ``**kwargs`` stands for
     any missing name.
     """
-    bases = [b for b in BASES.values() if isinstance(cls, type) and issubclass(cls, b)]
+    bases = [
+        b
+        for accepted in ACCEPTED_BASES.values()
+        for b in accepted
+        if isinstance(cls, type) and issubclass(cls, b)
+    ]
     if not bases:
         fail(repr(cls), "must subclass one of rlcore.interfaces' Base classes", f"got {cls!r}")
     base = bases[0]

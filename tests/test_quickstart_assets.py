@@ -121,6 +121,7 @@ def test_written_parquet_loads_unfiltered_within_the_config_limits(prepare, mode
         QUICKSTART / "grpo.toml",
         QUICKSTART / "ppo.toml",
         QUICKSTART / "rloo.toml",
+        QUICKSTART / "distill.toml",
         GSM8K_EXAMPLE / "grpo.toml",
         GSM8K_EXAMPLE / "ppo.toml",
         GSM8K_EXAMPLE / "rloo.toml",

@@ -47,7 +47,8 @@ def test_needs_a_teacher_and_the_old_log_prob_pass_and_no_critic():
     assert needs.extra_roles == (TEACHER,)
     assert TEACHER.output_key == "teacher_log_prob"
     assert needs.old_log_probs_on_driver  # the advantage reads the student's log-probs
-    assert not needs.critic and not needs.reference
+    assert not needs.critic
+    assert not needs.reference
     config = Distill.Config()
     assert config.loss_agg_mode == "token-mean"
     assert (config.kl_coef, config.reward_weight) == (1.0, 0.0)

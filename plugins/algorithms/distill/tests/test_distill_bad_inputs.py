@@ -1,5 +1,5 @@
-"""Bad inputs of a distillation run: each one exact line from ``rlcore train`` / ``rlcore config
-validate`` (exit 2, no traceback), before Ray starts (the catalogue's helpers, tests/_bad_inputs)."""
+"""Bad inputs of a distillation run: each one exact line from ``rlcore train`` / ``rlcore
+config validate`` (exit 2, no traceback), before Ray starts (helpers: tests/_bad_inputs.py)."""
 
 from __future__ import annotations
 

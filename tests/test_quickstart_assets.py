@@ -123,6 +123,7 @@ def test_written_parquet_loads_unfiltered_within_the_config_limits(prepare, mode
         QUICKSTART / "rloo.toml",
         QUICKSTART / "dapo.toml",
         QUICKSTART / "remax.toml",
+        QUICKSTART / "distill.toml",
         GSM8K_EXAMPLE / "grpo.toml",
         GSM8K_EXAMPLE / "ppo.toml",
         GSM8K_EXAMPLE / "rloo.toml",
@@ -248,7 +249,7 @@ def test_prepare_cli_evaluates_on_the_given_schedule_and_seeds_its_own_folder(
     assert "dev acc" not in again
 
 
-@pytest.mark.parametrize("other", ["dapo.toml", "remax.toml"])
+@pytest.mark.parametrize("other", ["dapo.toml", "remax.toml", "distill.toml"])
 def test_algorithm_variants_share_the_quickstart_recipe(other):
     # A variant's curve is comparable with GRPO's only when it trains the same warm start on
     # the same data with the same budget and optimiser: only [algorithm], [roles] and the

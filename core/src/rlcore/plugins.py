@@ -121,7 +121,7 @@ INSTALL_HINTS: Final[dict[tuple[str, str], str]] = {
         "engine": ("fsdp2", "megatron"),
         "rollout": ("hf", "vllm", "sglang"),
         "reward": ("gsm8k", "math", "code"),
-        "algorithm": ("ppo", "grpo", "rloo", "dapo", "remax"),
+        "algorithm": ("ppo", "grpo", "rloo", "dapo", "remax", "distill"),
         "tool": ("calculator",),
         "logger": ("wandb", "mlflow"),
     }.items()

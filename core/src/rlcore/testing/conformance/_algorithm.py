@@ -30,13 +30,19 @@ _ATOL = 1e-12
 
 
 def random_algorithm_batch(
-    *, needs_critic: bool, needs_reference: bool, seed: int = 0
+    *,
+    needs_critic: bool,
+    needs_reference: bool,
+    seed: int = 0,
+    extra_log_probs: Sequence[str] = (),
 ) -> DataProto:
     """The driver-side batch an algorithm sees before ``compute_rewards``, float64, (8, 6).
 
     ``token_level_scores`` holds each row's outcome score on its last valid token (as the
     reward manager places it); ``old_log_probs``/``ref_log_prob``/``values`` are finite at every
     position (engines compute them under padding too) so only the mask can hide them.
+    ``extra_log_probs``: more keys of the same kind, e.g. the extra roles' outputs
+    (``teacher_log_prob``, :attr:`ExtraRole.output_key`).
     """
     g = torch.Generator().manual_seed(seed)
     rows, width = len(_LENGTHS), max(_LENGTHS)
@@ -57,6 +63,8 @@ def random_algorithm_batch(
         tensors["ref_log_prob"] = -3.0 * torch.rand(rows, width, generator=g, dtype=torch.float64)
     if needs_critic:
         tensors["values"] = torch.randn(rows, width, generator=g, dtype=torch.float64)
+    for key in extra_log_probs:
+        tensors[key] = -3.0 * torch.rand(rows, width, generator=g, dtype=torch.float64)
     return DataProto.from_dict(tensors=tensors, non_tensors={"uid": np.array(_UIDS, dtype=object)})
 
 
@@ -172,7 +180,8 @@ def check_algorithm(
     On :func:`random_algorithm_batch` (float64, fully masked rows, a group of one, uids out of
     order): ``compute_rewards`` then ``compute_advantages`` give finite (B, R)
     ``token_level_rewards``, ``advantages`` and ``returns``, zero outside ``response_mask``,
-    and the same values (permuted) when the rows are permuted. ``policy_loss`` (and
+    and the same values (permuted) when the rows are permuted. The batch holds each
+    extra role's output (``needs.extra_roles``: ``<name>_log_prob``). ``policy_loss`` (and
     ``value_loss`` when ``needs_critic``) is a finite scalar with a gradient that is zero
     outside the mask, metrics are floats named ``actor/...`` (``critic/...``) including
     ``policy_metrics``, and micro-batch losses sum to the whole-batch loss with the same
@@ -185,7 +194,10 @@ def check_algorithm(
     if not isinstance(needs, AlgorithmNeeds):
         fail(what, "needs must return an rlcore.interfaces.AlgorithmNeeds", repr(needs))
     critic, ref = needs.critic, needs.reference
-    batch = random_algorithm_batch(needs_critic=critic, needs_reference=ref, seed=seed)
+    extra = tuple(role.output_key for role in needs.extra_roles)  # what the roles computed
+    batch = random_algorithm_batch(
+        needs_critic=critic, needs_reference=ref, seed=seed, extra_log_probs=extra
+    )
     mask = batch.batch["response_mask"]
     outside = mask == 0
 
@@ -218,7 +230,9 @@ def check_algorithm(
     # Rows may arrive in any order (groups are keyed by uid): permuting the rows permutes
     # the advantages.
     perm = torch.randperm(len(mask), generator=torch.Generator().manual_seed(seed + 1))
-    shuffled = random_algorithm_batch(needs_critic=critic, needs_reference=ref, seed=seed)
+    shuffled = random_algorithm_batch(
+        needs_critic=critic, needs_reference=ref, seed=seed, extra_log_probs=extra
+    )
     shuffled = shuffled.select_idxs(perm.numpy())
     shuffled, _ = cls(config).compute_rewards(shuffled)
     shuffled = cls(config).compute_advantages(shuffled)

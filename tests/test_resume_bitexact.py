@@ -12,7 +12,9 @@ something a resume must restore:
   model never answers right, so these runs score with ``parity`` (tests/data/varied-reward),
   a deterministic test reward that splits random text and leaves groups to keep and drop;
 - ReMax: a greedy generation per prompt is the baseline (``parity`` too, so advantages are
-  not all zero); killed once at a random step.
+  not all zero); killed once at a random step;
+- on-policy distillation: a frozen teacher role (the tiny model with a sharper output layer,
+  so the reverse KL is not 0); killed once at a random step.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class Case:
     options: str = ""
     rewards: tuple[str, ...] = ("gsm8k",)
     critic_lr: float | None = None
+    teacher: bool = False  # a [roles.teacher]: the assets' teacher model
 
 
 CASES = {
@@ -55,6 +58,9 @@ CASES = {
     # ReMax: a greedy generation per prompt inside the step (its baseline); greedy or not,
     # the rollout's sampling RNG must stand where the uninterrupted run's did.
     "remax": Case(algorithm="remax", kill_plans=((1,), (2,), (3,)), rewards=("parity",)),
+    # On-policy distillation: a frozen teacher role, checkpointed in its own folder; its
+    # log-probs set the advantages, so a resume that reloaded another teacher would diverge.
+    "distill": Case(algorithm="distill", kill_plans=((1,), (2,), (3,)), teacher=True),
 }
 
 
@@ -70,13 +76,29 @@ def assets(tmp_path_factory):
     root = tmp_path_factory.mktemp("resume")
     model = tiny_run_model(root / "model")
     train = write_jsonl(arithmetic_rows([(a, 1) for a in range(8)]), root / "train.jsonl")
-    return model, train, write_train_script(root / "runner.py")
+    return model, train, write_train_script(root / "runner.py"), _teacher(root / "teacher")
+
+
+def _teacher(path: Path) -> Path:
+    """The tiny model with its output layer scaled by 3: a sharper, different distribution."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from rlcore.testing.runs import tiny_run_model
+
+    tiny_run_model(path)
+    model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(3.0)
+    model.save_pretrained(path, safe_serialization=True)
+    return path
 
 
 def _write_config(assets, case: Case, run_dir: Path, keep_last: int | None = None) -> Path:
     from rlcore.testing.runs import tiny_run_toml
 
-    model, train, _ = assets
+    model, train, _, teacher = assets
+    roles = f'[roles.teacher]\nmodel = {{ path = "{teacher}" }}\n' if case.teacher else ""
     text = tiny_run_toml(
         model=model,
         train_files=[train],
@@ -89,6 +111,7 @@ def _write_config(assets, case: Case, run_dir: Path, keep_last: int | None = Non
         save_freq=1,
         keep_last=keep_last or None,
         seed=7,
+        extra=roles,
     )
     path = run_dir.parent / f"{run_dir.name}.toml"
     path.write_text(text)
@@ -104,7 +127,7 @@ def _env() -> dict[str, str]:
 
 
 def _start(assets, config: Path, log: Path) -> subprocess.Popen:
-    _, _, runner = assets
+    _, _, runner, _ = assets
     return subprocess.Popen(
         [sys.executable, str(runner), str(config)],
         stdout=log.open("ab"),
@@ -201,6 +224,7 @@ def test_sigkill_then_resume_is_bit_identical(assets, tmp_path, name):
         assert (step_dir / file).is_file(), file
     assert (step_dir / "actor").is_dir()
     assert (step_dir / "critic").is_dir() == (case.critic_lr is not None)
+    assert (step_dir / "teacher").is_dir() == case.teacher
     state = json.loads((step_dir / "trainer_state.json").read_text())
     assert state["step"] == TOTAL_STEPS
     if name == "ppo":

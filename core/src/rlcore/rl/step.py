@@ -163,6 +163,22 @@ class StepContext(abc.ABC):
     def critic_input(self, batch: DataProto) -> DataProto:
         """The critic update's rows (values, returns), laid out like the actor's."""
 
+    def log_probs_and_values(self, batch: DataProto) -> DataProto:
+        """The forward passes over the generated batch, each a phase, joined to it: the old
+        log-probs (``old_log_prob``, when the run keeps that pass), the reference's
+        (``ref``, when the algorithm needs them) and the critic's values (``values``, with a
+        critic). The forward input is kept as :attr:`model_in` (an extra role reads it)."""
+        policy, critic = self.policy, self.critic
+        model_in = self.model_input(batch)
+        if self.old_log_prob_pass:  # else on-policy: the update's forward has them
+            batch |= self.phase("old_log_prob", policy.compute_log_prob, model_in)
+            self.rollout_mismatch(batch)
+        if self.reference:  # the algorithm's needs.reference decided it
+            batch |= self.phase("ref", policy.compute_ref_log_prob, model_in)
+        if critic is not None:
+            batch |= self.phase("values", critic.compute_values, model_in)
+        return batch
+
     def update_actor(self, batch: DataProto) -> None:
         """Phase ``update_actor``: the policy's optimizer steps on ``batch``."""
         self.phase("update_actor", self.policy.update_actor, self.actor_input(batch), self.step)
@@ -199,20 +215,13 @@ class StepProgram:
 
     def run(self, ctx: StepContext, batch: DataProto) -> DataProto:
         """One step on a batch of prompts; returns the batch the update trained on."""
-        policy, critic = ctx.policy, ctx.critic
+        critic = ctx.critic
         # --- n rows per prompt (here, once), one response per row ----------------------------
         batch = ctx.generate(batch.repeat(ctx.n, interleave=True))
         for insert in self.after_generate:
             batch = insert(ctx, batch)
-        model_in = ctx.model_input(batch)
         # --- old log-probs, reference log-probs, values ---------------------------------------
-        if ctx.old_log_prob_pass:  # else on-policy: the update's forward has them
-            batch |= ctx.phase("old_log_prob", policy.compute_log_prob, model_in)
-            ctx.rollout_mismatch(batch)
-        if ctx.reference:  # the algorithm's needs.reference decided it
-            batch |= ctx.phase("ref", policy.compute_ref_log_prob, model_in)
-        if critic is not None:
-            batch |= ctx.phase("values", critic.compute_values, model_in)
+        batch = ctx.log_probs_and_values(batch)
         # --- reward and advantages (driver) ---------------------------------------------------
         batch |= ctx.phase("reward", ctx.reward_manager, batch)
         batch = ctx.phase("adv", compute_advantages, ctx.algorithm, batch)

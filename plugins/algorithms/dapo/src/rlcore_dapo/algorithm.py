@@ -144,12 +144,7 @@ class DAPOProgram(StepProgram):
         }
         batch = DataProto.concat(kept)[: prompts * ctx.n]  # whole groups: rows are contiguous
         # --- the default tail ----------------------------------------------------------------
-        model_in = ctx.model_input(batch)
-        if ctx.old_log_prob_pass:
-            batch |= ctx.phase("old_log_prob", ctx.policy.compute_log_prob, model_in)
-            ctx.rollout_mismatch(batch)
-        if ctx.reference:
-            batch |= ctx.phase("ref", ctx.policy.compute_ref_log_prob, model_in)
+        batch = ctx.log_probs_and_values(batch)
         batch = ctx.phase("adv", compute_advantages, ctx.algorithm, batch)
         ctx.update_actor(batch)
         return batch

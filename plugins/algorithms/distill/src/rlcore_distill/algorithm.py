@@ -136,18 +136,14 @@ class DistillProgram(StepProgram):
         self.config = config
 
     def run(self, ctx: StepContext, batch: DataProto) -> DataProto:
-        policy = ctx.policy
         batch = ctx.generate(batch.repeat(ctx.n, interleave=True))
         for insert in self.after_generate:
             batch = insert(ctx, batch)
-        model_in = ctx.model_input(batch)
-        # The student's log-probs are read on the driver (the advantage), so the pass always
-        # runs: Distill.needs keeps it (old_log_probs_on_driver), whatever ctx says.
-        batch |= ctx.phase("old_log_prob", policy.compute_log_prob, model_in)
-        ctx.rollout_mismatch(batch)
-        if ctx.reference:
-            batch |= ctx.phase("ref", policy.compute_ref_log_prob, model_in)
-        batch |= ctx.phase("teacher", ctx.roles[TEACHER.name].compute_log_prob, model_in)
+        # The student's log-probs are read on the driver (the advantage): Distill.needs keeps
+        # the old-log-prob pass (old_log_probs_on_driver), so ctx.old_log_prob_pass is True.
+        batch = ctx.log_probs_and_values(batch)
+        teacher = ctx.roles[TEACHER.name]
+        batch |= ctx.phase("teacher", teacher.compute_log_prob, ctx.model_in)
         batch |= ctx.phase("reward", ctx.reward_manager, batch)
         batch = ctx.phase("adv", self._advantages, ctx.algorithm, batch)
         for insert in self.before_update:

@@ -83,12 +83,7 @@ class ReMaxProgram(StepProgram):
         batch.batch[BASELINE_KEY] = self.baseline(ctx, batch)
         # --- the default step: n sampled rows per prompt (the baseline repeated with them) ---
         batch = ctx.generate(batch.repeat(ctx.n, interleave=True))
-        model_in = ctx.model_input(batch)
-        if ctx.old_log_prob_pass:
-            batch |= ctx.phase("old_log_prob", ctx.policy.compute_log_prob, model_in)
-            ctx.rollout_mismatch(batch)
-        if ctx.reference:
-            batch |= ctx.phase("ref", ctx.policy.compute_ref_log_prob, model_in)
+        batch = ctx.log_probs_and_values(batch)
         batch |= ctx.phase("reward", ctx.reward_manager, batch)
         batch = ctx.phase("adv", compute_advantages, ctx.algorithm, batch)
         self._log(ctx, batch)

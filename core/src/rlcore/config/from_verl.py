@@ -427,15 +427,12 @@ def _special(flat: Mapping[str, Any], out: dict[str, Any], unmapped: list[Any]) 
         elif rows is not None and get(rows) is not None:
             _set(out, f"{role}.micro_batch_size", get(rows))
     # verl's symmetric clip_ratio is the default of clip_ratio_low/high.
+    ratio = get("actor_rollout_ref.actor.clip_ratio")
     for side in ("low", "high"):
         if get(f"actor_rollout_ref.actor.clip_ratio_{side}") is None and isinstance(
-            get("actor_rollout_ref.actor.clip_ratio"), int | float
+            ratio, int | float
         ):
-            _set(
-                out,
-                f"algorithm.clip_ratio_{side}",
-                float(get("actor_rollout_ref.actor.clip_ratio")),
-            )
+            _set(out, f"algorithm.clip_ratio_{side}", float(ratio))
     # Loggers: verl's names rlcore has; the W&B project from trainer.project_name.
     loggers = get("trainer.logger")
     if loggers is not None:

@@ -243,7 +243,7 @@ def _plugin_names(registry: PluginRegistry | None, kind: str) -> list[str]:
 
 
 def _default_value(field: attrs.Attribute[Any]) -> Any:
-    default = field.default
+    default: Any = field.default
     if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
         return default.factory() if not default.takes_self else attrs.NOTHING
     return default
@@ -335,6 +335,16 @@ def _installed(registry: PluginRegistry, kind: str) -> list[str]:
     return _plugin_names(registry, kind)
 
 
+def _keys_or_none(
+    registry: PluginRegistry, kind: str, name: str, table: str | None = None
+) -> list[KeyDoc]:
+    """:func:`plugin_keys`, or none for a plugin that cannot be imported here."""
+    try:
+        return plugin_keys(registry, kind, name, table=table)
+    except PluginError:
+        return []
+
+
 def keys_without_help(registry: PluginRegistry) -> list[str]:
     """``owner: key`` for every key of the core and of each installed plugin without help."""
     docs = core_keys(registry)
@@ -424,9 +434,13 @@ def render_markdown(registry: PluginRegistry) -> str:
             text += " (each defaults to the actor's engine)."
         lines += [text, ""]
         for name in names:
-            cls = registry.resolve(slot.kind, name)
-            mine = plugin_keys(registry, slot.kind, name)
             lines += [f"#### {_owner(slot.kind, name, registry)}", ""]
+            try:
+                cls = registry.resolve(slot.kind, name)
+            except PluginError as err:
+                lines += [f"Not documented: {err}", ""]
+                continue
+            mine = plugin_keys(registry, slot.kind, name)
             summary = _section_doc(cls.Config) or _section_doc(cls)  # type: ignore[attr-defined]
             if summary:
                 lines += [summary, ""]
@@ -473,14 +487,14 @@ def _candidates(raw: Mapping[str, Any], key: str, registry: PluginRegistry) -> l
                 tables.append((found[0], _selected(raw, found[1], actor)))
             for table, name in tables:
                 if name is not None and name in _installed(registry, "engine"):
-                    docs.extend(plugin_keys(registry, "engine", name, table=table))
+                    docs.extend(_keys_or_none(registry, "engine", name, table))
         elif slot.default is not None:
             name = _selected(raw, slot.selected_by, slot.default)
             if name is not None and name in _installed(registry, slot.kind):
-                docs.extend(plugin_keys(registry, slot.kind, name))
+                docs.extend(_keys_or_none(registry, slot.kind, name))
         else:  # every installed reward and logger: the key names the one it means
             for name in _installed(registry, slot.kind):
-                docs.extend(plugin_keys(registry, slot.kind, name))
+                docs.extend(_keys_or_none(registry, slot.kind, name))
     return docs
 
 
@@ -497,9 +511,23 @@ def _other_plugins(key: str, raw: Mapping[str, Any], registry: PluginRegistry) -
         if not key.startswith(f"{table}."):
             continue
         for name in _installed(registry, slot.kind):
-            if any(d.key == key for d in plugin_keys(registry, slot.kind, name, table=table)):
+            if any(d.key == key for d in _keys_or_none(registry, slot.kind, name, table)):
                 found.append(f"{slot.kind} {name}")
     return found
+
+
+def _selected_in(raw: Mapping[str, Any], key: str) -> str:
+    """``kind name`` of the plugin the config selects for the table ``key`` sits in."""
+    for slot in SLOTS:
+        if slot.default is None:
+            continue
+        engine = _engine_tables(key) if slot.kind == "engine" else None
+        table, name_key = engine or (slot.table, slot.selected_by)
+        if key.startswith(f"{table}."):
+            actor = _selected(raw, "actor.engine.name", slot.default)
+            name = _selected(raw, name_key, actor if slot.kind == "engine" else slot.default)
+            return f"{slot.kind} {name}"
+    return ""
 
 
 def _describe(d: KeyDoc) -> str:
@@ -534,15 +562,18 @@ def explain(
     if inside:  # a table: list its keys
         names = ", ".join(d.key.removeprefix(f"{wanted}.") for d in inside)
         return f"{key}: a table; its keys: {names}\n"
-    where = f" in {config}" if config is not None else " by default"
     others = _other_plugins(wanted, raw, registry)
     if others:
-        msg = f"{key} is an option of {', '.join(others)}, not of the plugin selected{where}"
+        where = f"in {config}" if config is not None else "by default"
+        selected = _selected_in(raw, wanted)
+        msg = f"{key} is an option of {', '.join(others)}, not of the plugin selected {where}" + (
+            f" ({selected})" if selected else ""
+        )
         raise ConfigError(msg)
     every = {d.key for d in docs}
     for slot in SLOTS:
         for name in _installed(registry, slot.kind):
-            every.update(d.key for d in plugin_keys(registry, slot.kind, name))
+            every.update(d.key for d in _keys_or_none(registry, slot.kind, name))
     close = difflib.get_close_matches(wanted, sorted(every), n=3, cutoff=0.6)
     if not close:  # the last part alone: lr -> actor.optim.lr, critic.optim.lr
         last = wanted.rsplit(".", 1)[-1]
@@ -553,6 +584,10 @@ def explain(
             for k in sorted(every)
             if k.endswith(f".{t}")
         ][:3]
+    if not close:  # a spelled-out abbreviation: learning_rate -> actor.optim.lr, ...
+        initials = "".join(w[:1] for w in wanted.rsplit(".", 1)[-1].split("_"))
+        close = [k for k in sorted(every) if len(initials) > 1 and k.endswith(f".{initials}")]
+        close = close[:3]
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     msg = f"unknown config key {key!r}{hint}"
     raise ConfigError(msg)

@@ -403,9 +403,7 @@ class RolloutConfig:
 class RefConfig:
     """``[ref]``: the frozen reference policy (used when the algorithm needs KL)."""
 
-    engine: PluginSection = attrs.field(
-        default=RESOLVED, metadata={"default": "actor.engine"}
-    )
+    engine: PluginSection = attrs.field(default=RESOLVED, metadata={"default": "actor.engine"})
     micro_batch_size: int | None = attrs.field(
         default=None, validator=_opt_pos, metadata={"help": _MICRO_HELP}
     )
@@ -425,9 +423,7 @@ class CriticConfig:
             "default": "model.path",
         },
     )
-    engine: PluginSection = attrs.field(
-        default=RESOLVED, metadata={"default": "actor.engine"}
-    )
+    engine: PluginSection = attrs.field(default=RESOLVED, metadata={"default": "actor.engine"})
     optim: OptimConfig = attrs.Factory(lambda: OptimConfig(lr=1e-5))
     ppo_mini_batch_size: int = attrs.field(
         default=RESOLVED,
@@ -489,9 +485,7 @@ class RoleConfig:
     e.g. a distillation teacher: its model and engine, placed and checkpointed like ``[ref]``."""
 
     model: RoleModelConfig = attrs.Factory(RoleModelConfig)
-    engine: PluginSection = attrs.field(
-        default=RESOLVED, metadata={"default": "actor.engine"}
-    )
+    engine: PluginSection = attrs.field(default=RESOLVED, metadata={"default": "actor.engine"})
     micro_batch_size: int | None = attrs.field(
         default=None, validator=_opt_pos, metadata={"help": _MICRO_HELP}
     )

@@ -245,7 +245,12 @@ def _plugin_names(registry: PluginRegistry | None, kind: str) -> list[str]:
 def _default_value(field: attrs.Attribute[Any]) -> Any:
     default: Any = field.default
     if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
-        return default.factory() if not default.takes_self else attrs.NOTHING
+        if default.takes_self:
+            return attrs.NOTHING
+        # Validators off: a default table is read, not checked (SandboxOptions' validator
+        # starts a sandbox).
+        with attrs.validators.disabled():
+            return default.factory()
     return default
 
 
@@ -475,8 +480,14 @@ def _engine_tables(key: str) -> tuple[str, str] | None:
     return None
 
 
+def _relevant(table: str, key: str) -> bool:
+    """Whether ``key`` is in ``table`` or is ``table`` or one of the tables around it."""
+    return key == table or key.startswith(f"{table}.") or table.startswith(f"{key}.")
+
+
 def _candidates(raw: Mapping[str, Any], key: str, registry: PluginRegistry) -> list[KeyDoc]:
-    """The core's keys and the keys of the plugins the config selects (or the defaults')."""
+    """The core's keys and, for the table ``key`` is in, the keys of the plugin the config
+    selects (or the default one); only those plugins are imported."""
     docs = core_keys(registry)
     for slot in SLOTS:
         if slot.kind == "engine":
@@ -486,15 +497,20 @@ def _candidates(raw: Mapping[str, Any], key: str, registry: PluginRegistry) -> l
             if found is not None and found[0] != slot.table:
                 tables.append((found[0], _selected(raw, found[1], actor)))
             for table, name in tables:
+                if not _relevant(table, key):
+                    continue
                 if name is not None and name in _installed(registry, "engine"):
                     docs.extend(_keys_or_none(registry, "engine", name, table))
         elif slot.default is not None:
             name = _selected(raw, slot.selected_by, slot.default)
+            if not _relevant(slot.table, key):
+                continue
             if name is not None and name in _installed(registry, slot.kind):
                 docs.extend(_keys_or_none(registry, slot.kind, name))
-        else:  # every installed reward and logger: the key names the one it means
+        else:  # rewards and loggers: the key names the one it means
             for name in _installed(registry, slot.kind):
-                docs.extend(_keys_or_none(registry, slot.kind, name))
+                if _relevant(slot.table.format(name=name), key):
+                    docs.extend(_keys_or_none(registry, slot.kind, name))
     return docs
 
 

@@ -172,6 +172,36 @@ def _cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_explain(args: argparse.Namespace) -> int:
+    from rlcore.config.reference import explain
+
+    sys.stdout.write(explain(args.key, config=args.config, registry=args.registry))
+    return 0
+
+
+def _cmd_reference(args: argparse.Namespace) -> int:
+    from rlcore.config.reference import render_markdown
+    from rlcore.plugins import default_registry
+
+    sys.stdout.write(render_markdown(args.registry or default_registry()))
+    return 0
+
+
+def _cmd_from_verl(args: argparse.Namespace) -> int:
+    from rlcore.config.from_verl import convert_file
+
+    result = convert_file(args.yaml, args.overrides)
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(result.toml)
+        print(f"wrote {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(result.toml)
+    for line in result.report_lines():
+        print(line, file=sys.stderr)
+    return 0
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     # Validates every section and resolves every selected plugin (engine, rollout, rewards,
     # algorithm): a missing plugin is reported with how to install it before Ray starts.
@@ -280,6 +310,27 @@ def _build_parser() -> argparse.ArgumentParser:
     show = config_sub.add_parser("show", help="print the fully resolved config (defaults too)")
     with_config(show)
     show.set_defaults(func=_cmd_show)
+    explain = config_sub.add_parser(
+        "explain", help="type, default, allowed values and effect of one key"
+    )
+    explain.add_argument("key", metavar="KEY", help="a dotted key, e.g. actor.optim.lr")
+    explain.add_argument(
+        "--config", metavar="FILE", help="read which plugins are selected from this config"
+    )
+    explain.set_defaults(func=_cmd_explain)
+    reference = config_sub.add_parser(
+        "reference", help="every key as Markdown (docs/config.md), installed plugins included"
+    )
+    reference.set_defaults(func=_cmd_reference)
+    from_verl = config_sub.add_parser(
+        "from-verl", help="convert a verl (Hydra) YAML config and overrides to rlcore TOML"
+    )
+    from_verl.add_argument("yaml", metavar="YAML", help="verl config, e.g. ppo_trainer.yaml")
+    from_verl.add_argument(
+        "overrides", nargs="*", metavar="KEY=VALUE", help="verl overrides (data.train_batch_size=8)"
+    )
+    from_verl.add_argument("-o", "--output", metavar="OUT", help="write the TOML here")
+    from_verl.set_defaults(func=_cmd_from_verl)
 
     for name, (module, help_text) in _EXTERNAL.items():
         if _installed(module):

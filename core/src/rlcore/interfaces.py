@@ -134,16 +134,39 @@ class OptimConfig:
     ``weight_decay``.
     """
 
-    lr: float = attrs.field(default=1e-6, validator=attrs.validators.gt(0.0))
-    weight_decay: float = attrs.field(default=0.0, validator=attrs.validators.ge(0.0))
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = attrs.field(default=1e-8, validator=attrs.validators.gt(0.0))
-    warmup_steps: int = attrs.field(default=0, validator=attrs.validators.ge(0))
+    lr: float = attrs.field(
+        default=1e-6,
+        validator=attrs.validators.gt(0.0),
+        metadata={"help": "Peak learning rate of AdamW (the schedule scales it each step)."},
+    )
+    weight_decay: float = attrs.field(
+        default=0.0, validator=attrs.validators.ge(0.0), metadata={"help": "AdamW weight decay."}
+    )
+    betas: tuple[float, float] = attrs.field(
+        default=(0.9, 0.999), metadata={"help": "AdamW (beta1, beta2)."}
+    )
+    eps: float = attrs.field(
+        default=1e-8, validator=attrs.validators.gt(0.0), metadata={"help": "AdamW epsilon."}
+    )
+    warmup_steps: int = attrs.field(
+        default=0,
+        validator=attrs.validators.ge(0),
+        metadata={"help": "Optimizer steps of linear warm-up from 0 to lr."},
+    )
     schedule: Literal["constant", "cosine"] = attrs.field(
-        default="constant", validator=attrs.validators.in_(("constant", "cosine"))
+        default="constant",
+        validator=attrs.validators.in_(("constant", "cosine")),
+        metadata={
+            "help": "Learning rate after warm-up: constant, or cosine decay to min_lr_ratio "
+            "* lr over the run."
+        },
     )
     # Fraction of ``lr`` the cosine schedule decays to.
-    min_lr_ratio: float = attrs.field(default=0.0, validator=attrs.validators.ge(0.0))
+    min_lr_ratio: float = attrs.field(
+        default=0.0,
+        validator=attrs.validators.ge(0.0),
+        metadata={"help": "Fraction of lr the cosine schedule decays to."},
+    )
 
 
 @attrs.frozen(kw_only=True)

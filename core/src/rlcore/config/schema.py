@@ -83,8 +83,8 @@ def _seconds(_inst: object, attr: attrs.Attribute[Any], value: Any) -> None:
         raise ValueError(str(err).removeprefix(f"{attr.name} ")) from None
 
 
-def _timeout(default: float) -> Any:
-    return attrs.field(default=default, validator=_seconds)
+def _timeout(default: float, text: str) -> Any:
+    return attrs.field(default=default, validator=_seconds, metadata={"help": text})
 
 
 def _nonempty(_inst: object, _attr: attrs.Attribute[Any], value: str | tuple[str, ...]) -> None:
@@ -101,11 +101,26 @@ def _loggers(_inst: object, _attr: attrs.Attribute[Any], value: tuple[str, ...])
             raise ValueError(msg)
 
 
+# Micro-batching of a role that trains or scores a model (actor, ref, critic, roles).
+_MICRO_HELP = (
+    "Rows per data-parallel rank in one forward/backward micro-batch. Set this or "
+    "max_tokens_per_micro_batch, not both; neither set: a token budget of 16384 "
+    "(the actor's) or, for ref/critic/roles, the actor's setting."
+)
+_MAX_TOKENS_HELP = (
+    "Token budget (prompt + response, padded) of one micro-batch per rank: as many rows "
+    "as fit (dynamic micro-batches). Set this or micro_batch_size, not both."
+)
+
+
 @attrs.frozen(kw_only=True)
 class PluginSection:
     """A plugin choice: ``name`` plus an instance of that plugin's ``Config`` (``options``)."""
 
-    name: str = attrs.field(validator=_nonempty)
+    name: str = attrs.field(
+        validator=_nonempty,
+        metadata={"help": "The engine plugin that trains or scores this model (`rlcore plugins`)."},
+    )
     options: Any = attrs.field(default=None, metadata=_FLATTEN)
 
 
@@ -113,20 +128,81 @@ class PluginSection:
 class DataConfig:
     """``[data]``: prompt files and batch sizes (in prompts, before ``rollout.n``)."""
 
-    train_files: tuple[str, ...] = attrs.field(validator=_nonempty)
-    val_files: tuple[str, ...] = ()
-    prompt_key: str = "prompt"
-    apply_chat_template: bool = True
-    max_prompt_length: int = attrs.field(default=512, validator=_pos)
-    max_response_length: int = attrs.field(default=512, validator=_pos)
-    train_batch_size: int = attrs.field(default=8, validator=_pos)
-    val_batch_size: int | None = attrs.field(default=None, validator=_opt_pos)  # None: all
-    val_max_samples: int | None = attrs.field(default=None, validator=_opt_pos)  # None: all
-    shuffle: bool = True
-    seed: int = 0
-    filter_overlong_prompts: bool = True
+    train_files: tuple[str, ...] = attrs.field(
+        validator=_nonempty,
+        metadata={"help": "Training prompts: .parquet or .jsonl files, concatenated in order."},
+    )
+    val_files: tuple[str, ...] = attrs.field(
+        default=(),
+        metadata={"help": "Validation prompts (.parquet/.jsonl); empty: no validation."},
+    )
+    prompt_key: str = attrs.field(
+        default="prompt",
+        metadata={
+            "help": "The column holding each prompt: chat messages ([{role, content}]) or a "
+            "string (one user message when apply_chat_template)."
+        },
+    )
+    apply_chat_template: bool = attrs.field(
+        default=True,
+        metadata={
+            "help": "Render prompts with the tokenizer's chat template (the tokenizer must "
+            "have one); false: string prompts are tokenized as they are."
+        },
+    )
+    max_prompt_length: int = attrs.field(
+        default=512,
+        validator=_pos,
+        metadata={"help": "Longest prompt in tokens, after the chat template."},
+    )
+    max_response_length: int = attrs.field(
+        default=512,
+        validator=_pos,
+        metadata={
+            "help": "Most tokens generated per response (all turns together in an agent run)."
+        },
+    )
+    train_batch_size: int = attrs.field(
+        default=8,
+        validator=_pos,
+        metadata={
+            "help": "Prompts per training step (before rollout.n); the last partial batch of "
+            "an epoch is dropped."
+        },
+    )
+    val_batch_size: int | None = attrs.field(
+        default=None,
+        validator=_opt_pos,
+        metadata={"help": "Prompts per validation batch; unset: the whole validation set at once."},
+    )
+    val_max_samples: int | None = attrs.field(
+        default=None,
+        validator=_opt_pos,
+        metadata={
+            "help": "Keep only the first N validation prompts (after filtering); unset: all."
+        },
+    )
+    shuffle: bool = attrs.field(
+        default=True,
+        metadata={"help": "Shuffle the training prompts every epoch (seeded by data.seed)."},
+    )
+    seed: int = attrs.field(
+        default=0, metadata={"help": "Seed of the training prompts' shuffle, in [0, 2**32)."}
+    )
+    filter_overlong_prompts: bool = attrs.field(
+        default=True,
+        metadata={
+            "help": "Drop prompts longer than max_prompt_length (the count is logged); false: "
+            "truncation decides."
+        },
+    )
     truncation: Literal["error", "left", "right"] = attrs.field(
-        default="error", validator=v.in_(("error", "left", "right"))
+        default="error",
+        validator=v.in_(("error", "left", "right")),
+        metadata={
+            "help": "An over-long prompt kept by filter_overlong_prompts = false: error stops, "
+            "left keeps its end, right keeps its start."
+        },
     )
 
 
@@ -134,10 +210,26 @@ class DataConfig:
 class ModelConfig:
     """``[model]``: the policy's local Hugging Face folder."""
 
-    path: str = attrs.field(validator=_nonempty)
-    tokenizer_path: str = RESOLVED  # resolved: ``path``
-    dtype: Dtype = attrs.field(default="float32", validator=v.in_(DTYPE_NAMES))
-    trust_remote_code: bool = False
+    path: str = attrs.field(
+        validator=_nonempty,
+        metadata={"help": "Local Hugging Face folder of the policy (config, weights, tokenizer)."},
+    )
+    tokenizer_path: str = attrs.field(
+        default=RESOLVED,
+        metadata={"help": "Folder of the tokenizer.", "default": "model.path"},
+    )
+    dtype: Dtype = attrs.field(
+        default="float32",
+        validator=v.in_(DTYPE_NAMES),
+        metadata={
+            "help": "Compute dtype of the policy's engines (ref and rollout follow it unless "
+            "they set their own)."
+        },
+    )
+    trust_remote_code: bool = attrs.field(
+        default=False,
+        metadata={"help": "Allow the model folder's own Python code (transformers' flag)."},
+    )
 
 
 @attrs.frozen(kw_only=True)
@@ -146,24 +238,61 @@ class ActorConfig:
 
     engine: PluginSection = attrs.Factory(lambda: PluginSection(name="fsdp2"))
     optim: OptimConfig = attrs.Factory(OptimConfig)
-    # resolved: data.train_batch_size
-    ppo_mini_batch_size: int = attrs.field(default=RESOLVED, validator=_opt_pos)
-    # Rows per data-parallel rank per micro-batch, or a token budget; resolved: exactly one set.
-    micro_batch_size: int | None = attrs.field(default=None, validator=_opt_pos)
-    max_tokens_per_micro_batch: int | None = attrs.field(default=None, validator=_opt_pos)
-    ppo_epochs: int = attrs.field(default=1, validator=_pos)
-    grad_clip: float = attrs.field(default=1.0, validator=v.gt(0.0))
-    gradient_checkpointing: bool = False
-    shuffle: bool = False
-    # On-policy updates (1 epoch, 1 mini-batch, no KL in the reward) take old_log_probs from
-    # the training forward instead of a separate pass; false always runs the pass.
-    reuse_on_policy_log_probs: bool = True
-    # Leave rows with all-zero advantages out of the backward pass when the loss ignores them
-    # (no KL loss, no entropy bonus); the gradient is unchanged.
-    skip_zero_advantage_rows: bool = True
-    # With several data-parallel ranks, give each about the same tokens of every mini-batch
-    # (actor and critic updates); false: contiguous rows.
-    balance_tokens: bool = True
+    ppo_mini_batch_size: int = attrs.field(
+        default=RESOLVED,
+        validator=_opt_pos,
+        metadata={
+            "help": "Prompts per optimizer step (each with its rollout.n responses); a step's "
+            "batch is split into mini-batches of this size.",
+            "default": "data.train_batch_size",
+        },
+    )
+    micro_batch_size: int | None = attrs.field(
+        default=None, validator=_opt_pos, metadata={"help": _MICRO_HELP}
+    )
+    max_tokens_per_micro_batch: int | None = attrs.field(
+        default=None, validator=_opt_pos, metadata={"help": _MAX_TOKENS_HELP}
+    )
+    ppo_epochs: int = attrs.field(
+        default=1,
+        validator=_pos,
+        metadata={"help": "Passes over each step's batch (verl's ppo_epochs)."},
+    )
+    grad_clip: float = attrs.field(
+        default=1.0,
+        validator=v.gt(0.0),
+        metadata={"help": "Clip the global gradient norm to this before each optimizer step."},
+    )
+    gradient_checkpointing: bool = attrs.field(
+        default=False,
+        metadata={"help": "Recompute activations in the backward pass: less memory, slower."},
+    )
+    shuffle: bool = attrs.field(
+        default=False,
+        metadata={"help": "Reshuffle each rank's rows into new mini-batches every ppo_epoch."},
+    )
+    reuse_on_policy_log_probs: bool = attrs.field(
+        default=True,
+        metadata={
+            "help": "On-policy updates (1 epoch, 1 mini-batch, no KL in the reward) take "
+            "old_log_probs from the training forward instead of a separate pass; false: "
+            "always run the pass."
+        },
+    )
+    skip_zero_advantage_rows: bool = attrs.field(
+        default=True,
+        metadata={
+            "help": "Leave rows with all-zero advantages out of the backward pass when the "
+            "loss ignores them (no KL loss, no entropy bonus); the gradient is unchanged."
+        },
+    )
+    balance_tokens: bool = attrs.field(
+        default=True,
+        metadata={
+            "help": "With several data-parallel ranks, give each about the same tokens of "
+            "every mini-batch (actor and critic updates); false: contiguous rows."
+        },
+    )
 
 
 def _sampling(
@@ -186,11 +315,30 @@ class ValSamplingConfig:
     ``n``: samples per validation prompt; the driver repeats each prompt ``n`` times.
     """
 
-    n: int = attrs.field(default=1, validator=_pos)
-    temperature: float = attrs.field(default=0.0, validator=v.ge(0.0))
-    top_p: float = attrs.field(default=1.0, validator=[v.gt(0.0), v.le(1.0)])
-    top_k: int = attrs.field(default=-1, validator=v.ge(-1))
-    do_sample: bool = False
+    n: int = attrs.field(
+        default=1,
+        validator=_pos,
+        metadata={"help": "Responses per validation prompt (each prompt repeated n times)."},
+    )
+    temperature: float = attrs.field(
+        default=0.0,
+        validator=v.ge(0.0),
+        metadata={"help": "Validation sampling temperature (used when do_sample)."},
+    )
+    top_p: float = attrs.field(
+        default=1.0,
+        validator=[v.gt(0.0), v.le(1.0)],
+        metadata={"help": "Validation nucleus sampling: keep the smallest set of this mass."},
+    )
+    top_k: int = attrs.field(
+        default=-1,
+        validator=v.ge(-1),
+        metadata={"help": "Validation top-k sampling; -1: off."},
+    )
+    do_sample: bool = attrs.field(
+        default=False,
+        metadata={"help": "Sample validation responses; false: greedy decoding."},
+    )
 
     def sampling(self, max_new_tokens: int) -> SamplingParams:
         return _sampling(self, max_new_tokens, do_sample=self.do_sample)
@@ -211,12 +359,38 @@ class RolloutConfig:
     An algorithm option ``rollout_is`` asks for them whatever this says.
     """
 
-    name: str = attrs.field(default="hf", validator=_nonempty)
-    n: int = attrs.field(default=1, validator=_pos)
-    temperature: float = attrs.field(default=1.0, validator=v.ge(0.0))
-    top_p: float = attrs.field(default=1.0, validator=[v.gt(0.0), v.le(1.0)])
-    top_k: int = attrs.field(default=-1, validator=v.ge(-1))  # -1: off
-    log_prob_metrics: bool | None = None  # None: on where the rollout's log-probs are cheap
+    name: str = attrs.field(
+        default="hf",
+        validator=_nonempty,
+        metadata={"help": "The rollout plugin that generates responses (`rlcore plugins`)."},
+    )
+    n: int = attrs.field(
+        default=1,
+        validator=_pos,
+        metadata={
+            "help": "Responses per training prompt: the driver repeats each prompt n times "
+            "(one group, same uid) before generation."
+        },
+    )
+    temperature: float = attrs.field(
+        default=1.0, validator=v.ge(0.0), metadata={"help": "Training sampling temperature."}
+    )
+    top_p: float = attrs.field(
+        default=1.0,
+        validator=[v.gt(0.0), v.le(1.0)],
+        metadata={"help": "Training nucleus sampling: keep the smallest set of this mass."},
+    )
+    top_k: int = attrs.field(
+        default=-1, validator=v.ge(-1), metadata={"help": "Training top-k sampling; -1: off."}
+    )
+    log_prob_metrics: bool | None = attrs.field(
+        default=None,
+        metadata={
+            "help": "Ask the rollout for its log-probs every step and log "
+            "rollout/logprob_diff_mean/_max against the trainer's; unset: on where the "
+            "rollout's log-probs are cheap (vLLM), off otherwise."
+        },
+    )
     val: ValSamplingConfig = attrs.Factory(ValSamplingConfig)
     options: Any = attrs.field(default=None, metadata=_FLATTEN)
 
@@ -229,38 +403,80 @@ class RolloutConfig:
 class RefConfig:
     """``[ref]``: the frozen reference policy (used when the algorithm needs KL)."""
 
-    engine: PluginSection = RESOLVED  # resolved: the actor's engine, options included
-    # resolved: the actor's micro-batching when neither is set
-    micro_batch_size: int | None = attrs.field(default=None, validator=_opt_pos)
-    max_tokens_per_micro_batch: int | None = attrs.field(default=None, validator=_opt_pos)
+    engine: PluginSection = attrs.field(default=RESOLVED, metadata={"default": "actor.engine"})
+    micro_batch_size: int | None = attrs.field(
+        default=None, validator=_opt_pos, metadata={"help": _MICRO_HELP}
+    )
+    max_tokens_per_micro_batch: int | None = attrs.field(
+        default=None, validator=_opt_pos, metadata={"help": _MAX_TOKENS_HELP}
+    )
 
 
 @attrs.frozen(kw_only=True)
 class CriticConfig:
     """``[critic]``: the value model (used when the algorithm needs a critic, e.g. PPO)."""
 
-    model_path: str = RESOLVED  # resolved: model.path
-    engine: PluginSection = RESOLVED  # resolved: the actor's engine, options included
+    model_path: str = attrs.field(
+        default=RESOLVED,
+        metadata={
+            "help": "Hugging Face folder the critic starts from (a value head is added).",
+            "default": "model.path",
+        },
+    )
+    engine: PluginSection = attrs.field(default=RESOLVED, metadata={"default": "actor.engine"})
     optim: OptimConfig = attrs.Factory(lambda: OptimConfig(lr=1e-5))
-    # resolved: actor.ppo_mini_batch_size
-    ppo_mini_batch_size: int = attrs.field(default=RESOLVED, validator=_opt_pos)
-    # resolved: the actor's micro-batching when neither is set
-    micro_batch_size: int | None = attrs.field(default=None, validator=_opt_pos)
-    max_tokens_per_micro_batch: int | None = attrs.field(default=None, validator=_opt_pos)
-    ppo_epochs: int = attrs.field(default=RESOLVED, validator=_opt_pos)  # resolved: actor's
-    grad_clip: float = attrs.field(default=1.0, validator=v.gt(0.0))
-    gradient_checkpointing: bool = False
+    ppo_mini_batch_size: int = attrs.field(
+        default=RESOLVED,
+        validator=_opt_pos,
+        metadata={
+            "help": "Prompts per critic optimizer step.",
+            "default": "actor.ppo_mini_batch_size",
+        },
+    )
+    micro_batch_size: int | None = attrs.field(
+        default=None, validator=_opt_pos, metadata={"help": _MICRO_HELP}
+    )
+    max_tokens_per_micro_batch: int | None = attrs.field(
+        default=None, validator=_opt_pos, metadata={"help": _MAX_TOKENS_HELP}
+    )
+    ppo_epochs: int = attrs.field(
+        default=RESOLVED,
+        validator=_opt_pos,
+        metadata={
+            "help": "Passes of the critic over each step's batch.",
+            "default": "actor.ppo_epochs",
+        },
+    )
+    grad_clip: float = attrs.field(
+        default=1.0,
+        validator=v.gt(0.0),
+        metadata={"help": "Clip the critic's global gradient norm to this before each step."},
+    )
+    gradient_checkpointing: bool = attrs.field(
+        default=False,
+        metadata={"help": "Recompute the critic's activations in the backward pass."},
+    )
 
 
 @attrs.frozen(kw_only=True)
 class RoleModelConfig:
     """``[roles.<name>.model]``: the extra role's own Hugging Face folder."""
 
-    path: str = ""  # required when the algorithm declares the role (checked before Ray)
-    dtype: Dtype | None = attrs.field(  # None: model.dtype
-        default=None, validator=v.optional(v.in_(("float32", "bfloat16", "float16")))
+    path: str = attrs.field(
+        default="",
+        metadata={
+            "help": "The role's local Hugging Face folder; required when the algorithm "
+            "declares the role (checked before Ray starts)."
+        },
     )
-    trust_remote_code: bool = False
+    dtype: Dtype | None = attrs.field(
+        default=None,
+        validator=v.optional(v.in_(("float32", "bfloat16", "float16"))),
+        metadata={"help": "Compute dtype of the role's engine.", "default": "model.dtype"},
+    )
+    trust_remote_code: bool = attrs.field(
+        default=False, metadata={"help": "Allow the role's model folder's own Python code."}
+    )
 
 
 @attrs.frozen(kw_only=True)
@@ -269,10 +485,13 @@ class RoleConfig:
     e.g. a distillation teacher: its model and engine, placed and checkpointed like ``[ref]``."""
 
     model: RoleModelConfig = attrs.Factory(RoleModelConfig)
-    engine: PluginSection = RESOLVED  # resolved: the actor's engine, options included
-    # resolved: the actor's micro-batching when neither is set
-    micro_batch_size: int | None = attrs.field(default=None, validator=_opt_pos)
-    max_tokens_per_micro_batch: int | None = attrs.field(default=None, validator=_opt_pos)
+    engine: PluginSection = attrs.field(default=RESOLVED, metadata={"default": "actor.engine"})
+    micro_batch_size: int | None = attrs.field(
+        default=None, validator=_opt_pos, metadata={"help": _MICRO_HELP}
+    )
+    max_tokens_per_micro_batch: int | None = attrs.field(
+        default=None, validator=_opt_pos, metadata={"help": _MAX_TOKENS_HELP}
+    )
 
 
 @attrs.frozen(kw_only=True)
@@ -287,13 +506,52 @@ class RewardConfig:
     an error naming the scorer; None: no limit).
     """
 
-    default: tuple[str, ...] = ()
-    sources: dict[str, tuple[str, ...]] = attrs.Factory(dict)
-    weights: dict[str, float] = attrs.Factory(dict)  # resolved: every selected name
-    timeout_s: float = attrs.field(default=5.0, validator=v.gt(0.0))
-    batch_timeout_s: float | None = attrs.field(default=None, validator=v.optional(v.gt(0.0)))
-    num_workers: int = attrs.field(default=0, validator=v.ge(0))  # 0: one per CPU
-    options: dict[str, Any] = attrs.Factory(dict)
+    default: tuple[str, ...] = attrs.field(
+        default=(),
+        metadata={
+            "help": "Reward plugin(s) for rows whose data_source is not in reward.sources "
+            '(a name or a list, e.g. "gsm8k").'
+        },
+    )
+    sources: dict[str, tuple[str, ...]] = attrs.field(
+        factory=dict,
+        metadata={"help": "data_source -> reward name(s) for those rows."},
+    )
+    weights: dict[str, float] = attrs.field(
+        factory=dict,
+        metadata={
+            "help": "Reward name -> weight; a row scored by several rewards gets the weighted "
+            "sum (1.0 each unless given)."
+        },
+    )
+    timeout_s: float = attrs.field(
+        default=5.0,
+        validator=v.gt(0.0),
+        metadata={
+            "help": "Time limit of one reward call in seconds; past it the response scores 0 "
+            "and is counted."
+        },
+    )
+    batch_timeout_s: float | None = attrs.field(
+        default=None,
+        validator=v.optional(v.gt(0.0)),
+        metadata={
+            "help": "Wall-clock limit in seconds of one batched scorer's call (BaseBatchReward, "
+            "scored in the driver); past it the run stops naming the scorer. None: no limit."
+        },
+    )
+    num_workers: int = attrs.field(
+        default=0,
+        validator=v.ge(0),
+        metadata={"help": "Scoring processes; 0: one per CPU (at most 8); 1: score in the driver."},
+    )
+    options: dict[str, Any] = attrs.field(
+        factory=dict,
+        metadata={
+            "help": "[reward.options.NAME]: each reward plugin's own options (listed per "
+            "plugin below)."
+        },
+    )
 
     def selected(self) -> tuple[str, ...]:
         """Every reward name selected by ``default`` or ``sources``, first use first."""
@@ -305,7 +563,11 @@ class RewardConfig:
 class AlgorithmConfig:
     """``[algorithm]``: ``name``, then the algorithm plugin's options."""
 
-    name: str = attrs.field(default="grpo", validator=_nonempty)
+    name: str = attrs.field(
+        default="grpo",
+        validator=_nonempty,
+        metadata={"help": "The algorithm plugin (advantages and losses; `rlcore plugins`)."},
+    )
     options: Any = attrs.field(default=None, metadata=_FLATTEN)
 
 
@@ -320,66 +582,210 @@ class AgentConfig:
     ``tool_parser`` is verl's ``format``.
     """
 
-    tools: tuple[str, ...] = ()
-    tool_parser: str = attrs.field(default="hermes", validator=v.in_(("hermes", "qwen")))
-    max_turns: int = attrs.field(default=4, validator=_pos)
-    max_tokens_per_turn: int | None = attrs.field(default=None, validator=_opt_pos)  # None: all
-    max_parallel_calls: int = attrs.field(default=4, validator=_pos)
-    max_parallel_conversations: int = attrs.field(default=256, validator=_pos)
-    tool_timeout_s: float = attrs.field(default=5.0, validator=v.gt(0.0))
-    generation_timeout_s: float = attrs.field(default=600.0, validator=v.gt(0.0))
-    max_tool_response_length: int = attrs.field(default=1000, validator=_pos)
+    tools: tuple[str, ...] = attrs.field(
+        default=(), metadata={"help": "Tool plugins the model may call (`rlcore plugins`)."}
+    )
+    tool_parser: str = attrs.field(
+        default="hermes",
+        validator=v.in_(("hermes", "qwen")),
+        metadata={"help": "How tool calls are read from the model's text (verl's format)."},
+    )
+    max_turns: int = attrs.field(
+        default=4,
+        validator=_pos,
+        metadata={"help": "Model turns per conversation (verl's max_assistant_turns)."},
+    )
+    max_tokens_per_turn: int | None = attrs.field(
+        default=None,
+        validator=_opt_pos,
+        metadata={
+            "help": "Most tokens one model turn generates; unset: what is left of "
+            "data.max_response_length."
+        },
+    )
+    max_parallel_calls: int = attrs.field(
+        default=4, validator=_pos, metadata={"help": "Tool calls run per model turn."}
+    )
+    max_parallel_conversations: int = attrs.field(
+        default=256, validator=_pos, metadata={"help": "Conversations in flight at once."}
+    )
+    tool_timeout_s: float = attrs.field(
+        default=5.0, validator=v.gt(0.0), metadata={"help": "Time limit of one tool call (s)."}
+    )
+    generation_timeout_s: float = attrs.field(
+        default=600.0,
+        validator=v.gt(0.0),
+        metadata={
+            "help": "Time limit of one model turn (s); past it the conversation ends, flagged "
+            "truncated."
+        },
+    )
+    max_tool_response_length: int = attrs.field(
+        default=1000,
+        validator=_pos,
+        metadata={"help": "Characters of a tool's answer kept in the conversation."},
+    )
 
 
 @attrs.frozen(kw_only=True)
 class TrainerConfig:
     """``[trainer]``: length, validation, checkpoints, logging."""
 
-    total_steps: int | None = attrs.field(default=None, validator=_opt_pos)
-    total_epochs: int | None = attrs.field(default=None, validator=_opt_pos)  # resolved: 1
-    test_freq: int = attrs.field(default=0, validator=v.ge(0))  # 0: no periodic validation
-    val_before_train: bool = True
-    save_freq: int = attrs.field(default=0, validator=v.ge(0))  # 0: only at the end
-    resume: str = attrs.field(default="auto", validator=_nonempty)  # "auto" | "off" | PATH
-    keep_last: int | None = attrs.field(default=None, validator=_opt_pos)  # None: keep all
-    export_final: bool = True  # the final actor as a Hugging Face folder: <run_dir>/final_hf
-    # Consecutive steps with a non-finite loss or gradient (each skipped) before the run stops.
-    max_consecutive_nonfinite: int = attrs.field(default=3, validator=_pos)
-    # Divergence guard: a step whose actor or critic gradient norm (before clipping) exceeds
-    # this stops the run unsaved (rlcore.trainer.divergence); None: no ceiling.
-    grad_norm_ceiling: float | None = attrs.field(default=None, validator=v.optional(v.gt(0.0)))
-    # DataProtoConfig.auto_padding in the driver and every worker: chunk() may split a batch
-    # unevenly (verl's VERL_AUTO_PADDING, which still works on its own).
-    auto_padding: bool = False
-    experiment_name: str = attrs.field(default="rlcore", validator=_nonempty)
-    run_dir: str = RESOLVED  # resolved: runs/<experiment_name>
-    seed: int = 0
-    # Logger plugins: the core's console, jsonl, tensorboard; rlcore-wandb, rlcore-mlflow, ...
-    loggers: tuple[str, ...] = attrs.field(default=("console", "jsonl"), validator=_loggers)
-    # Each selected logger's Config, from [trainer.logger_options.NAME] (resolved: every one).
-    logger_options: dict[str, Any] = attrs.Factory(dict)
-    log_freq: int = attrs.field(default=1, validator=_pos)  # console table every N steps
+    total_steps: int | None = attrs.field(
+        default=None,
+        validator=_opt_pos,
+        metadata={"help": "Training steps of the run; set this or total_epochs, not both."},
+    )
+    total_epochs: int | None = attrs.field(
+        default=None,
+        validator=_opt_pos,
+        metadata={
+            "help": "Passes over the training prompts; 1 when neither it nor total_steps is set."
+        },
+    )
+    test_freq: int = attrs.field(
+        default=0,
+        validator=v.ge(0),
+        metadata={
+            "help": "Validate every N steps and after the last one; 0: no periodic validation."
+        },
+    )
+    val_before_train: bool = attrs.field(
+        default=True,
+        metadata={"help": "Validate once before the first step (not on resume)."},
+    )
+    save_freq: int = attrs.field(
+        default=0,
+        validator=v.ge(0),
+        metadata={
+            "help": "Save a checkpoint every N steps (and after the last); 0: only at the end."
+        },
+    )
+    resume: str = attrs.field(
+        default="auto",
+        validator=_nonempty,
+        metadata={
+            "help": '"auto": resume from the run directory\'s latest checkpoint if any; '
+            '"off": start over; or a checkpoint path.'
+        },
+    )
+    keep_last: int | None = attrs.field(
+        default=None,
+        validator=_opt_pos,
+        metadata={"help": "Checkpoints kept (older ones deleted); unset: keep all."},
+    )
+    export_final: bool = attrs.field(
+        default=True,
+        metadata={"help": "Export the final actor as a Hugging Face folder: <run_dir>/final_hf."},
+    )
+    max_consecutive_nonfinite: int = attrs.field(
+        default=3,
+        validator=_pos,
+        metadata={
+            "help": "Consecutive steps with a non-finite loss or gradient (each skipped) "
+            "before the run stops."
+        },
+    )
+    grad_norm_ceiling: float | None = attrs.field(
+        default=None,
+        validator=v.optional(v.gt(0.0)),
+        metadata={
+            "help": "Divergence guard: a step whose actor or critic gradient norm (before "
+            "clipping) exceeds this stops the run unsaved; unset: no ceiling."
+        },
+    )
+    auto_padding: bool = attrs.field(
+        default=False,
+        metadata={
+            "help": "DataProto auto-padding in the driver and every worker: chunk() may split "
+            "a batch unevenly (verl's VERL_AUTO_PADDING)."
+        },
+    )
+    experiment_name: str = attrs.field(
+        default="rlcore",
+        validator=_nonempty,
+        metadata={"help": "Name of the run (run directory, loggers)."},
+    )
+    run_dir: str = attrs.field(
+        default=RESOLVED,
+        metadata={
+            "help": "Directory of checkpoints, metrics and the exported model.",
+            "default": "runs/<experiment_name>",
+        },
+    )
+    seed: int = attrs.field(
+        default=0,
+        metadata={
+            "help": "Seed of the workers and rollouts (each rank offsets it), in [0, 2**32)."
+        },
+    )
+    loggers: tuple[str, ...] = attrs.field(
+        default=("console", "jsonl"),
+        validator=_loggers,
+        metadata={
+            "help": "Logger plugins: the core's console, jsonl, tensorboard; rlcore-wandb, "
+            "rlcore-mlflow, ..."
+        },
+    )
+    logger_options: dict[str, Any] = attrs.field(
+        factory=dict,
+        metadata={
+            "help": "[trainer.logger_options.NAME]: each selected logger's own options "
+            "(listed per plugin below)."
+        },
+    )
+    log_freq: int = attrs.field(
+        default=1, validator=_pos, metadata={"help": "Print the console table every N steps."}
+    )
 
 
 @attrs.frozen(kw_only=True)
 class ResourcesConfig:
     """``[resources]``: where workers run. Data-parallel size = nnodes × processes_per_node."""
 
-    device: Device = attrs.field(default="cpu", validator=v.in_(("cpu", "cuda")))
-    nnodes: int = attrs.field(default=1, validator=_pos)
-    processes_per_node: int = attrs.field(default=1, validator=_pos)
-    ray_address: str | None = None  # None: RAY_ADDRESS, else a local Ray
-    # Each worker's torch threads follow its CPU share: floor(cpus_per_process), at least 1.
-    cpus_per_process: float = attrs.field(default=1.0, validator=v.gt(0.0))
-    # Torch threads of the driver process (it scores rewards and advantages).
-    driver_num_threads: int = attrs.field(default=1, validator=_pos)
-    # Every wait is bounded (seconds): a worker-group call, a group's start, a pool's
-    # placement, a collective inside the workers, a worker's heartbeat.
-    call_timeout_s: float = _timeout(DEFAULT_CALL_TIMEOUT_S)
-    start_timeout_s: float = _timeout(DEFAULT_START_TIMEOUT_S)
-    placement_timeout_s: float = _timeout(DEFAULT_PLACEMENT_TIMEOUT_S)
-    collective_timeout_s: float = _timeout(DEFAULT_COLLECTIVE_TIMEOUT_S)
-    heartbeat_timeout_s: float = _timeout(DEFAULT_HEARTBEAT_TIMEOUT_S)
+    device: Device = attrs.field(
+        default="cpu",
+        validator=v.in_(("cpu", "cuda")),
+        metadata={"help": "Where workers compute: cpu (gloo) or cuda (one GPU per process)."},
+    )
+    nnodes: int = attrs.field(default=1, validator=_pos, metadata={"help": "Nodes of the run."})
+    processes_per_node: int = attrs.field(
+        default=1,
+        validator=_pos,
+        metadata={"help": "Worker processes per node (one per GPU on cuda)."},
+    )
+    ray_address: str | None = attrs.field(
+        default=None,
+        metadata={"help": "Ray cluster to join; unset: RAY_ADDRESS, else a private local Ray."},
+    )
+    cpus_per_process: float = attrs.field(
+        default=1.0,
+        validator=v.gt(0.0),
+        metadata={
+            "help": "CPUs reserved per worker; its torch threads are floor(this), at least 1."
+        },
+    )
+    driver_num_threads: int = attrs.field(
+        default=1,
+        validator=_pos,
+        metadata={"help": "Torch threads of the driver process (rewards and advantages)."},
+    )
+    call_timeout_s: float = _timeout(
+        DEFAULT_CALL_TIMEOUT_S, "Time limit of one worker-group call (s)."
+    )
+    start_timeout_s: float = _timeout(
+        DEFAULT_START_TIMEOUT_S, "Time limit for a worker group's actors to start (s)."
+    )
+    placement_timeout_s: float = _timeout(
+        DEFAULT_PLACEMENT_TIMEOUT_S, "Time limit for Ray to reserve a pool's placement groups (s)."
+    )
+    collective_timeout_s: float = _timeout(
+        DEFAULT_COLLECTIVE_TIMEOUT_S, "Time limit of each torch.distributed collective (s)."
+    )
+    heartbeat_timeout_s: float = _timeout(
+        DEFAULT_HEARTBEAT_TIMEOUT_S,
+        "A worker whose heartbeat stops for this long is reported stopped (s).",
+    )
 
     @property
     def world_size(self) -> int:
@@ -391,7 +797,13 @@ class PluginsConfig:
     """``[plugins]``: ``disabled`` distribution or entry-point names (``"*"``: all) are skipped
     before they are imported, in the driver and in every worker (e.g. a broken plugin)."""
 
-    disabled: tuple[str, ...] = ()
+    disabled: tuple[str, ...] = attrs.field(
+        default=(),
+        metadata={
+            "help": 'Plugin distributions or entry points not loaded ("*": all), in the driver '
+            "and every worker."
+        },
+    )
 
 
 @attrs.frozen(kw_only=True)

@@ -101,11 +101,33 @@ class KLControlConfig:
     """
 
     type: Literal["fixed", "adaptive"] = attrs.field(
-        default="fixed", validator=_v.in_(("fixed", "adaptive"))
+        default="fixed",
+        validator=_v.in_(("fixed", "adaptive")),
+        metadata={
+            "help": "fixed keeps kl_coef; adaptive moves it toward target_kl over horizon rows."
+        },
     )
-    kl_coef: float = attrs.field(default=0.001, validator=_v.ge(0.0))
-    target_kl: float = attrs.field(default=0.1, validator=_v.gt(0.0))
-    horizon: int = attrs.field(default=10000, validator=_v.gt(0))
+    kl_coef: float = attrs.field(
+        default=0.001,
+        validator=_v.ge(0.0),
+        metadata={
+            "help": "Coefficient of the KL penalty in the reward (the starting value when "
+            "adaptive)."
+        },
+    )
+    target_kl: float = attrs.field(
+        default=0.1,
+        validator=_v.gt(0.0),
+        metadata={"help": "KL the adaptive controller steers toward."},
+    )
+    horizon: int = attrs.field(
+        default=10000,
+        validator=_v.gt(0),
+        metadata={
+            "help": "Rows over which the adaptive controller moves the coefficient; keep it "
+            "well above a step's rows."
+        },
+    )
 
 
 def require(batch: DataProto, key: str) -> torch.Tensor:
@@ -152,27 +174,126 @@ class PolicyGradientAlgorithm(BaseAlgorithm):
         - ``entropy_coeff``: entropy bonus (``loss -= entropy_coeff * entropy``).
         """
 
-        clip_ratio_low: float = attrs.field(default=0.2, validator=[_v.ge(0.0), _v.lt(1.0)])
-        clip_ratio_high: float = attrs.field(default=0.2, validator=_v.ge(0.0))
-        clip_ratio_c: float = attrs.field(default=3.0, validator=_v.gt(1.0))
-        loss_agg_mode: LossAggMode = attrs.field(
-            default="token-mean", validator=_v.in_(LOSS_AGG_MODES)
+        clip_ratio_low: float = attrs.field(
+            default=0.2,
+            validator=[_v.ge(0.0), _v.lt(1.0)],
+            metadata={
+                "help": "PPO clip range lower side: the ratio is clipped to [1 - "
+                "clip_ratio_low, 1 + clip_ratio_high]."
+            },
         )
-        policy_loss: str = attrs.field(default="vanilla", validator=policy_loss_name)
-        adv_estimator: str | None = attrs.field(default=None, validator=adv_estimator_name)
-        sapo_tau_pos: float = attrs.field(default=1.0, validator=_v.gt(0.0))
-        sapo_tau_neg: float = attrs.field(default=1.05, validator=_v.gt(0.0))
-        kl_cov_ratio: float = attrs.field(default=0.0002, validator=[_v.gt(0.0), _v.le(1.0)])
-        ppo_kl_coef: float = attrs.field(default=1.0, validator=_v.ge(0.0))
-        rollout_is: RolloutIS = attrs.field(default="none", validator=_v.in_(ROLLOUT_IS_LEVELS))
-        rollout_is_cap: float = attrs.field(default=2.0, validator=_v.gt(0.0))
-        use_kl_loss: bool = False
-        kl_loss_coef: float = attrs.field(default=0.001, validator=_v.ge(0.0))
-        kl_loss_type: str = attrs.field(default="low_var_kl", validator=_v.in_(KL_ESTIMATORS))
-        use_kl_in_reward: bool = False
-        kl_penalty: str = attrs.field(default="kl", validator=_v.in_(KL_ESTIMATORS))
+        clip_ratio_high: float = attrs.field(
+            default=0.2,
+            validator=_v.ge(0.0),
+            metadata={
+                "help": "PPO clip range upper side (DAPO's clip-higher raises it, e.g. 0.28)."
+            },
+        )
+        clip_ratio_c: float = attrs.field(
+            default=3.0,
+            validator=_v.gt(1.0),
+            metadata={
+                "help": "Dual-clip bound for negative advantages: the loss is at most -A * "
+                "clip_ratio_c."
+            },
+        )
+        loss_agg_mode: LossAggMode = attrs.field(
+            default="token-mean",
+            validator=_v.in_(LOSS_AGG_MODES),
+            metadata={
+                "help": "How token losses become the mini-batch loss (rlcore.rl.losses): mean "
+                "over tokens, sum, or per-sequence then mean."
+            },
+        )
+        policy_loss: str = attrs.field(
+            default="vanilla",
+            validator=policy_loss_name,
+            metadata={
+                "help": "The policy loss by name (vanilla: PPO token ratio; gspo, cispo, gpg, "
+                "sapo, gmpo, kl_cov; plugins may add more)."
+            },
+        )
+        adv_estimator: str | None = attrs.field(
+            default=None,
+            validator=adv_estimator_name,
+            metadata={
+                "help": "The advantage estimator by name (gae, grpo, rloo, reinforce_plus_plus, "
+                "reinforce_plus_plus_baseline, or a plugin's); the algorithm must have "
+                "the options it reads."
+            },
+        )
+        sapo_tau_pos: float = attrs.field(
+            default=1.0,
+            validator=_v.gt(0.0),
+            metadata={"help": "sapo policy loss: gate temperature for positive advantages."},
+        )
+        sapo_tau_neg: float = attrs.field(
+            default=1.05,
+            validator=_v.gt(0.0),
+            metadata={"help": "sapo policy loss: gate temperature for negative advantages."},
+        )
+        kl_cov_ratio: float = attrs.field(
+            default=0.0002,
+            validator=[_v.gt(0.0), _v.le(1.0)],
+            metadata={
+                "help": "kl_cov policy loss: fraction of tokens (highest covariance) that get "
+                "the KL penalty."
+            },
+        )
+        ppo_kl_coef: float = attrs.field(
+            default=1.0,
+            validator=_v.ge(0.0),
+            metadata={"help": "kl_cov policy loss: coefficient of that KL penalty."},
+        )
+        rollout_is: RolloutIS = attrs.field(
+            default="none",
+            validator=_v.in_(ROLLOUT_IS_LEVELS),
+            metadata={
+                "help": "Truncated importance weights min(pi_old / pi_rollout, rollout_is_cap) "
+                "on the policy loss, per token or per sequence, from the rollout's "
+                "log-probs; none: off."
+            },
+        )
+        rollout_is_cap: float = attrs.field(
+            default=2.0,
+            validator=_v.gt(0.0),
+            metadata={"help": "Upper bound of the rollout importance weights."},
+        )
+        use_kl_loss: bool = attrs.field(
+            default=False,
+            metadata={
+                "help": "Add KL to the reference policy as a loss term (GRPO's way; needs the "
+                "reference)."
+            },
+        )
+        kl_loss_coef: float = attrs.field(
+            default=0.001, validator=_v.ge(0.0), metadata={"help": "Coefficient of the KL loss."}
+        )
+        kl_loss_type: str = attrs.field(
+            default="low_var_kl",
+            validator=_v.in_(KL_ESTIMATORS),
+            metadata={
+                "help": "KL estimator of the KL loss (k1/kl, abs, k2/mse, k3/low_var_kl; a "
+                "trailing + takes the gradient of k2)."
+            },
+        )
+        use_kl_in_reward: bool = attrs.field(
+            default=False,
+            metadata={
+                "help": "Subtract a per-token KL penalty to the reference from the reward "
+                "(PPO's way; needs the reference)."
+            },
+        )
+        kl_penalty: str = attrs.field(
+            default="kl",
+            validator=_v.in_(KL_ESTIMATORS),
+            metadata={"help": "KL estimator of the penalty in the reward."},
+        )
         kl_ctrl: KLControlConfig = attrs.field(factory=KLControlConfig)
-        entropy_coeff: float = 0.0
+        entropy_coeff: float = attrs.field(
+            default=0.0,
+            metadata={"help": "Entropy bonus: loss -= entropy_coeff * entropy; 0: off."},
+        )
 
     config: PolicyGradientAlgorithm.Config
 

@@ -118,7 +118,10 @@ class ConsoleLogger(BaseLogger):
 
     @attrs.frozen(kw_only=True)
     class Config(BaseLogger.Config):
-        progress_bar: bool | None = None  # None: only on a terminal
+        progress_bar: bool | None = attrs.field(
+            default=None,
+            metadata={"help": "Show a progress bar; unset: only when stderr is a terminal."},
+        )  # None: only on a terminal
 
     config: ConsoleLogger.Config
 

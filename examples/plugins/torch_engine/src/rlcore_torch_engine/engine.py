@@ -37,7 +37,9 @@ class TorchEngine(BaseEngine):
 
     @attrs.frozen(kw_only=True)
     class Config(BaseEngine.Config):
-        attn_implementation: str = "sdpa"
+        attn_implementation: str = attrs.field(
+            default="sdpa", metadata={"help": "transformers' attn_implementation of the model."}
+        )
 
     def __init__(self, spec: EngineSpec, config: TorchEngine.Config | None = None) -> None:
         super().__init__(spec, config)

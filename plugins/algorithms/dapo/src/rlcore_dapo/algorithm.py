@@ -54,20 +54,55 @@ class DynamicSamplingError(RlcoreError):
 class FilterGroupsConfig:
     """``[algorithm.filter_groups]`` (verl's names)."""
 
-    enable: bool = True
-    metric: Metric = attrs.field(
-        default="acc", validator=_v.in_(("acc", "score", "seq_reward", "seq_final_reward"))
+    enable: bool = attrs.field(
+        default=True,
+        metadata={
+            "help": "Dynamic sampling: drop prompts whose n responses all got the same "
+            "metric and generate more until data.train_batch_size prompts are in "
+            "hand."
+        },
     )
-    max_num_gen_batches: int = attrs.field(default=10, validator=_v.ge(0))  # 0: unbounded
+    metric: Metric = attrs.field(
+        default="acc",
+        validator=_v.in_(("acc", "score", "seq_reward", "seq_final_reward")),
+        metadata={"help": "The per-response value compared within a prompt's group."},
+    )
+    max_num_gen_batches: int = attrs.field(
+        default=10,
+        validator=_v.ge(0),
+        metadata={
+            "help": "Generation rounds of one step before the run stops with an error; 0: "
+            "unbounded."
+        },
+    )  # 0: unbounded
 
 
 @attrs.frozen(kw_only=True)
 class OverlongBufferConfig:
     """``[algorithm.overlong_buffer]`` (verl's names): the last ``len`` tokens are punished."""
 
-    enable: bool = False
-    len: int = attrs.field(default=0, validator=_v.ge(0))
-    penalty_factor: float = attrs.field(default=1.0, validator=_v.ge(0.0))
+    enable: bool = attrs.field(
+        default=False,
+        metadata={
+            "help": "Overlong reward shaping: punish responses longer than "
+            "data.max_response_length - len."
+        },
+    )
+    len: int = attrs.field(
+        default=0,
+        validator=_v.ge(0),
+        metadata={
+            "help": "Tokens of the buffer at the end of the response budget; >= 1 when enabled."
+        },
+    )
+    penalty_factor: float = attrs.field(
+        default=1.0,
+        validator=_v.ge(0.0),
+        metadata={
+            "help": "Penalty at the full response length, falling linearly to 0 at the "
+            "buffer's start."
+        },
+    )
 
 
 def overlong_penalty(
@@ -188,11 +223,26 @@ class DAPO(PolicyGradientAlgorithm):
 
     @attrs.frozen(kw_only=True)
     class Config(PolicyGradientAlgorithm.Config):
-        clip_ratio_high: float = attrs.field(default=0.28, validator=_v.ge(0.0))  # clip-higher
+        clip_ratio_high: float = attrs.field(
+            default=0.28,
+            validator=_v.ge(0.0),
+            metadata={"help": "PPO clip range upper side; DAPO's clip-higher (0.28, the paper's)."},
+        )  # clip-higher
         # GRPO's group-normalised advantages, from the core's estimator registry
-        adv_estimator: str | None = attrs.field(default="grpo", validator=adv_estimator_name)
-        norm_adv_by_std: bool = True
-        epsilon: float = attrs.field(default=1e-6, validator=_v.gt(0.0))
+        adv_estimator: str | None = attrs.field(
+            default="grpo",
+            validator=adv_estimator_name,
+            metadata={"help": "The advantage estimator; grpo: group-normalised, as GRPO."},
+        )
+        norm_adv_by_std: bool = attrs.field(
+            default=True,
+            metadata={"help": "Divide by the group's std (GRPO); false: only subtract the mean."},
+        )
+        epsilon: float = attrs.field(
+            default=1e-6,
+            validator=_v.gt(0.0),
+            metadata={"help": "Added to the group's std before dividing."},
+        )
         filter_groups: FilterGroupsConfig = attrs.Factory(FilterGroupsConfig)
         overlong_buffer: OverlongBufferConfig = attrs.Factory(OverlongBufferConfig)
 

@@ -167,13 +167,37 @@ class Distill(PolicyGradientAlgorithm):
     @attrs.frozen(kw_only=True)
     class Config(PolicyGradientAlgorithm.Config):
         teacher_kl_coef: float = attrs.field(
-            default=1.0, validator=_v.ge(0.0)
-        )  # reverse-KL advantage
-        reward_weight: float = attrs.field(default=0.0, validator=_v.ge(0.0))  # GRPO part
-        # the reward part's estimator and its options (GRPO's group-normalised advantage)
-        adv_estimator: str | None = attrs.field(default="grpo", validator=adv_estimator_name)
-        norm_adv_by_std: bool = True
-        epsilon: float = attrs.field(default=1e-6, validator=_v.gt(0.0))
+            default=1.0,
+            validator=_v.ge(0.0),
+            metadata={
+                "help": "Weight of the per-token reverse-KL advantage -(log p_student - "
+                "log p_teacher); not kl_ctrl.kl_coef (the reference KL in the reward)."
+            },
+        )
+        reward_weight: float = attrs.field(
+            default=0.0,
+            validator=_v.ge(0.0),
+            metadata={
+                "help": "Weight of the reward's advantage (adv_estimator, GRPO's by default) "
+                "added to the KL part; 0: pure distillation (the reward is still logged)."
+            },
+        )
+        adv_estimator: str | None = attrs.field(
+            default="grpo",
+            validator=adv_estimator_name,
+            metadata={"help": "The estimator of the reward part (with reward_weight > 0)."},
+        )
+        norm_adv_by_std: bool = attrs.field(
+            default=True,
+            metadata={
+                "help": "Reward part: divide by the group's std (GRPO); false: only the mean."
+            },
+        )
+        epsilon: float = attrs.field(
+            default=1e-6,
+            validator=_v.gt(0.0),
+            metadata={"help": "Reward part: added to the group's std before dividing."},
+        )
 
         def __attrs_post_init__(self) -> None:
             if self.teacher_kl_coef == 0.0 and self.reward_weight == 0.0:

@@ -26,9 +26,26 @@ class GRPO(PolicyGradientAlgorithm):
 
     @attrs.frozen(kw_only=True)
     class Config(PolicyGradientAlgorithm.Config):
-        adv_estimator: str | None = attrs.field(default="grpo", validator=adv_estimator_name)
-        norm_adv_by_std: bool = True
-        epsilon: float = attrs.field(default=1e-6, validator=_v.gt(0.0))
+        adv_estimator: str | None = attrs.field(
+            default="grpo",
+            validator=adv_estimator_name,
+            metadata={
+                "help": "The advantage estimator; grpo: each response's score minus its group's "
+                "mean, over the group's std + epsilon."
+            },
+        )
+        norm_adv_by_std: bool = attrs.field(
+            default=True,
+            metadata={
+                "help": "Divide by the group's std (GRPO); false: only subtract the mean (Dr. "
+                "GRPO)."
+            },
+        )
+        epsilon: float = attrs.field(
+            default=1e-6,
+            validator=_v.gt(0.0),
+            metadata={"help": "Added to the group's std before dividing."},
+        )
 
     config: GRPO.Config
 
@@ -44,8 +61,18 @@ class ReinforcePlusPlus(PolicyGradientAlgorithm):
     @attrs.frozen(kw_only=True)
     class Config(PolicyGradientAlgorithm.Config):
         adv_estimator: str | None = attrs.field(
-            default="reinforce_plus_plus", validator=adv_estimator_name
+            default="reinforce_plus_plus",
+            validator=adv_estimator_name,
+            metadata={
+                "help": "The advantage estimator; reinforce_plus_plus: discounted token returns "
+                "whitened over the batch; reinforce_plus_plus_baseline: score minus its "
+                "group's mean, whitened."
+            },
         )
-        gamma: float = attrs.field(default=1.0, validator=[_v.ge(0.0), _v.le(1.0)])
+        gamma: float = attrs.field(
+            default=1.0,
+            validator=[_v.ge(0.0), _v.le(1.0)],
+            metadata={"help": "Discount of the token returns (reinforce_plus_plus)."},
+        )
 
     config: ReinforcePlusPlus.Config

@@ -34,12 +34,31 @@ class PPO(PolicyGradientAlgorithm):
         - ``value_loss_agg_mode``: aggregation of the value loss (``token-mean`` as verl).
         """
 
-        gamma: float = attrs.field(default=1.0, validator=[_v.ge(0.0), _v.le(1.0)])
-        lam: float = attrs.field(default=1.0, validator=[_v.ge(0.0), _v.le(1.0)])
-        adv_estimator: str | None = attrs.field(default="gae", validator=adv_estimator_name)
-        cliprange_value: float = attrs.field(default=0.5, validator=_v.gt(0.0))
+        gamma: float = attrs.field(
+            default=1.0, validator=[_v.ge(0.0), _v.le(1.0)], metadata={"help": "GAE discount."}
+        )
+        lam: float = attrs.field(
+            default=1.0, validator=[_v.ge(0.0), _v.le(1.0)], metadata={"help": "GAE lambda."}
+        )
+        adv_estimator: str | None = attrs.field(
+            default="gae",
+            validator=adv_estimator_name,
+            metadata={
+                "help": "The advantage estimator; gae: from the critic's values (gamma, lam)."
+            },
+        )
+        cliprange_value: float = attrs.field(
+            default=0.5,
+            validator=_v.gt(0.0),
+            metadata={
+                "help": "Value clipping: how far the new value may move from the old one in the "
+                "value loss."
+            },
+        )
         value_loss_agg_mode: LossAggMode = attrs.field(
-            default="token-mean", validator=_v.in_(LOSS_AGG_MODES)
+            default="token-mean",
+            validator=_v.in_(LOSS_AGG_MODES),
+            metadata={"help": "How token value losses become the mini-batch's value loss."},
         )
 
     config: PPO.Config

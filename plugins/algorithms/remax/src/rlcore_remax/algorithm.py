@@ -153,7 +153,14 @@ class ReMax(PolicyGradientAlgorithm):
 
     @attrs.frozen(kw_only=True)
     class Config(PolicyGradientAlgorithm.Config):
-        adv_estimator: Literal["remax"] = attrs.field(default="remax", validator=_only_remax)
+        adv_estimator: Literal["remax"] = attrs.field(
+            default="remax",
+            validator=_only_remax,
+            metadata={
+                "help": "remax only: reward(sample) - reward(greedy response), verl's "
+                "compute_remax_outcome_advantage (no std normalisation)."
+            },
+        )
 
     config: ReMax.Config
 

@@ -20,6 +20,13 @@ class RLOO(PolicyGradientAlgorithm):
 
     @attrs.frozen(kw_only=True)
     class Config(PolicyGradientAlgorithm.Config):
-        adv_estimator: str | None = attrs.field(default="rloo", validator=adv_estimator_name)
+        adv_estimator: str | None = attrs.field(
+            default="rloo",
+            validator=adv_estimator_name,
+            metadata={
+                "help": "The advantage estimator; rloo: each response's score minus the mean of "
+                "the other responses of its prompt."
+            },
+        )
 
     config: RLOO.Config

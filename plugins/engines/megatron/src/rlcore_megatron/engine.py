@@ -121,17 +121,73 @@ class MegatronEngine(GuardedSteps, BaseEngine):
     class Config(BaseEngine.Config):
         """Options of ``[actor.engine]`` (also ``[critic.engine]``, ``[ref.engine]``)."""
 
-        tensor_parallel: int = attrs.field(default=1, validator=_positive)
-        pipeline_parallel: int = attrs.field(default=1, validator=_positive)
+        tensor_parallel: int = attrs.field(
+            default=1,
+            validator=_positive,
+            metadata={
+                "help": "Tensor-parallel size (ranks one layer is split over).",
+                "allowed": ">= 1",
+            },
+        )
+        pipeline_parallel: int = attrs.field(
+            default=1,
+            validator=_positive,
+            metadata={
+                "help": "Pipeline-parallel size (stages the layers are split into).",
+                "allowed": ">= 1",
+            },
+        )
         # Shard activations of norms/dropout along the sequence over the TP group.
-        sequence_parallel: bool = attrs.field(default=False)
+        sequence_parallel: bool = attrs.field(
+            default=False,
+            metadata={
+                "help": "Shard activations of norms/dropout along the sequence over the "
+                "tensor-parallel group; needs tensor_parallel > 1."
+            },
+        )
 
         # Not supported: set, they fail validation with LORA_UNSUPPORTED (see _LORA_OFF).
-        lora_rank: int = attrs.field(default=0, validator=_no_lora)
-        lora_alpha: float | None = attrs.field(default=None, validator=_no_lora)
-        lora_dropout: float | None = attrs.field(default=None, validator=_no_lora)
-        target_modules: str | tuple[str, ...] | None = attrs.field(default=None, validator=_no_lora)
-        exclude_modules: tuple[str, ...] | None = attrs.field(default=None, validator=_no_lora)
+        lora_rank: int = attrs.field(
+            default=0,
+            validator=_no_lora,
+            metadata={
+                "help": "Not supported by this engine (accepted only to say so): any value but "
+                "0 fails validation.",
+                "allowed": "0",
+            },
+        )
+        lora_alpha: float | None = attrs.field(
+            default=None,
+            validator=_no_lora,
+            metadata={
+                "help": "Not supported by this engine: setting it fails validation.",
+                "allowed": "unset",
+            },
+        )
+        lora_dropout: float | None = attrs.field(
+            default=None,
+            validator=_no_lora,
+            metadata={
+                "help": "Not supported by this engine: setting it fails validation.",
+                "allowed": "unset",
+            },
+        )
+        target_modules: str | tuple[str, ...] | None = attrs.field(
+            default=None,
+            validator=_no_lora,
+            metadata={
+                "help": "Not supported by this engine: setting it fails validation.",
+                "allowed": "unset",
+            },
+        )
+        exclude_modules: tuple[str, ...] | None = attrs.field(
+            default=None,
+            validator=_no_lora,
+            metadata={
+                "help": "Not supported by this engine: setting it fails validation.",
+                "allowed": "unset",
+            },
+        )
 
         @sequence_parallel.validator
         def _check_sequence_parallel(self, attribute: Any, value: bool) -> None:

@@ -62,9 +62,19 @@ def _chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
 class MlflowLogger(BaseLogger):
     @attrs.frozen(kw_only=True)
     class Config(BaseLogger.Config):
-        tracking_uri: str | None = None  # None: MLFLOW_TRACKING_URI, else a run-dir SQLite
-        experiment: str | None = None  # None: [trainer] experiment_name
-        run_name: str | None = None  # None: [trainer] experiment_name
+        tracking_uri: str | None = attrs.field(
+            default=None,
+            metadata={
+                "help": "MLflow tracking URI; unset: MLFLOW_TRACKING_URI, else a SQLite store "
+                "in the run directory."
+            },
+        )  # None: MLFLOW_TRACKING_URI, else a run-dir SQLite
+        experiment: str | None = attrs.field(
+            default=None, metadata={"help": "MLflow experiment; unset: trainer.experiment_name."}
+        )  # None: [trainer] experiment_name
+        run_name: str | None = attrs.field(
+            default=None, metadata={"help": "MLflow run name; unset: trainer.experiment_name."}
+        )  # None: [trainer] experiment_name
 
     config: MlflowLogger.Config
 

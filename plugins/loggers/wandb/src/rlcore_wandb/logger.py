@@ -31,12 +31,19 @@ RUN_ID_FILE = "wandb_run_id"
 class WandbLogger(BaseLogger):
     @attrs.frozen(kw_only=True)
     class Config(BaseLogger.Config):
-        project: str = "rlcore"
-        entity: str | None = None
-        name: str | None = None  # None: [trainer] experiment_name
-        group: str | None = None
-        tags: tuple[str, ...] = ()
-        mode: Literal["online", "offline", "disabled"] | None = None  # None: wandb's choice
+        project: str = attrs.field(default="rlcore", metadata={"help": "W&B project."})
+        entity: str | None = attrs.field(
+            default=None, metadata={"help": "W&B entity (user or team); unset: wandb's default."}
+        )
+        name: str | None = attrs.field(
+            default=None, metadata={"help": "W&B run name; unset: trainer.experiment_name."}
+        )  # None: [trainer] experiment_name
+        group: str | None = attrs.field(default=None, metadata={"help": "W&B run group."})
+        tags: tuple[str, ...] = attrs.field(default=(), metadata={"help": "W&B run tags."})
+        mode: Literal["online", "offline", "disabled"] | None = attrs.field(
+            default=None,
+            metadata={"help": "W&B mode; unset: wandb's own choice (WANDB_MODE, login state)."},
+        )  # None: wandb's choice
 
     config: WandbLogger.Config
 

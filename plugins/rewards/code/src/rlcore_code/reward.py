@@ -96,7 +96,12 @@ class CodeReward(BaseReward):
         sandbox: SandboxOptions = attrs.field(factory=SandboxOptions)
         # Which fenced Python block is the answer: "last", "first" or "all" of them joined.
         block: Block = attrs.field(
-            default="last", validator=attrs.validators.in_(("last", "first", "all"))
+            default="last",
+            validator=attrs.validators.in_(("last", "first", "all")),
+            metadata={
+                "help": "Which fenced Python block of the response is the answer: the last, the "
+                "first, or all of them joined."
+            },
         )
 
     config: CodeReward.Config

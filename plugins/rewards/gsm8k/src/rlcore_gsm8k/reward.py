@@ -96,10 +96,20 @@ class GSM8KReward(BaseReward):
 
         # strict: the last "#### <number>"; flexible: the last number in the response.
         method: Method = attrs.field(
-            default="strict", validator=attrs.validators.in_(("strict", "flexible"))
+            default="strict",
+            validator=attrs.validators.in_(("strict", "flexible")),
+            metadata={
+                "help": 'strict: the answer is the last "#### <number>"; flexible: the last '
+                "number in the response."
+            },
         )
-        score: float = 1.0  # a correct answer
-        format_score: float = 0.0  # an answer was found, but it is wrong
+        score: float = attrs.field(
+            default=1.0, metadata={"help": "Score of a correct answer."}
+        )  # a correct answer
+        format_score: float = attrs.field(
+            default=0.0,
+            metadata={"help": "Score of an answer that was found but is wrong (no answer: 0)."},
+        )  # an answer was found, but it is wrong
 
     config: GSM8KReward.Config
 

@@ -37,14 +37,36 @@ class MathReward(BaseReward):
         # Where the answer is: the last \boxed{}, a Minerva "The final answer is X" line, or
         # the box with the answer line as fallback.
         extract: Literal["boxed", "answer", "both"] = attrs.field(
-            default="boxed", validator=attrs.validators.in_(("boxed", "answer", "both"))
+            default="boxed",
+            validator=attrs.validators.in_(("boxed", "answer", "both")),
+            metadata={
+                "help": 'Where the answer is: the last \\boxed{}, a Minerva "The final answer is '
+                'X" line, or both (the box, the line as fallback).'
+            },
         )
-        score: float = 1.0  # for a correct answer
-        format_score: float = 0.0  # for an answer that was found but is wrong
+        score: float = attrs.field(
+            default=1.0, metadata={"help": "Score of a correct answer."}
+        )  # for a correct answer
+        format_score: float = attrs.field(
+            default=0.0, metadata={"help": "Score of an answer that was found but is wrong."}
+        )  # for an answer that was found but is wrong
         # Wall-clock limit of the symbolic (math-verify) checks of one response, all
         # references together.
-        timeout_s: float = attrs.field(default=2.0, validator=attrs.validators.gt(0.0))
-        use_math_verify: bool = True
+        timeout_s: float = attrs.field(
+            default=2.0,
+            validator=attrs.validators.gt(0.0),
+            metadata={
+                "help": "Wall-clock limit of the symbolic (math-verify) checks of one response, "
+                "all references together (s)."
+            },
+        )
+        use_math_verify: bool = attrs.field(
+            default=True,
+            metadata={
+                "help": "Compare answers symbolically with math-verify, not only as normalised "
+                "strings."
+            },
+        )
 
     config: MathReward.Config
 

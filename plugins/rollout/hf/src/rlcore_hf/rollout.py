@@ -39,12 +39,28 @@ class HFRollout(BaseRollout):
         """Options of ``[rollout]`` for ``name = "hf"``."""
 
         # Prompts per ``generate`` call (None: the whole batch at once).
-        max_batch_size: int | None = attrs.field(default=None)
-        attn_implementation: str = "sdpa"
+        max_batch_size: int | None = attrs.field(
+            default=None,
+            metadata={
+                "help": "Prompts per generate call; unset: the whole batch at once.",
+                "allowed": ">= 1 (or unset)",
+            },
+        )
+        attn_implementation: str = attrs.field(
+            default="sdpa",
+            metadata={"help": "transformers' attn_implementation of the generating model."},
+        )
         # Keys/values written in place into a buffer sized for prompt + max_new_tokens
         # (rlcore_hf.kv_cache) instead of transformers' concatenating DynamicCache, which
         # copies the whole cache at every step. Same tokens; false: transformers' own.
-        preallocate_kv_cache: bool = True
+        preallocate_kv_cache: bool = attrs.field(
+            default=True,
+            metadata={
+                "help": "Write keys/values in place into a buffer sized for prompt + "
+                "max_new_tokens instead of transformers' DynamicCache (which copies the "
+                "cache every step). Same tokens."
+            },
+        )
 
         @max_batch_size.validator
         def _check_max_batch_size(self, attribute: Any, value: int | None) -> None:

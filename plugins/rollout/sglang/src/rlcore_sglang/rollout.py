@@ -157,29 +157,72 @@ class SGLangRollout(BaseRollout):
 
         # ServerArgs.tp_size: GPUs one engine spans. The worker process must see that many
         # (one rollout per tensor-parallel group).
-        tensor_parallel_size: int = attrs.field(default=1, validator=attrs.validators.ge(1))
+        tensor_parallel_size: int = attrs.field(
+            default=1,
+            validator=attrs.validators.ge(1),
+            metadata={
+                "help": "GPUs one SGLang engine spans (ServerArgs.tp_size); the worker process "
+                "must see that many."
+            },
+        )
         # ServerArgs.mem_fraction_static: weights + KV cache, as a fraction of GPU memory.
         gpu_memory_utilization: float = attrs.field(
-            default=0.5, validator=[attrs.validators.gt(0.0), attrs.validators.le(1.0)]
+            default=0.5,
+            validator=[attrs.validators.gt(0.0), attrs.validators.le(1.0)],
+            metadata={
+                "help": "Share of GPU memory for weights and KV cache "
+                "(ServerArgs.mem_fraction_static)."
+            },
         )
         # sleep()/wake_up() free and restore GPU memory (SGLang's memory saver); off: no-ops.
-        enable_memory_saver: bool = True
+        enable_memory_saver: bool = attrs.field(
+            default=True,
+            metadata={
+                "help": "sleep()/wake_up() free and restore GPU memory (SGLang's memory saver); "
+                "false: they do nothing."
+            },
+        )
         # Batch-invariant kernels + per-request seeds: reruns and resumes sample identically.
-        deterministic: bool = False
+        deterministic: bool = attrs.field(
+            default=False,
+            metadata={
+                "help": "Batch-invariant kernels and per-request seeds: reruns and resumes "
+                "sample identically."
+            },
+        )
         # Weight sync sends tensors to SGLang in buckets of this many MiB.
-        update_weights_bucket_mb: int = attrs.field(default=512, validator=attrs.validators.ge(1))
+        update_weights_bucket_mb: int = attrs.field(
+            default=512,
+            validator=attrs.validators.ge(1),
+            metadata={"help": "Weight sync sends tensors to SGLang in buckets of this many MiB."},
+        )
         # One generate (or generate_one) call waits at most this long for SGLang.
-        request_timeout_s: float = attrs.field(default=3600.0, validator=attrs.validators.gt(0))
+        request_timeout_s: float = attrs.field(
+            default=3600.0,
+            validator=attrs.validators.gt(0),
+            metadata={"help": "Time limit of one generate call on SGLang (s)."},
+        )
         # First GPU of the engine; None: torch's current device in this process.
         base_gpu_id: int | None = attrs.field(
-            default=None, validator=attrs.validators.optional(attrs.validators.ge(0))
+            default=None,
+            validator=attrs.validators.optional(attrs.validators.ge(0)),
+            metadata={
+                "help": "First GPU of the engine; unset: torch's current device in this process."
+            },
         )
         log_level: str = attrs.field(
             default="error",
             validator=attrs.validators.in_(("debug", "info", "warning", "error", "critical")),
+            metadata={"help": "SGLang's log level."},
         )
         # Any other ServerArgs field, passed through (verl's engine_kwargs.sglang).
-        server_args: dict[str, Any] = attrs.field(factory=dict)
+        server_args: dict[str, Any] = attrs.field(
+            factory=dict,
+            metadata={
+                "help": "Any other ServerArgs field, passed through (verl's "
+                "engine_kwargs.sglang); keys rlcore sets are refused."
+            },
+        )
 
         @server_args.validator
         def _check_server_args(self, attribute: Any, value: dict[str, Any]) -> None:

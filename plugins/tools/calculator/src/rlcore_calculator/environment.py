@@ -62,8 +62,17 @@ class GSM8KToolReward(BaseReward):
     class Config(BaseReward.Config):
         """Options of ``[reward.options.gsm8k_tool]``."""
 
-        tool_bonus: float = attrs.field(default=0.0, validator=attrs.validators.ge(0.0))
-        format_score: float = 0.0
+        tool_bonus: float = attrs.field(
+            default=0.0,
+            validator=attrs.validators.ge(0.0),
+            metadata={
+                "help": "Added to the score when the conversation made at least one successful "
+                "tool call."
+            },
+        )
+        format_score: float = attrs.field(
+            default=0.0, metadata={"help": "Score of a final answer that was found but is wrong."}
+        )
 
     def __init__(self, config: GSM8KToolReward.Config | None = None) -> None:
         super().__init__(config)

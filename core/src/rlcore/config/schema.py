@@ -34,6 +34,7 @@ __all__ = [
     "ModelConfig",
     "PluginSection",
     "PluginsConfig",
+    "PoolConfig",
     "RefConfig",
     "ResourcesConfig",
     "RewardConfig",
@@ -357,9 +358,40 @@ class TrainerConfig:
     log_freq: int = attrs.field(default=1, validator=_pos)  # console table every N steps
 
 
+# The implicit pool of ``resources.nnodes × processes_per_node`` (verl's name for it).
+GLOBAL_POOL = "global_pool"
+# Roles that ``resources.placement`` may put on a pool of their own (docs/placement.md).
+PLACEABLE_ROLES = ("rollout",)
+DEFAULT_WEIGHT_SYNC_BUCKET_BYTES = 64 << 20  # 64 MiB per broadcast across pools
+
+
+@attrs.frozen(kw_only=True)
+class PoolConfig:
+    """``[resources.pools.<name>]``: a resource pool besides the implicit ``global_pool``.
+
+    ``cpus_per_process`` unset: the top-level ``resources.cpus_per_process``.
+    """
+
+    nnodes: int = attrs.field(default=1, validator=_pos)
+    processes_per_node: int = attrs.field(default=1, validator=_pos)
+    cpus_per_process: float | None = attrs.field(default=None, validator=v.optional(v.gt(0.0)))
+
+    @property
+    def world_size(self) -> int:
+        return self.nnodes * self.processes_per_node
+
+
 @attrs.frozen(kw_only=True)
 class ResourcesConfig:
-    """``[resources]``: where workers run. Data-parallel size = nnodes × processes_per_node."""
+    """``[resources]``: where workers run. Data-parallel size = nnodes × processes_per_node.
+
+    The top-level ``nnodes``/``processes_per_node`` are the implicit pool ``global_pool``,
+    which every role shares by default (colocated). ``pools`` declares more pools and
+    ``placement`` maps a role to one, as verl's ``resource_pool_spec`` and ``mapping``:
+    ``placement = { rollout = "gen" }`` gives the rollout a worker group of its own on
+    ``[resources.pools.gen]``; the trainer's weights reach it after every update over a
+    collective group spanning both pools, in buckets of ``weight_sync_bucket_bytes``.
+    """
 
     device: Device = attrs.field(default="cpu", validator=v.in_(("cpu", "cuda")))
     nnodes: int = attrs.field(default=1, validator=_pos)
@@ -376,10 +408,24 @@ class ResourcesConfig:
     placement_timeout_s: float = _timeout(DEFAULT_PLACEMENT_TIMEOUT_S)
     collective_timeout_s: float = _timeout(DEFAULT_COLLECTIVE_TIMEOUT_S)
     heartbeat_timeout_s: float = _timeout(DEFAULT_HEARTBEAT_TIMEOUT_S)
+    pools: dict[str, PoolConfig] = attrs.Factory(dict)
+    placement: dict[str, str] = attrs.Factory(dict)  # role -> pool; unmapped: global_pool
+    weight_sync_bucket_bytes: int = attrs.field(
+        default=DEFAULT_WEIGHT_SYNC_BUCKET_BYTES, validator=_pos
+    )
 
     @property
     def world_size(self) -> int:
         return self.nnodes * self.processes_per_node
+
+    def pool_of(self, role: str) -> str:
+        """The pool ``role`` is placed on (``global_pool`` unless ``placement`` says)."""
+        return self.placement.get(role, GLOBAL_POOL)
+
+    def separate_rollout(self) -> PoolConfig | None:
+        """The rollout's own pool, or None when it is colocated with the actor (default)."""
+        name = self.pool_of("rollout")
+        return None if name == GLOBAL_POOL else self.pools.get(name)
 
 
 @attrs.frozen(kw_only=True)

@@ -1,0 +1,119 @@
+"""The driver's view of a policy whose rollout runs on a pool of its own.
+
+:class:`SplitPolicy` stands where the policy worker group stands in a colocated run (the
+step program, validation, checkpoints and the export call the same methods): generation
+goes to the rollout group, forward passes, updates, checkpoints and the export to the
+trainer group. After every ``update_actor`` it moves the new weights across the pools over
+the weight bridge (:mod:`rlcore.workers.weight_bridge`) and bumps the weight version, so the
+next generation samples the policy just trained (on-policy, as colocated).
+
+Metrics of a sync (merged into the update's): ``weight_sync/version``, ``weight_sync/bytes``,
+``weight_sync/buckets``, ``timing_s/worker/weight_send`` (trainer rank 0 streaming) and
+``timing_s/weight_sync`` (the driver's wall clock of the whole sync).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rlcore.dispatch import DispatchInfo
+    from rlcore.interfaces import SamplingParams
+    from rlcore.protocol import DataProto
+    from rlcore.workers import RayWorkerGroup
+
+log = logging.getLogger(__name__)
+
+__all__ = ["SplitPolicy"]
+
+
+class SplitPolicy:
+    """Trainer group + rollout group behind the policy group's methods (module docstring)."""
+
+    def __init__(self, trainer: RayWorkerGroup, rollout: RayWorkerGroup, *, pools: str) -> None:
+        self.trainer = trainer
+        self.rollout = rollout
+        self.pools = pools
+        self.version = 0
+
+    # --- the bridge -----------------------------------------------------------------------
+
+    def open_bridge(self) -> None:
+        """Agree on the manifest, join trainer rank 0 and every rollout rank, sync version 0."""
+        manifest = self.trainer.weight_manifest()[0]
+        addr, port = self.trainer.bridge_address()[0]
+        world = 1 + self.rollout.world_size
+        futures = [
+            self.trainer.open_weight_bridge(addr, port, world, manifest, self.pools),
+            self.rollout.open_weight_bridge(addr, port, world, manifest, self.pools),
+        ]
+        for fut in futures:
+            fut.get()
+        log.info(
+            "weight bridge %s:%d open between pools %s: %d tensors, %d rollout rank(s)",
+            addr,
+            port,
+            self.pools,
+            len(manifest),
+            self.rollout.world_size,
+        )
+        self.sync_weights(self.version)
+
+    def sync_weights(self, version: int) -> dict[str, list[float]]:
+        """Send the trainer's weights to every rollout rank as ``version``; its metrics."""
+        start = time.perf_counter()
+        sent = self.trainer.send_weights(version)
+        received = self.rollout.receive_weights(version)
+        outs = [*sent.get(), *received.get()]
+        metrics: dict[str, list[float]] = {}
+        for out in outs:
+            for key, values in (out.meta_info.get("metrics") or {}).items():
+                metrics.setdefault(key, []).extend(values)
+        self.version = version
+        metrics["weight_sync/version"] = [float(version)]
+        metrics["timing_s/weight_sync"] = [time.perf_counter() - start]
+        return metrics
+
+    # --- what the driver calls ------------------------------------------------------------
+
+    @property
+    def world_size(self) -> int:
+        return self.trainer.world_size
+
+    def dispatch_info(self, mesh: str) -> list[DispatchInfo]:
+        return self.trainer.dispatch_info(mesh)
+
+    def generate_sequences(self, prompts: DataProto, sampling: SamplingParams) -> DataProto:
+        out: DataProto = self.rollout.generate_sequences(prompts, sampling)
+        return out
+
+    def compute_log_prob(self, data: DataProto) -> DataProto:
+        out: DataProto = self.trainer.compute_log_prob(data)
+        return out
+
+    def compute_ref_log_prob(self, data: DataProto) -> DataProto:
+        out: DataProto = self.trainer.compute_ref_log_prob(data)
+        return out
+
+    def update_actor(self, data: DataProto, step: int) -> DataProto:
+        """The trainer's update, then the new weights to the rollout as the next version."""
+        out: DataProto = self.trainer.update_actor(data, step)
+        metrics = dict(out.meta_info.get("metrics") or {})
+        metrics.update(self.sync_weights(self.version + 1))
+        out.meta_info["metrics"] = metrics
+        return out
+
+    def save_checkpoint(self, path: str) -> None:
+        self.trainer.save_checkpoint(path)
+        self.rollout.save_checkpoint(path)
+
+    def load_checkpoint(self, path: str) -> None:
+        """Both groups' state, then the restored weights to the rollout at the saved version."""
+        self.trainer.load_checkpoint(path)
+        versions = self.rollout.load_checkpoint(path)
+        self.sync_weights(max(int(v) for v in versions))
+
+    def export_hf(self, path: str) -> Any:
+        return self.trainer.export_hf(path)

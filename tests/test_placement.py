@@ -1,0 +1,291 @@
+"""The rollout on a resource pool of its own (``[resources] placement = { rollout = "gen" }``).
+
+Real Ray, real gloo, the tiny model: the trainer's pool (``global_pool``) and the rollout's
+(``gen``) are separate processes, and weights cross them over the weight bridge after every
+update. The rollout's own log-probs of what it sampled match the trainer's
+``compute_log_prob`` when the weights are in sync, and stop matching when a sync is skipped;
+weight versions rise by one per update and are recorded on every sample. Then a whole run,
+and each bad-input line (before Ray starts).
+"""
+
+from __future__ import annotations
+
+import json
+
+import attrs
+import pytest
+import torch
+
+IN_SYNC = 1e-5  # float32: generate's log-probs (KV cache) against one full forward
+STALE = 1e-3  # one lr=1e-2 step moves the log-probs by far more
+
+PLACE_ROLLOUT = """placement = {{ rollout = "gen" }}
+{bucket}
+[resources.pools.gen]
+processes_per_node = 1
+"""
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    from rlcore.testing.runs import arithmetic_rows, tiny_run_model, write_jsonl
+
+    root = tmp_path_factory.mktemp("placement")
+    model = tiny_run_model(root / "model")
+    rows = arithmetic_rows([(a, b) for a in range(4) for b in range(4)])
+    write_jsonl(rows, root / "train.jsonl")
+    write_jsonl(rows[:4], root / "val.jsonl")
+    return model, root / "train.jsonl", root / "val.jsonl"
+
+
+def _config(assets, tmp_path, *, bucket: str = "", **kw):
+    from rlcore.config import load_config_text
+    from rlcore.testing.runs import tiny_run_toml
+
+    model, train, _ = assets
+    text = tiny_run_toml(
+        model=model,
+        train_files=[train],
+        run_dir=tmp_path / "run",
+        extra=PLACE_ROLLOUT.format(bucket=bucket),
+        **kw,
+    )
+    return load_config_text(text, source="placement.toml")
+
+
+def _masked_max_diff(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor) -> float:
+    m = mask.bool()
+    return float((a - b).abs()[m].max())
+
+
+@pytest.mark.slow
+def test_sync_across_pools_matches_the_trainer_and_skipping_it_does_not(ray_session, assets, tmp_path):
+    from transformers import AutoTokenizer
+
+    from rlcore.protocol import DataProto
+    from rlcore.testing.prompts import prompt_batch
+    from rlcore.trainer.builder import build_algorithm, build_workers
+    from rlcore.trainer.context import DriverStepContext
+    from rlcore.trainer.placement import SplitPolicy
+    from rlcore.trainer.roles import POLICY_INPUT_KEYS
+    from rlcore.trainer.specs import build_specs
+
+    # Buckets of 4 KiB: the tiny model's tensors travel in many broadcasts, not one.
+    config = _config(assets, tmp_path, lr=1e-2, bucket="weight_sync_bucket_bytes = 4096")
+    algorithm = build_algorithm(config)
+    specs = build_specs(config, algorithm, total_steps=4)
+    assert specs.rollout is not None and specs.policy.rollout_pool == "gen"
+    workers = build_workers(config, specs)
+    try:
+        split = workers.policy
+        assert isinstance(split, SplitPolicy)
+        assert workers.rollout_group is not None
+        # Separate processes: the rollout is not in the trainer's workers.
+        trainer_pids = {p["pid"] for p in workers.group.execute_all("rlcore_process_info")}
+        rollout_pids = {
+            p["pid"] for p in workers.rollout_group.execute_all("rlcore_process_info")
+        }
+        assert trainer_pids.isdisjoint(rollout_pids)
+
+        tok = AutoTokenizer.from_pretrained(str(assets[0]))
+        prompts = prompt_batch(tok, ["What is 1 + 2?", "2+2=", "Say hi", "x"]).repeat(
+            2, interleave=True
+        )
+        sampling = attrs.evolve(specs.train_sampling, return_log_probs=True)
+
+        def diff() -> tuple[float, DataProto]:
+            gen = split.generate_sequences(prompts, sampling)
+            gen = prompts.union(gen)
+            old = split.compute_log_prob(gen.select(batch_keys=list(POLICY_INPUT_KEYS)))
+            d = _masked_max_diff(
+                old.batch["old_log_probs"], gen.batch["rollout_log_probs"], gen.batch["response_mask"]
+            )
+            return d, gen
+
+        in_sync, gen = diff()
+        assert in_sync < IN_SYNC, in_sync
+        assert gen.non_tensor_batch["weight_version"].tolist() == [0] * len(gen)
+
+        # One update on the trainer, the sync skipped: the rollout samples a stale policy.
+        old = split.compute_log_prob(gen.select(batch_keys=list(POLICY_INPUT_KEYS)))
+        batch = gen.union(old).union(
+            DataProto.from_dict(tensors={"advantages": torch.randn(len(gen), 8)})
+        )
+        ctx = DriverStepContext(
+            specs,
+            policy=split,
+            critic=None,
+            algorithm=algorithm,
+            reward_manager=None,  # type: ignore[arg-type]
+            step=0,
+            next_prompts=lambda: prompts,
+        )
+        split.trainer.update_actor(ctx.actor_input(batch), 0)  # the trainer's group alone
+        stale, gen = diff()
+        assert stale > STALE, (stale, in_sync)
+        assert set(gen.non_tensor_batch["weight_version"].tolist()) == {0}
+
+        # The sync across pools: in step again, at version 1.
+        metrics = split.sync_weights(1)
+        synced, gen = diff()
+        assert synced < IN_SYNC, (synced, stale)
+        assert set(gen.non_tensor_batch["weight_version"].tolist()) == {1}
+        assert metrics["weight_sync/buckets"][0] > 10
+        assert metrics["weight_sync/bytes"][0] > 0
+
+        # update_actor through the split policy syncs by itself: +1 per update.
+        for version in (2, 3):
+            out = split.update_actor(ctx.actor_input(batch), version)
+            assert out.meta_info["metrics"]["weight_sync/version"] == [float(version)]
+            after, gen = diff()
+            assert after < IN_SYNC, after
+            assert set(gen.non_tensor_batch["weight_version"].tolist()) == {version}
+        print(f"\nin sync {in_sync:.2e}, sync skipped {stale:.2e}, synced again {synced:.2e}")
+        print(f"sync metrics {metrics}")
+    finally:
+        workers.shutdown()
+
+
+@pytest.mark.slow
+def test_a_run_with_the_rollout_on_its_own_pool(ray_session, assets, tmp_path):
+    from rlcore.trainer import run_training
+
+    config = _config(
+        assets,
+        tmp_path,
+        total_steps=3,
+        val_files=[assets[2]],
+        test_freq=3,
+        save_freq=3,
+    )
+    assert run_training(config) == 0
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in lines]
+    steps = [r for r in rows if "weight_sync/version" in r]
+    assert [r["weight_sync/version"] for r in steps] == [1.0, 2.0, 3.0]
+    # Sampled with the previous step's weights: step k generates at version k - 1.
+    assert [r["rollout/weight_version"] for r in steps] == [0.0, 1.0, 2.0]
+    for r in steps:
+        assert r["weight_sync/bytes"] > 0 and r["timing_s/weight_sync"] > 0
+        assert all(torch.isfinite(torch.tensor(r[k])) for k in ("actor/pg_loss", "critic/score/mean"))
+    assert any("val/arithmetic/score" in r for r in rows)
+    ckpt = tmp_path / "run" / "checkpoints" / "global_step_3"
+    assert (ckpt / "rollout").is_dir() and (ckpt / "actor").is_dir()
+
+
+# --- bad inputs: one line each, before Ray starts ------------------------------------------
+
+BAD = [
+    (
+        ['resources.placement.rollout="gn"', "resources.pools.gen.processes_per_node=1"],
+        "resources.placement.rollout: pool 'gn' is not defined (defined: global_pool, gen); "
+        "add [resources.pools.gn] or name a defined pool",
+    ),
+    (
+        ['resources.placement.actor="gen"', "resources.pools.gen.processes_per_node=1"],
+        "resources.placement.actor: role 'actor' cannot be placed on a pool of its own "
+        "(placeable: rollout); the actor, reference and critic stay on 'global_pool'",
+    ),
+    (
+        ["resources.pools.gen.processes_per_node=1"],
+        "resources.pools.gen: no role is placed on pool 'gen'; set "
+        'resources.placement.rollout = "gen" or remove the table',
+    ),
+    (
+        ['resources.placement.rollout="global_pool"', "resources.pools.global_pool.nnodes=1"],
+        "resources.pools.global_pool: 'global_pool' is the implicit pool of resources.nnodes "
+        "x resources.processes_per_node; give the new pool another name",
+    ),
+    (
+        ['resources.placement.rollout="gen"', "resources.pools.gen.processes_per_node=0"],
+        "resources.pools.gen.processes_per_node: must be >= 1, got 0",
+    ),
+    (
+        ['resources.placement.rollout="gen"', "resources.pools.gen.cpus_per_process=0"],
+        "resources.pools.gen.cpus_per_process: must be > 0.0, got 0.0",
+    ),
+    (["resources.weight_sync_bucket_bytes=0"], "resources.weight_sync_bucket_bytes: must be >= 1, got 0"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "message"), BAD, ids=[c[1][:40] for c in BAD])
+def test_placement_config_errors(tmp_path, assets, capsys, overrides, message):
+    import _bad_inputs as bi
+
+    from rlcore.plugins import PluginRegistry
+
+    registry = PluginRegistry(disabled=["rlcore-fake", "rlcore-fake-dup"])
+    config = tmp_path / "run.toml"
+    _, train, _ = assets
+    from rlcore.testing.runs import tiny_run_toml
+
+    config.write_text(tiny_run_toml(model=assets[0], train_files=[train], run_dir=tmp_path / "r"))
+    code, err = bi.cli(["config", "validate", str(config), *overrides], capsys, registry)
+    bi.assert_one_line(code, err, f"{config}: {message}")
+
+
+def test_pools_asking_for_more_cpus_than_the_machine_has(tmp_path, assets, capsys, monkeypatch):
+    """``rlcore train`` refuses before Ray starts (preflight), naming the pools and counts."""
+    import os
+
+    import _bad_inputs as bi
+
+    from rlcore.plugins import PluginRegistry
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    have = os.cpu_count() or 1
+    registry = PluginRegistry(disabled=["rlcore-fake", "rlcore-fake-dup"])
+    config = tmp_path / "run.toml"
+    _, train, _ = assets
+    from rlcore.testing.runs import tiny_run_toml
+
+    config.write_text(tiny_run_toml(model=assets[0], train_files=[train], run_dir=tmp_path / "r"))
+    over = ['resources.placement.rollout="gen"', f"resources.pools.gen.processes_per_node={have}"]
+    code, err = bi.cli(["train", str(config), *over], capsys, registry)
+    bi.assert_one_line(
+        code,
+        err,
+        f"resources.pools: the pools ask for {have + 1:g} CPUs (resources 1 x 1 + "
+        f"resources.pools.gen {have} x 1), this machine has {have}; lower "
+        "processes_per_node or cpus_per_process, or join a cluster (resources.ray_address)",
+    )
+
+
+def test_local_pool_check_is_pure():
+    from rlcore.config.schema import PoolConfig, ResourcesConfig
+    from rlcore.errors import ResourceError
+    from rlcore.workers.cluster import check_local_pools, ray_init_kwargs
+
+    one = ResourcesConfig()
+    check_local_pools(one, cpu_count=1)  # the default is never refused here
+    split = ResourcesConfig(pools={"gen": PoolConfig()}, placement={"rollout": "gen"})
+    check_local_pools(split, cpu_count=2)
+    with pytest.raises(ResourceError, match=r"ask for 2 CPUs .* this machine has 1"):
+        check_local_pools(split, cpu_count=1)
+    gpu = attrs.evolve(split, device="cuda")
+    with pytest.raises(ResourceError, match=r"ask for 2 GPUs .* this machine has 1"):
+        check_local_pools(gpu, cpu_count=8, gpu_count=1)
+    multi = attrs.evolve(split, pools={"gen": PoolConfig(nnodes=2)})
+    with pytest.raises(ResourceError, match=r"^resources.pools.gen.nnodes = 2 needs a Ray"):
+        check_local_pools(multi, cpu_count=8)
+    # The local Ray gets logical CPUs for every pool (the default: as before).
+    assert ray_init_kwargs(one, environ={})["num_cpus"] >= 2
+    big = attrs.evolve(split, pools={"gen": PoolConfig(processes_per_node=64)})
+    with pytest.raises(ResourceError):
+        ray_init_kwargs(big, environ={})
+
+
+def test_the_default_places_nothing_apart(assets, tmp_path):
+    """No [resources.pools]: one pool, the rollout in the policy worker, as before."""
+    from rlcore.config import load_config_text
+    from rlcore.testing.runs import tiny_run_toml
+    from rlcore.trainer.builder import build_algorithm
+    from rlcore.trainer.specs import build_specs
+
+    model, train, _ = assets
+    config = load_config_text(
+        tiny_run_toml(model=model, train_files=[train], run_dir=tmp_path / "r"), source="t"
+    )
+    assert config.resources.separate_rollout() is None
+    specs = build_specs(config, build_algorithm(config), total_steps=2)
+    assert specs.rollout is None and specs.policy.rollout_pool is None

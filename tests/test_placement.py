@@ -94,8 +94,8 @@ def test_sync_across_pools_matches_the_trainer_and_skipping_it_does_not(ray_sess
         sampling = attrs.evolve(specs.train_sampling, return_log_probs=True)
 
         def diff() -> tuple[float, DataProto]:
-            gen = split.generate_sequences(prompts, sampling)
-            gen = prompts.union(gen)
+            gen = split.generate_sequences(prompts, sampling)  # prompt + response rows
+            gen.meta_info.pop("metrics", None)
             old = split.compute_log_prob(gen.select(batch_keys=list(POLICY_INPUT_KEYS)))
             d = _masked_max_diff(
                 old.batch["old_log_probs"], gen.batch["rollout_log_probs"], gen.batch["response_mask"]
@@ -108,6 +108,7 @@ def test_sync_across_pools_matches_the_trainer_and_skipping_it_does_not(ray_sess
 
         # One update on the trainer, the sync skipped: the rollout samples a stale policy.
         old = split.compute_log_prob(gen.select(batch_keys=list(POLICY_INPUT_KEYS)))
+        old.meta_info.pop("metrics", None)
         batch = gen.union(old).union(
             DataProto.from_dict(tensors={"advantages": torch.randn(len(gen), 8)})
         )

@@ -70,7 +70,8 @@ class SplitPolicy:
         metrics: dict[str, list[float]] = {}
         for out in outs:
             for key, values in (out.meta_info.get("metrics") or {}).items():
-                metrics.setdefault(key, []).extend(values)
+                listed = [values] if isinstance(values, int | float) else list(values)
+                metrics.setdefault(key, []).extend(float(v) for v in listed)
         self.version = version
         metrics["weight_sync/version"] = [float(version)]
         metrics["timing_s/weight_sync"] = [time.perf_counter() - start]

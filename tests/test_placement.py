@@ -173,6 +173,31 @@ def test_a_run_with_the_rollout_on_its_own_pool(ray_session, assets, tmp_path):
     ckpt = tmp_path / "run" / "checkpoints" / "global_step_3"
     assert (ckpt / "rollout").is_dir() and (ckpt / "actor").is_dir()
 
+    # The same run colocated (the default): the same samples, losses and scores, because the
+    # rollout draws with the same seeds and the bridge delivers the trainer's exact weights.
+    from rlcore.config import load_config_text
+    from rlcore.testing.runs import tiny_run_toml
+
+    model, train, val = assets
+    colocated = load_config_text(
+        tiny_run_toml(
+            model=model,
+            train_files=[train],
+            val_files=[val],
+            run_dir=tmp_path / "colocated",
+            total_steps=3,
+            test_freq=3,
+        ),
+        source="colocated.toml",
+    )
+    assert run_training(colocated) == 0
+    lines = (tmp_path / "colocated" / "metrics.jsonl").read_text().splitlines()
+    base = [r for r in (json.loads(line) for line in lines) if "actor/pg_loss" in r]
+    assert len(base) == len(steps) == 3
+    for a, b in zip(steps, base, strict=True):
+        for key in ("actor/pg_loss", "critic/score/mean", "response_length/mean"):
+            assert a[key] == pytest.approx(b[key], abs=1e-6), (key, a[key], b[key])
+
 
 # --- bad inputs: one line each, before Ray starts ------------------------------------------
 

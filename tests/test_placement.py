@@ -59,7 +59,9 @@ def _masked_max_diff(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor) -> fl
 
 
 @pytest.mark.slow
-def test_sync_across_pools_matches_the_trainer_and_skipping_it_does_not(ray_session, assets, tmp_path):
+def test_sync_across_pools_matches_the_trainer_and_skipping_it_does_not(
+    ray_session, assets, tmp_path
+):
     from transformers import AutoTokenizer
 
     from rlcore.protocol import DataProto
@@ -74,7 +76,8 @@ def test_sync_across_pools_matches_the_trainer_and_skipping_it_does_not(ray_sess
     config = _config(assets, tmp_path, lr=1e-2, bucket="weight_sync_bucket_bytes = 4096")
     algorithm = build_algorithm(config)
     specs = build_specs(config, algorithm, total_steps=4)
-    assert specs.rollout is not None and specs.policy.rollout_pool == "gen"
+    assert specs.rollout is not None
+    assert specs.policy.rollout_pool == "gen"
     workers = build_workers(config, specs)
     try:
         split = workers.policy
@@ -82,9 +85,7 @@ def test_sync_across_pools_matches_the_trainer_and_skipping_it_does_not(ray_sess
         assert workers.rollout_group is not None
         # Separate processes: the rollout is not in the trainer's workers.
         trainer_pids = {p["pid"] for p in workers.group.execute_all("rlcore_process_info")}
-        rollout_pids = {
-            p["pid"] for p in workers.rollout_group.execute_all("rlcore_process_info")
-        }
+        rollout_pids = {p["pid"] for p in workers.rollout_group.execute_all("rlcore_process_info")}
         assert trainer_pids.isdisjoint(rollout_pids)
 
         tok = AutoTokenizer.from_pretrained(str(assets[0]))
@@ -98,7 +99,9 @@ def test_sync_across_pools_matches_the_trainer_and_skipping_it_does_not(ray_sess
             gen.meta_info.pop("metrics", None)
             old = split.compute_log_prob(gen.select(batch_keys=list(POLICY_INPUT_KEYS)))
             d = _masked_max_diff(
-                old.batch["old_log_probs"], gen.batch["rollout_log_probs"], gen.batch["response_mask"]
+                old.batch["old_log_probs"],
+                gen.batch["rollout_log_probs"],
+                gen.batch["response_mask"],
             )
             return d, gen
 
@@ -167,11 +170,15 @@ def test_a_run_with_the_rollout_on_its_own_pool(ray_session, assets, tmp_path):
     # Sampled with the previous step's weights: step k generates at version k - 1.
     assert [r["rollout/weight_version"] for r in steps] == [0.0, 1.0, 2.0]
     for r in steps:
-        assert r["weight_sync/bytes"] > 0 and r["timing_s/weight_sync"] > 0
-        assert all(torch.isfinite(torch.tensor(r[k])) for k in ("actor/pg_loss", "critic/score/mean"))
+        assert r["weight_sync/bytes"] > 0
+        assert r["timing_s/weight_sync"] > 0
+        assert all(
+            torch.isfinite(torch.tensor(r[k])) for k in ("actor/pg_loss", "critic/score/mean")
+        )
     assert any("val/arithmetic/score" in r for r in rows)
     ckpt = tmp_path / "run" / "checkpoints" / "global_step_3"
-    assert (ckpt / "rollout").is_dir() and (ckpt / "actor").is_dir()
+    assert (ckpt / "rollout").is_dir()
+    assert (ckpt / "actor").is_dir()
 
     # The same run colocated (the default): the same samples, losses and scores, because the
     # rollout draws with the same seeds and the bridge delivers the trainer's exact weights.
@@ -230,7 +237,10 @@ BAD = [
         ['resources.placement.rollout="gen"', "resources.pools.gen.cpus_per_process=0"],
         "resources.pools.gen.cpus_per_process: must be > 0.0, got 0.0",
     ),
-    (["resources.weight_sync_bucket_bytes=0"], "resources.weight_sync_bucket_bytes: must be >= 1, got 0"),
+    (
+        ["resources.weight_sync_bucket_bytes=0"],
+        "resources.weight_sync_bucket_bytes: must be >= 1, got 0",
+    ),
 ]
 
 
@@ -314,4 +324,5 @@ def test_the_default_places_nothing_apart(assets, tmp_path):
     )
     assert config.resources.separate_rollout() is None
     specs = build_specs(config, build_algorithm(config), total_steps=2)
-    assert specs.rollout is None and specs.policy.rollout_pool is None
+    assert specs.rollout is None
+    assert specs.policy.rollout_pool is None

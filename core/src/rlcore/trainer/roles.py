@@ -239,9 +239,7 @@ class ActorRolloutRefWorker(Worker):
         restore_rng_state(states["rng"])
         trainer.steps = int(states["actor_optimizer_steps"])
         if self.rollout is not None:
-            self.rollout.load_state_dict(
-                {k: int(v) for k, v in dict(states["rollout"]).items()}
-            )
+            self.rollout.load_state_dict({k: int(v) for k, v in dict(states["rollout"]).items()})
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, path: str) -> None:

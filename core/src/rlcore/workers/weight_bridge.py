@@ -115,6 +115,7 @@ class WeightBridge:
     ) -> None:
         import torch
         import torch.distributed as dist
+        from torch.distributed.distributed_c10d import PrefixStore
 
         from rlcore.workers.bound_store import rendezvous_store
 
@@ -129,7 +130,7 @@ class WeightBridge:
         )
         timeout = timedelta(seconds=self.timeout_s)
         try:
-            store = dist.PrefixStore(
+            store = PrefixStore(
                 "rlcore_weight_bridge",
                 rendezvous_store(
                     addr, port, rank=rank, world_size=world_size, timeout_s=self.timeout_s
@@ -191,7 +192,9 @@ class WeightBridge:
         for b, indices in enumerate(self.buckets):
             metas = [self.manifest[i] for i in indices]
             flat = torch.empty(
-                sum(m.numel for m in metas), dtype=getattr(torch, metas[0].dtype), device=self.device
+                sum(m.numel for m in metas),
+                dtype=getattr(torch, metas[0].dtype),
+                device=self.device,
             )
             offset = 0
             for meta in metas:
@@ -232,7 +235,9 @@ class WeightBridge:
         for b, indices in enumerate(self.buckets):
             metas = [self.manifest[i] for i in indices]
             flat = torch.empty(
-                sum(m.numel for m in metas), dtype=getattr(torch, metas[0].dtype), device=self.device
+                sum(m.numel for m in metas),
+                dtype=getattr(torch, metas[0].dtype),
+                device=self.device,
             )
             self._broadcast(flat, f"weight version {version} bucket {b + 1}/{len(self.buckets)}")
             offset = 0

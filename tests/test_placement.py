@@ -10,6 +10,7 @@ and each bad-input line (before Ray starts).
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import attrs
@@ -326,3 +327,130 @@ def test_the_default_places_nothing_apart(assets, tmp_path):
     specs = build_specs(config, build_algorithm(config), total_steps=2)
     assert specs.rollout is None
     assert specs.policy.rollout_pool is None
+
+
+# --- the bridge alone: buckets, and every wait bounded -------------------------------------
+
+
+def test_buckets_hold_one_dtype_and_at_most_the_bucket_size():
+    from rlcore.workers.weight_bridge import TensorMeta, plan_buckets
+
+    manifest = [
+        TensorMeta("a", (4, 4), "float32"),  # 64 B
+        TensorMeta("b", (8,), "float32"),  # 32 B
+        TensorMeta("c", (100,), "float32"),  # 400 B: alone, larger than a bucket
+        TensorMeta("d", (4,), "bfloat16"),  # another dtype: a new bucket
+        TensorMeta("e", (4,), "float32"),
+    ]
+    assert plan_buckets(manifest, 96) == [[0, 1], [2], [3], [4]]
+    assert plan_buckets(manifest, 1 << 20) == [[0, 1, 2], [3], [4]]
+
+
+def _bridge(port: int, rank: int, manifest, timeout_s: float = 2.0):
+    from rlcore.workers.weight_bridge import WeightBridge
+
+    return WeightBridge(
+        addr="127.0.0.1",
+        port=port,
+        rank=rank,
+        world_size=2,
+        backend="gloo",
+        timeout_s=timeout_s,
+        pools="'global_pool' (trainer) and 'gen' (rollout)",
+        manifest=manifest,
+        bucket_bytes=64,
+    )
+
+
+def test_weights_cross_a_bridge_exactly_and_a_wrong_version_is_refused():
+    import threading
+
+    from rlcore.workers.weight_bridge import WeightSyncError, manifest_of
+    from rlcore.workers.worker import find_free_port
+
+    named = [("w", torch.randn(5, 7)), ("b", torch.randn(7)), ("h", torch.randn(3, 3).half())]
+    manifest = manifest_of(iter(named))
+    port = find_free_port()
+    bridges: dict[int, object] = {}
+    threads = [
+        threading.Thread(target=lambda r=r: bridges.__setitem__(r, _bridge(port, r, manifest)))
+        for r in (0, 1)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    sender, receiver = bridges[0], bridges[1]
+    got: dict[str, torch.Tensor] = {}
+    recv = threading.Thread(
+        target=lambda: got.update({n: t.clone() for n, t in receiver.receive(3)})  # type: ignore[attr-defined]
+    )
+    recv.start()
+    metrics = sender.send(iter(named), 3)  # type: ignore[attr-defined]
+    recv.join(30)
+    assert list(got) == ["w", "b", "h"]
+    for name, tensor in named:
+        assert torch.equal(got[name], tensor)
+        assert got[name].dtype == tensor.dtype
+    assert metrics["weight_sync/buckets"] == 3.0  # 140 B of float32 over 64 B buckets: w, b; h
+    # A receiver expecting version 5 while version 4 arrives: one line naming both.
+    errors: list[BaseException] = []
+
+    def expect_5() -> None:
+        try:
+            list(receiver.receive(5))  # type: ignore[attr-defined]
+        except WeightSyncError as err:
+            errors.append(err)
+
+    recv = threading.Thread(target=expect_5)
+    recv.start()
+    with contextlib.suppress(WeightSyncError):  # the sender finishes or times out alone
+        sender.send(iter(named), 4)  # type: ignore[attr-defined]
+    recv.join(30)
+    assert errors, "the receiver accepted the wrong version"
+    assert "[version, tensors, elements] = [4, 3, 51], the rollout expected [5, 3, 51]" in str(
+        errors[0]
+    )
+
+
+def test_a_bridge_peer_that_never_comes_is_an_error_naming_the_pools_within_the_timeout():
+    import time
+
+    from rlcore.workers.weight_bridge import WeightSyncError
+    from rlcore.workers.worker import find_free_port
+
+    start = time.monotonic()
+    with pytest.raises(WeightSyncError) as err:
+        _bridge(find_free_port(), 0, [], timeout_s=2.0)  # rank 1 never joins
+    waited = time.monotonic() - start
+    assert waited < 30, waited
+    line = str(err.value)
+    assert "\n" not in line
+    assert line.startswith(
+        "weight sync between pools 'global_pool' (trainer) and 'gen' (rollout): opening the "
+        "group did not complete within 2 s (resources.collective_timeout_s)"
+    ), line
+
+
+def test_a_sender_that_stops_sending_times_the_receiver_out():
+    import threading
+    import time
+
+    from rlcore.workers.weight_bridge import WeightSyncError, manifest_of
+    from rlcore.workers.worker import find_free_port
+
+    manifest = manifest_of(iter([("w", torch.zeros(4))]))
+    port = find_free_port()
+    bridges: dict[int, object] = {}
+    threads = [
+        threading.Thread(target=lambda r=r: bridges.__setitem__(r, _bridge(port, r, manifest)))
+        for r in (0, 1)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    start = time.monotonic()
+    with pytest.raises(WeightSyncError, match=r"weight version 1 \(header\) did not complete"):
+        list(bridges[1].receive(1))  # type: ignore[attr-defined]
+    assert time.monotonic() - start < 30

@@ -4,7 +4,10 @@
 rollout (generation) engine and, when the algorithm needs KL, the frozen reference engine.
 After every actor update the new weights are copied into the rollout in the same process
 (``rollout.update_weights(engine.named_parameters_for_sync())``), so nothing crosses Ray.
-``CriticWorker`` holds the value model (PPO).
+``CriticWorker`` holds the value model (PPO). When the rollout has a pool of its own
+(``PolicySpec.rollout_pool``), the policy worker holds no rollout and its weights leave over
+the weight bridge instead (``weight_manifest``, ``open_weight_bridge``, ``send_weights``;
+:mod:`rlcore.trainer.rollout_worker`, docs/placement.md).
 
 Each worker gets its role's spec (:mod:`rlcore.trainer.specs`), built on the driver, never the
 run config; engines, rollout and algorithm are built from their

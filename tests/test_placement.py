@@ -39,7 +39,7 @@ def assets(tmp_path_factory):
     return model, root / "train.jsonl", root / "val.jsonl"
 
 
-def _config(assets, tmp_path, *, bucket: str = "", **kw):
+def _config(assets, tmp_path, *, bucket: str = "", extra_trainer: str = "", **kw):
     from rlcore.config import load_config_text
     from rlcore.testing.runs import tiny_run_toml
 
@@ -51,6 +51,7 @@ def _config(assets, tmp_path, *, bucket: str = "", **kw):
         extra=PLACE_ROLLOUT.format(bucket=bucket),
         **kw,
     )
+    text = text.replace("[trainer]\n", f"[trainer]\n{extra_trainer}\n", 1)
     return load_config_text(text, source="placement.toml")
 
 
@@ -161,7 +162,7 @@ def test_a_run_with_the_rollout_on_its_own_pool(ray_session, assets, tmp_path):
         total_steps=3,
         val_files=[assets[2]],
         test_freq=3,
-        save_freq=3,
+        save_freq=1,
     )
     assert run_training(config) == 0
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
@@ -205,6 +206,23 @@ def test_a_run_with_the_rollout_on_its_own_pool(ray_session, assets, tmp_path):
     for a, b in zip(steps, base, strict=True):
         for key in ("actor/pg_loss", "critic/score/mean", "response_length/mean"):
             assert a[key] == pytest.approx(b[key], abs=1e-6), (key, a[key], b[key])
+
+    # Resumed from step 2 in a fresh run folder: the rollout gets the restored weights at the
+    # saved version (2), and step 3 repeats the unbroken run's.
+    step_2 = tmp_path / "run" / "checkpoints" / "global_step_2"
+    resumed = _config(
+        assets,
+        tmp_path / "resumed",
+        total_steps=3,
+        extra_trainer=f"resume = {json.dumps(str(step_2))}",
+    )
+    assert run_training(resumed) == 0
+    lines = (tmp_path / "resumed" / "run" / "metrics.jsonl").read_text().splitlines()
+    again = [r for r in (json.loads(line) for line in lines) if "actor/pg_loss" in r]
+    assert [r["rollout/weight_version"] for r in again] == [2.0]
+    assert [r["weight_sync/version"] for r in again] == [3.0]
+    for key in ("actor/pg_loss", "critic/score/mean", "response_length/mean"):
+        assert again[0][key] == pytest.approx(steps[2][key], abs=1e-6), key
 
 
 # --- bad inputs: one line each, before Ray starts ------------------------------------------

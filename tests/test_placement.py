@@ -225,6 +225,61 @@ def test_a_run_with_the_rollout_on_its_own_pool(ray_session, assets, tmp_path):
         assert again[0][key] == pytest.approx(steps[2][key], abs=1e-6), key
 
 
+@pytest.mark.slow
+def test_one_step_off_generates_ahead_with_staleness_one(ray_session, assets, tmp_path):
+    """Batch k+1 generates (at version k) while batch k trains; rollout_is corrects it."""
+    from rlcore.trainer import run_training
+
+    config = _config(
+        assets,
+        tmp_path,
+        total_steps=3,
+        lr=1e-2,
+        # An entropy bonus moves the weights even where every reward is 0 (the tiny model).
+        algorithm_options='rollout_is = "token"\nentropy_coeff = 0.1',
+        extra_trainer='async_mode = "one_step_off"',
+    )
+    assert config.trainer.async_mode == "one_step_off"
+    assert run_training(config) == 0
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    steps = [r for r in (json.loads(line) for line in lines) if "actor/pg_loss" in r]
+    assert [r["weight_sync/version"] for r in steps] == [1.0, 2.0, 3.0]
+    # Step 1 generates synchronously (version 0); steps 2 and 3 train on samples generated
+    # during the previous step, one version behind the actor.
+    assert [r["rollout/weight_version"] for r in steps] == [0.0, 0.0, 1.0]
+    assert [r["training/staleness"] for r in steps] == [0.0, 1.0, 1.0]
+    assert [r["training/staleness_min"] for r in steps] == [0.0, 1.0, 1.0]
+    # The old-log-prob pass sees the stale samples: the mismatch grows once off-policy, and
+    # rollout_is (truncated importance weights) is applied to the loss.
+    diffs = [r["rollout/logprob_diff_max"] for r in steps]
+    assert diffs[0] < 1e-4, diffs
+    assert min(diffs[1:]) > 10 * diffs[0], diffs
+    assert all("actor/rollout_is_mean" in r for r in steps)
+    assert abs(steps[0]["actor/rollout_is_mean"] - 1.0) < 1e-3
+    print(f"\nlogprob_diff_max per step {diffs}")
+    print(f"rollout_is_mean per step {[r['actor/rollout_is_mean'] for r in steps]}")
+
+
+def test_one_step_off_needs_the_rollout_on_its_own_pool(tmp_path, assets, capsys):
+    import _bad_inputs as bi
+
+    from rlcore.plugins import PluginRegistry
+    from rlcore.testing.runs import tiny_run_toml
+
+    registry = PluginRegistry(disabled=["rlcore-fake", "rlcore-fake-dup"])
+    config = tmp_path / "run.toml"
+    config.write_text(tiny_run_toml(model=assets[0], train_files=[assets[1]], run_dir=tmp_path))
+    code, err = bi.cli(
+        ["config", "validate", str(config), 'trainer.async_mode="one_step_off"'], capsys, registry
+    )
+    bi.assert_one_line(
+        code,
+        err,
+        f"{config}: trainer.async_mode: 'one_step_off' needs the rollout on a pool of its own; "
+        'set resources.placement.rollout = "NAME" and [resources.pools.NAME]',
+    )
+
+
 # --- bad inputs: one line each, before Ray starts ------------------------------------------
 
 BAD = [

@@ -431,6 +431,13 @@ def _cross_checks(s: dict[str, Any]) -> list[Problem]:
     resources: ResourcesConfig | None = s.get("resources")
     if resources is not None:
         problems.extend(_placement_problems(resources))
+        mode = trainer.async_mode if trainer is not None else "off"
+        if mode != "off" and resources.pool_of("rollout") == GLOBAL_POOL:
+            msg = (
+                f"{mode!r} needs the rollout on a pool of its own; set "
+                'resources.placement.rollout = "NAME" and [resources.pools.NAME]'
+            )
+            problems.append((("trainer", "async_mode"), msg))
     reward: RewardConfig | None = s.get("reward")
     if reward is not None:
         if not reward.selected():

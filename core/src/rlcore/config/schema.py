@@ -356,6 +356,11 @@ class TrainerConfig:
     # Each selected logger's Config, from [trainer.logger_options.NAME] (resolved: every one).
     logger_options: dict[str, Any] = attrs.Factory(dict)
     log_freq: int = attrs.field(default=1, validator=_pos)  # console table every N steps
+    # "one_step_off": the rollout (on a pool of its own) generates batch k+1 while the trainer
+    # trains on batch k; samples are then one weight version old (docs/placement.md).
+    async_mode: Literal["off", "one_step_off"] = attrs.field(
+        default="off", validator=v.in_(("off", "one_step_off"))
+    )
 
 
 # The implicit pool of ``resources.nnodes × processes_per_node`` (verl's name for it).

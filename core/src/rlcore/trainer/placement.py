@@ -19,14 +19,16 @@ import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from rlcore.dispatch import DispatchInfo
+    from collections.abc import Callable
+
+    from rlcore.dispatch import DispatchInfo, GroupFuture
     from rlcore.interfaces import SamplingParams
     from rlcore.protocol import DataProto
     from rlcore.workers import RayWorkerGroup
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SplitPolicy"]
+__all__ = ["OneStepOff", "SplitPolicy"]
 
 
 class SplitPolicy:
@@ -90,6 +92,11 @@ class SplitPolicy:
         out: DataProto = self.rollout.generate_sequences(prompts, sampling)
         return out
 
+    def generate_async(self, prompts: DataProto, sampling: SamplingParams) -> GroupFuture:
+        """Start generating ``prompts`` now (with the rollout's current weights); a future."""
+        fut: GroupFuture = self.rollout.generate_sequences_async(prompts, sampling)
+        return fut
+
     def compute_log_prob(self, data: DataProto) -> DataProto:
         out: DataProto = self.trainer.compute_log_prob(data)
         return out
@@ -118,3 +125,56 @@ class SplitPolicy:
 
     def export_hf(self, path: str) -> Any:
         return self.trainer.export_hf(path)
+
+
+class OneStepOff:
+    """``trainer.async_mode = "one_step_off"``: batch k+1 generates while batch k trains.
+
+    The step's first generation takes the future launched during the previous step (the
+    first step, and the first after a resume, generate synchronously), then launches the next
+    batch's generation at once, with the weights the rollout holds now (version k). The update
+    of batch k syncs version k+1; on the rollout actors that sync queues behind the running
+    generation, so every sample of batch k+1 carries version k while the actor trains it at
+    k+1: ``training/staleness`` is exactly 1 (0 on a synchronous step).
+
+    ``peek()``: the next step's prompts (the trainer holds them back for that step), None at
+    the run's last step.
+    """
+
+    def __init__(self, policy: SplitPolicy, peek: Callable[[], DataProto | None]) -> None:
+        self.policy = policy
+        self.peek = peek
+        self.pending: GroupFuture | None = None
+        self.pending_for: DataProto | None = None  # the prompts batch the future belongs to
+        self.current: DataProto | None = None  # the prompts batch this step trains on
+
+    def generate(self, ctx: Any, rows: DataProto, name: str) -> DataProto:
+        """``ctx.generate`` for the step's first generation (see the class docstring)."""
+        import numpy as np
+
+        from rlcore.rl.step import StepContext
+
+        prompts = ctx.prompts(rows)
+        fut, launched_for = self.pending, self.pending_for
+        self.pending = self.pending_for = None
+        if fut is not None and launched_for is self.current:
+            gen = ctx.phase(name, fut.get)  # the wait that was left of the generation
+        else:
+            if fut is not None:
+                fut.get()  # another batch's (never happens in the default loop): dropped
+            gen = ctx.phase(name, self.policy.generate_sequences, prompts, ctx.sampling)
+        upcoming = self.peek()
+        if upcoming is not None:
+            next_prompts = StepContext.prompts(upcoming.repeat(ctx.n, interleave=True))
+            self.pending = self.policy.generate_async(next_prompts, ctx.sampling)
+            self.pending_for = upcoming
+        versions = np.asarray(gen.non_tensor_batch["weight_version"], dtype=np.int64)
+        ctx.metrics["training/staleness"] = float(self.policy.version - versions.min())
+        ctx.metrics["training/staleness_min"] = float(self.policy.version - versions.max())
+        return rows.union(gen)
+
+    def drain(self) -> None:
+        """Wait for a generation still in flight (the run is ending)."""
+        if self.pending is not None:
+            self.pending.get()
+        self.pending = self.pending_for = None

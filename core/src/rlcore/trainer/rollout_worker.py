@@ -83,6 +83,15 @@ class RolloutWorker(Worker):
     def generate_sequences(self, prompts: DataProto, sampling: SamplingParams) -> DataProto:
         """One response per prompt row, each tagged with the weight version it was sampled
         with (``non_tensor_batch["weight_version"]``)."""
+        return self._generate(prompts, sampling)
+
+    @register(dispatch_mode=mesh_dispatch_mode("rollout"), blocking=False)
+    def generate_sequences_async(self, prompts: DataProto, sampling: SamplingParams) -> DataProto:
+        """:meth:`generate_sequences`, returning the driver a future (one-step-off: the next
+        batch generates while the trainer trains; a later weight sync queues behind it)."""
+        return self._generate(prompts, sampling)
+
+    def _generate(self, prompts: DataProto, sampling: SamplingParams) -> DataProto:
         import numpy as np
 
         rollout = self._rollout()

@@ -212,6 +212,8 @@ class RunSpecs:
     roles: dict[str, RoleSpec] = attrs.Factory(dict)
     # the rollout's worker group when it has a pool of its own (None: in the policy worker)
     rollout: RolloutWorkerSpec | None = None
+    # trainer.async_mode = "one_step_off": generate batch k+1 while training on batch k
+    one_step_off: bool = False
 
 
 def worker_settings(config: RunConfig) -> WorkerSettings:
@@ -435,6 +437,7 @@ def build_specs(
         )
     return RunSpecs(
         rollout=rollout_worker,
+        one_step_off=rollout_worker is not None and config.trainer.async_mode == "one_step_off",
         policy=policy,
         critic=critic_spec,
         n=rollout.n,

@@ -19,6 +19,8 @@ import attrs
 
 from rlcore.config.convert import Path, Problem, render_path, structure, unknown_key
 from rlcore.config.schema import (
+    GLOBAL_POOL,
+    PLACEABLE_ROLES,
     ActorConfig,
     AgentConfig,
     AlgorithmConfig,
@@ -426,6 +428,16 @@ def _cross_checks(s: dict[str, Any]) -> list[Problem]:
     trainer: TrainerConfig | None = s.get("trainer")
     if trainer is not None and trainer.total_steps is not None and trainer.total_epochs:
         problems.append((("trainer", "total_steps"), "set total_steps or total_epochs, not both"))
+    resources: ResourcesConfig | None = s.get("resources")
+    if resources is not None:
+        problems.extend(_placement_problems(resources))
+        mode = trainer.async_mode if trainer is not None else "off"
+        if mode != "off" and resources.pool_of("rollout") == GLOBAL_POOL:
+            msg = (
+                f"{mode!r} needs the rollout on a pool of its own; set "
+                'resources.placement.rollout = "NAME" and [resources.pools.NAME]'
+            )
+            problems.append((("trainer", "async_mode"), msg))
     reward: RewardConfig | None = s.get("reward")
     if reward is not None:
         if not reward.selected():
@@ -435,6 +447,44 @@ def _cross_checks(s: dict[str, Any]) -> list[Problem]:
             if name not in reward.selected():
                 msg = f"reward {name!r} is not selected by reward.default or reward.sources"
                 problems.append((("reward", "weights", name), msg))
+    return problems
+
+
+def _placement_problems(res: ResourcesConfig) -> list[Problem]:
+    """``[resources] placement`` against the pools: each role on a pool that exists, the
+    implicit pool's name not redefined, every declared pool used (docs/placement.md)."""
+    problems: list[Problem] = []
+    defined = [GLOBAL_POOL, *sorted(res.pools)]
+    if GLOBAL_POOL in res.pools:
+        msg = (
+            f"{GLOBAL_POOL!r} is the implicit pool of resources.nnodes x "
+            "resources.processes_per_node; give the new pool another name"
+        )
+        problems.append((("resources", "pools", GLOBAL_POOL), msg))
+    for role, pool in res.placement.items():
+        if role not in PLACEABLE_ROLES:
+            msg = (
+                f"role {role!r} cannot be placed on a pool of its own (placeable: "
+                f"{', '.join(PLACEABLE_ROLES)}); the actor, reference and critic stay on "
+                f"{GLOBAL_POOL!r}"
+            )
+            problems.append((("resources", "placement", role), msg))
+        elif pool != GLOBAL_POOL and pool not in res.pools:
+            msg = (
+                f"pool {pool!r} is not defined (defined: {', '.join(defined)}); add "
+                f"[resources.pools.{pool}] or name a defined pool"
+            )
+            problems.append((("resources", "placement", role), msg))
+    if problems:  # an unused pool is then most likely the misspelt one: one line is enough
+        return problems
+    used = set(res.placement.values())
+    for name in sorted(res.pools):
+        if name != GLOBAL_POOL and name not in used:
+            msg = (
+                f"no role is placed on pool {name!r}; set resources.placement.rollout = "
+                f'"{name}" or remove the table'
+            )
+            problems.append((("resources", "pools", name), msg))
     return problems
 
 

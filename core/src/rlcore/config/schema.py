@@ -34,6 +34,7 @@ __all__ = [
     "ModelConfig",
     "PluginSection",
     "PluginsConfig",
+    "PoolConfig",
     "RefConfig",
     "ResourcesConfig",
     "RewardConfig",
@@ -737,11 +738,58 @@ class TrainerConfig:
     log_freq: int = attrs.field(
         default=1, validator=_pos, metadata={"help": "Print the console table every N steps."}
     )
+    # "one_step_off": the rollout (on a pool of its own) generates batch k+1 while the trainer
+    # trains on batch k; samples are then one weight version old (docs/placement.md).
+    async_mode: Literal["off", "one_step_off"] = attrs.field(
+        default="off",
+        validator=v.in_(("off", "one_step_off")),
+        metadata={
+            "help": "one_step_off: the rollout (on a pool of its own, resources.placement) "
+            "generates batch k+1 while the trainer trains on batch k (staleness 1)."
+        },
+    )
+
+
+# The implicit pool of ``resources.nnodes × processes_per_node`` (verl's name for it).
+GLOBAL_POOL = "global_pool"
+# Roles that ``resources.placement`` may put on a pool of their own (docs/placement.md).
+PLACEABLE_ROLES = ("rollout",)
+DEFAULT_WEIGHT_SYNC_BUCKET_BYTES = 64 << 20  # 64 MiB per broadcast across pools
+
+
+@attrs.frozen(kw_only=True)
+class PoolConfig:
+    """``[resources.pools.<name>]``: a resource pool besides the implicit ``global_pool``.
+
+    ``cpus_per_process`` unset: the top-level ``resources.cpus_per_process``.
+    """
+
+    nnodes: int = attrs.field(default=1, validator=_pos, metadata={"help": "Nodes of the pool."})
+    processes_per_node: int = attrs.field(
+        default=1, validator=_pos, metadata={"help": "Worker processes per node of the pool."}
+    )
+    cpus_per_process: float | None = attrs.field(
+        default=None,
+        validator=v.optional(v.gt(0.0)),
+        metadata={"help": "CPUs per worker of the pool; unset: resources.cpus_per_process."},
+    )
+
+    @property
+    def world_size(self) -> int:
+        return self.nnodes * self.processes_per_node
 
 
 @attrs.frozen(kw_only=True)
 class ResourcesConfig:
-    """``[resources]``: where workers run. Data-parallel size = nnodes × processes_per_node."""
+    """``[resources]``: where workers run. Data-parallel size = nnodes × processes_per_node.
+
+    The top-level ``nnodes``/``processes_per_node`` are the implicit pool ``global_pool``,
+    which every role shares by default (colocated). ``pools`` declares more pools and
+    ``placement`` maps a role to one, as verl's ``resource_pool_spec`` and ``mapping``:
+    ``placement = { rollout = "gen" }`` gives the rollout a worker group of its own on
+    ``[resources.pools.gen]``; the trainer's weights reach it after every update over a
+    collective group spanning both pools, in buckets of ``weight_sync_bucket_bytes``.
+    """
 
     device: Device = attrs.field(
         default="cpu",
@@ -786,10 +834,38 @@ class ResourcesConfig:
         DEFAULT_HEARTBEAT_TIMEOUT_S,
         "A worker whose heartbeat stops for this long is reported stopped (s).",
     )
+    pools: dict[str, PoolConfig] = attrs.field(
+        factory=dict,
+        metadata={
+            "help": "[resources.pools.NAME]: resource pools besides the implicit global_pool "
+            "(docs/placement.md)."
+        },
+    )
+    placement: dict[str, str] = attrs.field(
+        factory=dict,
+        metadata={
+            "help": "Role -> pool name (only the rollout may move yet); unmapped roles stay on "
+            "global_pool, colocated."
+        },
+    )
+    weight_sync_bucket_bytes: int = attrs.field(
+        default=DEFAULT_WEIGHT_SYNC_BUCKET_BYTES,
+        validator=_pos,
+        metadata={"help": "Bytes per broadcast when weights travel to a rollout on its own pool."},
+    )
 
     @property
     def world_size(self) -> int:
         return self.nnodes * self.processes_per_node
+
+    def pool_of(self, role: str) -> str:
+        """The pool ``role`` is placed on (``global_pool`` unless ``placement`` says)."""
+        return self.placement.get(role, GLOBAL_POOL)
+
+    def separate_rollout(self) -> PoolConfig | None:
+        """The rollout's own pool, or None when it is colocated with the actor (default)."""
+        name = self.pool_of("rollout")
+        return None if name == GLOBAL_POOL else self.pools.get(name)
 
 
 @attrs.frozen(kw_only=True)

@@ -13,7 +13,9 @@ or a bad data file costs a second, not a cluster start-up and a model load. It c
   and ``reward_model.ground_truth``, and not every prompt is longer than
   ``data.max_prompt_length`` (over-long ones are filtered with a logged count, as in training);
   the training set holds at least one batch;
-- ``trainer.resume`` given as a path: a complete checkpoint.
+- ``trainer.resume`` given as a path: a complete checkpoint;
+- ``[resources.pools]`` on a private local Ray: the pools together fit this machine's CPUs
+  (and GPUs), :func:`rlcore.workers.cluster.check_local_pools`.
 
 The datasets are built exactly as the trainer builds them (:func:`rlcore.data.build_datasets`),
 so what passes here loads there; :class:`Preflight` hands them back for the trainer to reuse
@@ -84,6 +86,9 @@ def preflight(config: RunConfig, *, registry: PluginRegistry | None = None) -> P
     from rlcore.preflight.roles import check_extra_roles
 
     check_extra_roles(config, needs.extra_roles)
+    from rlcore.workers.cluster import check_pools_before_ray
+
+    check_pools_before_ray(config.resources)  # [resources.pools] fit this machine
     tokenizer = check_tokenizer(
         config.model.tokenizer_path,
         chat_template=config.data.apply_chat_template,

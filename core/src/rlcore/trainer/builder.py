@@ -4,7 +4,11 @@ Driver side: the reward manager and the algorithm (for advantages), each built t
 :class:`rlcore.plugins.Component`, as the workers build theirs. Worker side: one resource
 pool (``nnodes × processes_per_node`` processes) holding every role, colocated in one process
 per device: the policy (``ActorRolloutRefWorker``) and, when the algorithm needs one, the
-critic. The specs decide which roles exist; nothing here branches on a plugin name.
+critic. With ``[resources] placement = { rollout = "gen" }`` the rollout is a worker group of
+its own on ``[resources.pools.gen]`` (:class:`~rlcore.trainer.rollout_worker.RolloutWorker`),
+and ``Workers.policy`` is a :class:`~rlcore.trainer.placement.SplitPolicy` with the policy
+group's methods (docs/placement.md). The specs decide which roles exist; nothing here
+branches on a plugin name.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from rlcore.config.schema import GLOBAL_POOL
 from rlcore.errors import ConfigError
 from rlcore.plugins import Component
 
@@ -39,6 +44,7 @@ __all__ = [
 
 POLICY = "actor_rollout_ref"
 CRITIC = "critic"
+ROLLOUT = "rollout"
 
 
 def build_algorithm(config: RunConfig, registry: PluginRegistry | None = None) -> BaseAlgorithm:
@@ -90,10 +96,12 @@ class Workers:
     """The placed worker processes and the per-role views the driver calls."""
 
     group: RayWorkerGroup
-    policy: RayWorkerGroup
+    policy: RayWorkerGroup  # a SplitPolicy (same methods) when the rollout has its own pool
     critic: RayWorkerGroup | None
     pool: ResourcePool
     roles: dict[str, RayWorkerGroup] = attrs.Factory(dict)  # the algorithm's extra roles
+    rollout_group: RayWorkerGroup | None = None  # the rollout's own group and pool, if any
+    rollout_pool: ResourcePool | None = None
 
     @property
     def world_size(self) -> int:
@@ -101,6 +109,10 @@ class Workers:
 
     def shutdown(self) -> None:
         """Kill the worker processes and release their placement groups."""
+        if self.rollout_group is not None:
+            self.rollout_group.shutdown()
+        if self.rollout_pool is not None:
+            self.rollout_pool.remove()
         self.group.shutdown()
         self.pool.remove()
 
@@ -116,6 +128,7 @@ def build_workers(config: RunConfig, specs: RunSpecs) -> Workers:
     from rlcore.workers import ClassWithInitArgs, RayWorkerGroup, create_colocated_worker_cls
 
     res = config.resources
+    run_id = f"{config.trainer.experiment_name}-{uuid.uuid4().hex[:8]}"
     pool = ResourcePool(
         nnodes=res.nnodes,
         processes_per_node=res.processes_per_node,
@@ -123,7 +136,7 @@ def build_workers(config: RunConfig, specs: RunSpecs) -> Workers:
         cpus_per_process=res.cpus_per_process,
         ready_timeout_s=res.placement_timeout_s,
         # Placement-group names must not clash with an earlier run in the same Ray session.
-        name=f"{config.trainer.experiment_name}-{uuid.uuid4().hex[:8]}",
+        name=run_id,
     )
     roles = {POLICY: ClassWithInitArgs(ActorRolloutRefWorker, specs.policy)}
     if specs.critic is not None:
@@ -135,9 +148,16 @@ def build_workers(config: RunConfig, specs: RunSpecs) -> Workers:
             )
             raise ConfigError(msg)
         roles[name] = ClassWithInitArgs(ExtraRoleWorker, role_spec)
-    # Every role shares the one pool: colocated in one process per device.
-    manager = ResourcePoolManager({"global_pool": pool}, {name: "global_pool" for name in roles})
-    manager.check_resources()
+    # Every role shares the one pool (colocated in one process per device), except a
+    # rollout placed on a pool of its own (resources.placement).
+    pools = {GLOBAL_POOL: pool}
+    placement = {name: GLOBAL_POOL for name in roles}
+    rollout_pool = _rollout_pool(config, run_id, specs)
+    if rollout_pool is not None and specs.rollout is not None:
+        pools[specs.rollout.pool] = rollout_pool
+        placement[ROLLOUT] = specs.rollout.pool
+    manager = ResourcePoolManager(pools, placement)
+    manager.check_resources()  # every pool together, before any of them is created
     group = RayWorkerGroup(
         pool,
         create_colocated_worker_cls(roles),
@@ -166,4 +186,62 @@ def build_workers(config: RunConfig, specs: RunSpecs) -> Workers:
         " (+ reference)" if specs.policy.ref is not None else "",
     )
     extra = {name: views[name] for name in specs.roles}
-    return Workers(group=group, policy=views[POLICY], critic=critic, pool=pool, roles=extra)
+    workers = Workers(group=group, policy=views[POLICY], critic=critic, pool=pool, roles=extra)
+    if rollout_pool is not None:
+        try:
+            _place_rollout(config, specs, workers, rollout_pool)
+        except BaseException:
+            workers.shutdown()
+            raise
+    return workers
+
+
+def _rollout_pool(config: RunConfig, run_id: str, specs: RunSpecs) -> ResourcePool | None:
+    """The rollout's own pool (``[resources.pools.<name>]``), None when colocated."""
+    from rlcore.resources import ResourcePool
+
+    res = config.resources
+    own = res.separate_rollout()
+    if own is None or specs.rollout is None:
+        return None
+    return ResourcePool(
+        nnodes=own.nnodes,
+        processes_per_node=own.processes_per_node,
+        use_gpu=res.device == "cuda",
+        cpus_per_process=own.cpus_per_process or res.cpus_per_process,
+        ready_timeout_s=res.placement_timeout_s,
+        name=f"{run_id}-{specs.rollout.pool}",
+    )
+
+
+def _place_rollout(
+    config: RunConfig, specs: RunSpecs, workers: Workers, pool: ResourcePool
+) -> None:
+    """Start the rollout group on ``pool``, open the weight bridge, send version 0."""
+    from typing import cast
+
+    from rlcore.trainer.placement import SplitPolicy
+    from rlcore.trainer.rollout_worker import RolloutWorker
+    from rlcore.workers import ClassWithInitArgs, RayWorkerGroup
+
+    res, spec = config.resources, specs.rollout
+    assert spec is not None
+    rollout = RayWorkerGroup(
+        pool,
+        ClassWithInitArgs(RolloutWorker, spec),
+        role=ROLLOUT,
+        call_timeout_s=res.call_timeout_s,
+        start_timeout_s=res.start_timeout_s,
+        heartbeat_timeout_s=res.heartbeat_timeout_s,
+    )
+    workers.rollout_group, workers.rollout_pool = rollout, pool
+    rollout.init_model()
+    pools = (
+        f"{GLOBAL_POOL!r} (trainer, {workers.group.world_size} processes) and "
+        f"{spec.pool!r} (rollout, {rollout.world_size} processes)"
+    )
+    split = SplitPolicy(workers.policy, rollout, pools=pools)
+    split.open_bridge()
+    # The driver calls the split policy where it calls the policy group (same methods).
+    workers.policy = cast("RayWorkerGroup", split)
+    log.info("rollout: %d process(es) on pool %r", rollout.world_size, spec.pool)

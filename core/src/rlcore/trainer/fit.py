@@ -29,7 +29,7 @@ import signal
 import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import numpy as np
@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from rlcore.protocol import DataProto
     from rlcore.reward import RewardManager
     from rlcore.tracking import Tracker
+    from rlcore.trainer.placement import OneStepOff
     from rlcore.trainer.plan import LoopPlan
     from rlcore.trainer.specs import RunSpecs
     from rlcore.workers import RayWorkerGroup
@@ -127,6 +128,19 @@ class Trainer:
         self.last_metrics: dict[str, float] = {}
         self._last_model_in: DataProto | None = None
         self._batches: Iterator[DataProto] | None = None
+        # One-step-off (trainer.async_mode): the next step's prompts, taken early to start
+        # their generation, and the loader's state before they were taken (what a save keeps).
+        self._peeked: DataProto | None = None
+        self._loader_before_peek: dict[str, Any] | None = None
+        self.one_step_off: OneStepOff | None = None
+        if specs.one_step_off:
+            from rlcore.trainer.placement import OneStepOff, SplitPolicy
+
+            if not isinstance(parts.policy, SplitPolicy):
+                msg = 'trainer.async_mode = "one_step_off" needs the rollout on its own pool'
+                raise RlcoreError(msg)
+            self.one_step_off = OneStepOff(parts.policy, self._peek)
+            self.state.driver[DATALOADER] = _PeekAwareLoader(self)
 
     # --- state (what a checkpoint holds) --------------------------------------------------
 
@@ -177,12 +191,27 @@ class Trainer:
                 if interrupted.is_set():
                     log.warning("interrupted: saved step %d, stopping", counters.step)
                     raise KeyboardInterrupt
+        if self.one_step_off is not None:
+            self.one_step_off.drain()
         if counters.resumed_from is not None and counters.resumed_from >= counters.total_steps:
             log.info("checkpoint step %d is the last step: nothing left to train", counters.step)
         return self.last_metrics
 
+    def _peek(self) -> DataProto | None:
+        """The next step's prompts, held back for it; None when this step is the last."""
+        counters = self.state.counters
+        if self.plan.is_last(counters.step + 1):
+            return None
+        state = self.parts.train_loader.state_dict()
+        self._peeked = self.next_prompts()
+        self._loader_before_peek = state
+        return self._peeked
+
     def next_prompts(self) -> DataProto:
         """The next training batch of prompts; an epoch's end starts the next epoch."""
+        if self._peeked is not None:  # taken early by one-step-off, for this step
+            batch, self._peeked, self._loader_before_peek = self._peeked, None, None
+            return batch
         for _ in range(2):  # the second try is the next epoch's first batch
             if self._batches is None:
                 self._batches = iter(self.parts.train_loader)
@@ -239,10 +268,13 @@ class Trainer:
             step=self.state.counters.step,
             next_prompts=self.next_prompts,
             world_size=parts.world_size,
+            one_step_off=self.one_step_off,
         )
 
     def train_step(self, batch: DataProto) -> dict[str, float]:
         """One step of the program on a batch of prompts. Returns the step's metrics."""
+        if self.one_step_off is not None:
+            self.one_step_off.current = batch
         ctx = self.context()
         with timed("step", ctx.timing):
             batch = self.program.run(ctx, batch)
@@ -300,6 +332,27 @@ class Trainer:
             metrics[f"val/{key}"] = float(np.mean(values))
         metrics |= timing_metrics(timing)
         return metrics
+
+
+class _PeekAwareLoader:
+    """The training loader as a checkpoint sees it, one-step-off: while the next step's
+    prompts are held back (their generation running), its state is the one from before they
+    were taken, so a resumed run trains that batch (generating it again, synchronously)."""
+
+    def __init__(self, trainer: Trainer) -> None:
+        self.trainer = trainer
+
+    def state_dict(self) -> dict[str, Any]:
+        before = self.trainer._loader_before_peek
+        if before is not None:
+            return dict(before)
+        return dict(self.trainer.parts.train_loader.state_dict())
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        trainer = self.trainer
+        trainer._peeked = trainer._loader_before_peek = None
+        trainer._batches = None
+        trainer.parts.train_loader.load_state_dict(state)
 
 
 def _fmt(metrics: Mapping[str, float]) -> str:

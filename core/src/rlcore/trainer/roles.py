@@ -4,7 +4,10 @@
 rollout (generation) engine and, when the algorithm needs KL, the frozen reference engine.
 After every actor update the new weights are copied into the rollout in the same process
 (``rollout.update_weights(engine.named_parameters_for_sync())``), so nothing crosses Ray.
-``CriticWorker`` holds the value model (PPO).
+``CriticWorker`` holds the value model (PPO). When the rollout has a pool of its own
+(``PolicySpec.rollout_pool``), the policy worker holds no rollout and its weights leave over
+the weight bridge instead (``weight_manifest``, ``open_weight_bridge``, ``send_weights``;
+:mod:`rlcore.trainer.rollout_worker`, docs/placement.md).
 
 Each worker gets its role's spec (:mod:`rlcore.trainer.specs`), built on the driver, never the
 run config; engines, rollout and algorithm are built from their
@@ -46,6 +49,7 @@ if TYPE_CHECKING:
     from rlcore.agent.loop import AgentLoop
     from rlcore.protocol import DataProto
     from rlcore.trainer.specs import AgentSpec, CriticSpec, PolicySpec
+    from rlcore.workers.weight_bridge import TensorMeta, WeightBridge
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +129,7 @@ class ActorRolloutRefWorker(Worker):
         self._trainer: RoleTrainer | None = None
         self._ref_in_actor = False
         self.agent_loop: AgentLoop | None = None
+        self._bridge: WeightBridge | None = None
 
     # --- construction ---------------------------------------------------------------------
 
@@ -163,6 +168,10 @@ class ActorRolloutRefWorker(Worker):
             declare_mesh(self, self.ref, REF_MESH)
         elif self._ref_in_actor:
             self.set_dispatch_info(**attrs.asdict(actor_mesh), mesh=REF_MESH)
+        ref = " + ref" if self.ref else " (ref: adapters off)" if self._ref_in_actor else ""
+        if spec.rollout_pool is not None:  # the rollout is a worker group of its own
+            log.info("rank %d: actor%s ready (rollout on %s)", self.rank, ref, spec.rollout_pool)
+            return
         # Ranks draw different samples; reruns reproduce.
         rollout_spec = attrs.evolve(
             spec.rollout_spec, seed=spec.rollout_spec.seed + 1000 * self.rank
@@ -174,26 +183,38 @@ class ActorRolloutRefWorker(Worker):
         if spec.agent is not None:
             self.agent_loop = _build_agent_loop(spec.agent)
         self._sync_weights()
-        ref = " + ref" if self.ref else " (ref: adapters off)" if self._ref_in_actor else ""
         log.info("rank %d: actor%s and rollout ready", self.rank, ref)
 
     def _sync_weights(self) -> None:
-        """Wake the rollout, stream the actor's weights into it, then offload the actor."""
+        """Wake the rollout, stream the actor's weights into it, then offload the actor.
+
+        Nothing here when the rollout has a pool of its own: the driver then sends the
+        weights over the bridge (:meth:`send_weights`) after the update returns.
+        """
+        if self.spec.rollout_pool is not None:
+            return
         actor, rollout, _, _ = self._parts()
         rollout.wake_up()
         push_weights(actor, rollout)
         actor.offload()  # the rollout generates next
 
     def _parts(self) -> tuple[BaseEngine, BaseRollout, BaseAlgorithm, RoleTrainer]:
-        if (
-            self.actor is None
-            or self.rollout is None
-            or self.algorithm is None
-            or self._trainer is None
-        ):
+        actor, algorithm, trainer = self._trainer_parts()
+        if self.rollout is None:
+            where = self.spec.rollout_pool
+            msg = (
+                f"ActorRolloutRefWorker: the rollout runs on pool {where!r}, not in this process"
+                if where is not None
+                else "ActorRolloutRefWorker: call init_model() first"
+            )
+            raise RuntimeError(msg)
+        return actor, self.rollout, algorithm, trainer
+
+    def _trainer_parts(self) -> tuple[BaseEngine, BaseAlgorithm, RoleTrainer]:
+        if self.actor is None or self.algorithm is None or self._trainer is None:
             msg = "ActorRolloutRefWorker: call init_model() first"
             raise RuntimeError(msg)
-        return self.actor, self.rollout, self.algorithm, self._trainer
+        return self.actor, self.algorithm, self._trainer
 
     # --- checkpoints ----------------------------------------------------------------------
 
@@ -205,27 +226,30 @@ class ActorRolloutRefWorker(Worker):
         """
         from rlcore.checkpoint import capture_rng_state
 
-        _, rollout, _, trainer = self._parts()
-        return {
+        _, _, trainer = self._trainer_parts()
+        states: dict[str, Any] = {
             "rng": capture_rng_state(),
             "actor_optimizer_steps": trainer.steps,
-            "rollout": {k: int(v) for k, v in rollout.state_dict().items()},
         }
+        if self.rollout is not None:  # a rollout of its own pool saves its own state
+            states["rollout"] = {k: int(v) for k, v in self.rollout.state_dict().items()}
+        return states
 
     def _restore_states(self, states: dict[str, Any]) -> None:
         from rlcore.checkpoint import restore_rng_state
 
-        _, rollout, _, trainer = self._parts()
+        _, _, trainer = self._trainer_parts()
         restore_rng_state(states["rng"])
         trainer.steps = int(states["actor_optimizer_steps"])
-        rollout.load_state_dict({k: int(v) for k, v in dict(states["rollout"]).items()})
+        if self.rollout is not None:
+            self.rollout.load_state_dict({k: int(v) for k, v in dict(states["rollout"]).items()})
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, path: str) -> None:
         """Actor engine state and this rank's state map into ``path/actor`` (every rank)."""
         from rlcore.checkpoint import save_worker_state
 
-        actor, _, _, _ = self._parts()
+        actor, _, _ = self._trainer_parts()
         out = Path(path) / ACTOR_SUBDIR
         actor.save_checkpoint(str(out))
         save_worker_state(out, self.rank, self._checkpoint_states())
@@ -235,7 +259,7 @@ class ActorRolloutRefWorker(Worker):
         """Undo :meth:`save_checkpoint`, then copy the restored weights into the rollout."""
         from rlcore.checkpoint import load_worker_state
 
-        actor, _, _, _ = self._parts()
+        actor, _, _ = self._trainer_parts()
         src = Path(path) / ACTOR_SUBDIR
         actor.load_checkpoint(str(src))
         self._restore_states(load_worker_state(src, self.rank))
@@ -248,7 +272,7 @@ class ActorRolloutRefWorker(Worker):
         Returns None, or the engine's one-line reason when it cannot export (the driver turns
         it into an error naming ``trainer.export_final``), instead of a remote traceback.
         """
-        actor, _, _, _ = self._parts()
+        actor, _, _ = self._trainer_parts()
         try:
             actor.export_hf(path)
         except NotImplementedError as err:
@@ -280,7 +304,7 @@ class ActorRolloutRefWorker(Worker):
         """``old_log_probs`` (B, R) of the responses under the current actor."""
         from rlcore.protocol import DataProto
 
-        actor, _, _, _ = self._parts()
+        actor, _, _ = self._trainer_parts()
         timing: dict[str, list[float]] = {}
         with clock(timing, "actor_forward"):
             outputs = actor.compute_log_prob(data, temperature=self.spec.temperature)
@@ -296,7 +320,7 @@ class ActorRolloutRefWorker(Worker):
 
         timing: dict[str, list[float]] = {}
         if self._ref_in_actor:
-            actor, _, _, _ = self._parts()
+            actor, _, _ = self._trainer_parts()
             with clock(timing, "ref_forward"):
                 outputs = actor.compute_ref_log_prob(data, temperature=self.spec.temperature)
         elif self.ref is None:
@@ -321,7 +345,7 @@ class ActorRolloutRefWorker(Worker):
         """
         from rlcore.protocol import DataProto
 
-        _, _, algorithm, trainer = self._parts()
+        _, algorithm, trainer = self._trainer_parts()
         metrics: dict[str, list[float]] = {}
         timing: dict[str, list[float]] = {}
         trainer.run(
@@ -336,6 +360,62 @@ class ActorRolloutRefWorker(Worker):
         with clock(timing, "weight_sync"):
             self._sync_weights()
         return DataProto(meta_info={"metrics": {**metrics, **summed(timing)}})
+
+    # --- weights to a rollout on its own pool (rlcore.workers.weight_bridge) ----------------
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def weight_manifest(self) -> list[TensorMeta]:
+        """Name, shape and dtype of every tensor a sync streams (collective: every rank)."""
+        from rlcore.workers.weight_bridge import manifest_of
+
+        actor, _, _ = self._trainer_parts()
+        return manifest_of(actor.named_parameters_for_sync())
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def bridge_address(self) -> tuple[str, int]:
+        """Where bridge rank 0 (this group's rank 0) will serve the rendezvous store."""
+        from rlcore.workers.worker import find_free_port, node_ip_address
+
+        return (self.master_addr if self.rank == 0 else node_ip_address()), find_free_port()
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
+    def open_weight_bridge(
+        self, addr: str, port: int, world_size: int, manifest: list[TensorMeta], pools: str
+    ) -> None:
+        """Rank 0 joins the bridge as its rank 0 (the other ranks only gather, see send)."""
+        from rlcore.workers.weight_bridge import WeightBridge
+
+        if self.rank != 0:
+            return
+        self._bridge = WeightBridge(
+            addr=addr,
+            port=port,
+            rank=0,
+            world_size=world_size,
+            backend=self.spec.backend,
+            timeout_s=self._collective_timeout_s,
+            pools=pools,
+            manifest=manifest,
+            bucket_bytes=self.spec.weight_sync_bucket_bytes,
+        )
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
+    def send_weights(self, version: int) -> DataProto:
+        """Stream the actor's weights as ``version`` (every rank gathers; rank 0 sends)."""
+        from rlcore.protocol import DataProto
+
+        actor, _, _ = self._trainer_parts()
+        named = actor.named_parameters_for_sync()
+        bridge = self._bridge
+        if self.rank != 0:
+            for _ in named:  # gathering full tensors is collective
+                pass
+            return DataProto(meta_info={"metrics": {}})
+        if bridge is None:
+            msg = "send_weights: call open_weight_bridge first"
+            raise RuntimeError(msg)
+        metrics = bridge.send(named, version)
+        return DataProto(meta_info={"metrics": {k: [v] for k, v in metrics.items()}})
 
 
 class CriticWorker(Worker):

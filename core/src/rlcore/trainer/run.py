@@ -84,7 +84,7 @@ def run_training(
     from rlcore.trainer.fit import Components, Trainer
     from rlcore.trainer.plan import build_loop_plan
     from rlcore.trainer.specs import build_specs, worker_settings
-    from rlcore.workers.cluster import start_ray
+    from rlcore.workers.cluster import check_pools_before_ray, start_ray
     from rlcore.workers.worker import pin_torch_threads
 
     worker_settings(config).apply()  # the driver's own switches, as every worker's
@@ -97,6 +97,7 @@ def run_training(
     run_dir = prepare_run_dir(config, resuming=resume_from is not None)
     algorithm = build_algorithm(config, registry)
     check_extra_roles(config, algorithm.needs.extra_roles)  # one line before Ray starts
+    check_pools_before_ray(config.resources)  # the pools fit this machine (local runs)
     if not ray.is_initialized():
         start_ray(config.resources)
 

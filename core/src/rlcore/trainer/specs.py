@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from rlcore.config.schema import DEFAULT_WEIGHT_SYNC_BUCKET_BYTES
 from rlcore.interfaces import EngineSpec, OptimConfig, RolloutSpec, SamplingParams
 from rlcore.plugins import Component
 from rlcore.workers.worker import WorkerSettings
@@ -38,6 +39,7 @@ __all__ = [
     "EngineRole",
     "PolicySpec",
     "RoleSpec",
+    "RolloutWorkerSpec",
     "RunSpecs",
     "UpdateSpec",
     "build_role_specs",
@@ -115,6 +117,23 @@ class PolicySpec:
     reuse_old_log_probs: bool = False  # the driver skips the old-log-prob pass
     skip_zero_advantage_rows: bool = False
     settings: WorkerSettings = attrs.Factory(WorkerSettings)
+    # The rollout's own pool (resources.placement.rollout), None: in this process (default).
+    rollout_pool: str | None = None
+    weight_sync_bucket_bytes: int = DEFAULT_WEIGHT_SYNC_BUCKET_BYTES
+
+
+@attrs.frozen(kw_only=True)
+class RolloutWorkerSpec:
+    """A rollout worker group on a pool of its own: the rollout and, with ``[agent]``, the
+    agent loop; weights arrive over the bridge (``rlcore.workers.weight_bridge``)."""
+
+    backend: str
+    pool: str
+    rollout: Component
+    rollout_spec: RolloutSpec
+    agent: AgentSpec | None
+    settings: WorkerSettings
+    weight_sync_bucket_bytes: int = DEFAULT_WEIGHT_SYNC_BUCKET_BYTES
 
 
 @attrs.frozen(kw_only=True)
@@ -191,6 +210,10 @@ class RunSpecs:
     val_sampling: SamplingParams
     # the algorithm's extra roles by name (rlcore.trainer.extra_roles), each its own worker
     roles: dict[str, RoleSpec] = attrs.Factory(dict)
+    # the rollout's worker group when it has a pool of its own (None: in the policy worker)
+    rollout: RolloutWorkerSpec | None = None
+    # trainer.async_mode = "one_step_off": generate batch k+1 while training on batch k
+    one_step_off: bool = False
 
 
 def worker_settings(config: RunConfig) -> WorkerSettings:
@@ -332,7 +355,10 @@ def build_specs(
         where="[algorithm]",
     ).pinned(registry)
     rollout = config.rollout
+    rollout_pool = None if res.separate_rollout() is None else res.pool_of("rollout")
     policy = PolicySpec(
+        rollout_pool=rollout_pool,
+        weight_sync_bucket_bytes=res.weight_sync_bucket_bytes,
         backend=backend,
         settings=settings,
         actor=actor_role,
@@ -398,7 +424,20 @@ def build_specs(
     train_sampling = attrs.evolve(
         rollout.sampling(max_new), return_log_probs=_wants_rollout_log_probs(config, needs, traits)
     )
+    rollout_worker = None
+    if rollout_pool is not None:
+        rollout_worker = RolloutWorkerSpec(
+            backend=backend,
+            pool=rollout_pool,
+            rollout=policy.rollout,
+            rollout_spec=policy.rollout_spec,
+            agent=policy.agent,
+            settings=settings,
+            weight_sync_bucket_bytes=res.weight_sync_bucket_bytes,
+        )
     return RunSpecs(
+        rollout=rollout_worker,
+        one_step_off=rollout_worker is not None and config.trainer.async_mode == "one_step_off",
         policy=policy,
         critic=critic_spec,
         n=rollout.n,

@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 __all__ = [
     "JOIN_TIMEOUT_S",
     "LOOPBACK",
+    "check_local_pools",
+    "check_pools_before_ray",
     "check_reachable",
     "loopback_only",
     "ray_init_kwargs",
@@ -185,8 +187,9 @@ def ray_init_kwargs(
             "and set RAY_ADDRESS or resources.ray_address"
         )
         raise ResourceError(msg)
+    check_local_pools(resources)
     # Logical CPUs: enough slots for every worker even where they exceed the real cores.
-    needed = math.ceil(resources.processes_per_node * resources.cpus_per_process) + 1
+    needed = sum(math.ceil(n * c) for _, n, c in _pool_demands(resources)) + 1
     return {
         "address": "local",
         "num_cpus": max(os.cpu_count() or 1, needed),
@@ -221,3 +224,71 @@ def stop_ray() -> None:
     import ray
 
     ray.shutdown()
+
+
+def _pool_demands(resources: ResourcesConfig) -> list[tuple[str, int, float]]:
+    """``(key, processes, cpus per process)`` of the implicit pool and every declared one."""
+    out = [("resources", resources.world_size, resources.cpus_per_process)]
+    for name, pool in sorted(resources.pools.items()):
+        cpus = pool.cpus_per_process or resources.cpus_per_process
+        out.append((f"resources.pools.{name}", pool.world_size, cpus))
+    return out
+
+
+def check_local_pools(
+    resources: ResourcesConfig,
+    *,
+    cpu_count: int | None = None,
+    gpu_count: int | None = None,
+) -> None:
+    """A private local Ray with declared pools: they must fit this machine; one line if not.
+
+    Run before Ray starts. The one-pool default is left alone (Ray is then given as many
+    logical CPUs as its processes ask for, so it runs on any laptop). Declaring pools asks
+    for resources of their own, so together the pools' CPUs (processes x cpus_per_process)
+    must fit ``os.cpu_count()`` and, on ``device = "cuda"``, their processes the visible
+    GPUs (one each). A joined cluster is checked against what it really has when it is
+    joined (:func:`rlcore.resources.check_fits`), still before any worker starts.
+    """
+    if not resources.pools:
+        return
+    for name, pool in sorted(resources.pools.items()):
+        if pool.nnodes > 1:
+            msg = (
+                f"resources.pools.{name}.nnodes = {pool.nnodes} needs a Ray cluster: start "
+                "one and set RAY_ADDRESS or resources.ray_address"
+            )
+            raise ResourceError(msg)
+    demands = _pool_demands(resources)
+    have = cpu_count if cpu_count is not None else (os.cpu_count() or 1)
+    need = sum(n * c for _, n, c in demands)
+    if need > have + 1e-9:
+        parts = " + ".join(f"{key} {n} x {c:g}" for key, n, c in demands)
+        msg = (
+            f"resources.pools: the pools ask for {need:g} CPUs ({parts}), this machine has "
+            f"{have}; lower processes_per_node or cpus_per_process, or join a cluster "
+            "(resources.ray_address)"
+        )
+        raise ResourceError(msg)
+    if resources.device == "cuda":
+        if gpu_count is None:
+            import torch
+
+            gpu_count = torch.cuda.device_count()
+        procs = sum(n for _, n, _ in demands)
+        if procs > gpu_count:
+            msg = (
+                f"resources.pools: the pools ask for {procs} GPUs (one per process), this "
+                f"machine has {gpu_count}; lower processes_per_node or join a cluster"
+            )
+            raise ResourceError(msg)
+
+
+def check_pools_before_ray(
+    resources: ResourcesConfig, environ: Mapping[str, str] | None = None
+) -> None:
+    """:func:`check_local_pools` for a run on a private local Ray (no ``RAY_ADDRESS`` or
+    ``resources.ray_address``); a joined cluster is checked when joined."""
+    env = os.environ if environ is None else environ
+    if not (env.get("RAY_ADDRESS") or resources.ray_address):
+        check_local_pools(resources)

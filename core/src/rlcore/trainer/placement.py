@@ -1,0 +1,180 @@
+"""The driver's view of a policy whose rollout runs on a pool of its own.
+
+:class:`SplitPolicy` stands where the policy worker group stands in a colocated run (the
+step program, validation, checkpoints and the export call the same methods): generation
+goes to the rollout group, forward passes, updates, checkpoints and the export to the
+trainer group. After every ``update_actor`` it moves the new weights across the pools over
+the weight bridge (:mod:`rlcore.workers.weight_bridge`) and bumps the weight version, so the
+next generation samples the policy just trained (on-policy, as colocated).
+
+Metrics of a sync (merged into the update's): ``weight_sync/version``, ``weight_sync/bytes``,
+``weight_sync/buckets``, ``timing_s/worker/weight_send`` (trainer rank 0 streaming) and
+``timing_s/weight_sync`` (the driver's wall clock of the whole sync).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from rlcore.dispatch import DispatchInfo, GroupFuture
+    from rlcore.interfaces import SamplingParams
+    from rlcore.protocol import DataProto
+    from rlcore.workers import RayWorkerGroup
+
+log = logging.getLogger(__name__)
+
+__all__ = ["OneStepOff", "SplitPolicy"]
+
+
+class SplitPolicy:
+    """Trainer group + rollout group behind the policy group's methods (module docstring)."""
+
+    def __init__(self, trainer: RayWorkerGroup, rollout: RayWorkerGroup, *, pools: str) -> None:
+        self.trainer = trainer
+        self.rollout = rollout
+        self.pools = pools
+        self.version = 0
+
+    # --- the bridge -----------------------------------------------------------------------
+
+    def open_bridge(self) -> None:
+        """Agree on the manifest, join trainer rank 0 and every rollout rank, sync version 0."""
+        manifest = self.trainer.weight_manifest()[0]
+        addr, port = self.trainer.bridge_address()[0]
+        world = 1 + self.rollout.world_size
+        futures = [
+            self.trainer.open_weight_bridge(addr, port, world, manifest, self.pools),
+            self.rollout.open_weight_bridge(addr, port, world, manifest, self.pools),
+        ]
+        for fut in futures:
+            fut.get()
+        log.info(
+            "weight bridge %s:%d open between pools %s: %d tensors, %d rollout rank(s)",
+            addr,
+            port,
+            self.pools,
+            len(manifest),
+            self.rollout.world_size,
+        )
+        self.sync_weights(self.version)
+
+    def sync_weights(self, version: int) -> dict[str, list[float]]:
+        """Send the trainer's weights to every rollout rank as ``version``; its metrics."""
+        start = time.perf_counter()
+        sent = self.trainer.send_weights(version)
+        received = self.rollout.receive_weights(version)
+        outs = [*sent.get(), *received.get()]
+        metrics: dict[str, list[float]] = {}
+        for out in outs:
+            for key, values in (out.meta_info.get("metrics") or {}).items():
+                listed = [values] if isinstance(values, int | float) else list(values)
+                metrics.setdefault(key, []).extend(float(v) for v in listed)
+        self.version = version
+        metrics["weight_sync/version"] = [float(version)]
+        metrics["timing_s/weight_sync"] = [time.perf_counter() - start]
+        return metrics
+
+    # --- what the driver calls ------------------------------------------------------------
+
+    @property
+    def world_size(self) -> int:
+        return self.trainer.world_size
+
+    def dispatch_info(self, mesh: str) -> list[DispatchInfo]:
+        return self.trainer.dispatch_info(mesh)
+
+    def generate_sequences(self, prompts: DataProto, sampling: SamplingParams) -> DataProto:
+        out: DataProto = self.rollout.generate_sequences(prompts, sampling)
+        return out
+
+    def generate_async(self, prompts: DataProto, sampling: SamplingParams) -> GroupFuture:
+        """Start generating ``prompts`` now (with the rollout's current weights); a future."""
+        fut: GroupFuture = self.rollout.generate_sequences_async(prompts, sampling)
+        return fut
+
+    def compute_log_prob(self, data: DataProto) -> DataProto:
+        out: DataProto = self.trainer.compute_log_prob(data)
+        return out
+
+    def compute_ref_log_prob(self, data: DataProto) -> DataProto:
+        out: DataProto = self.trainer.compute_ref_log_prob(data)
+        return out
+
+    def update_actor(self, data: DataProto, step: int) -> DataProto:
+        """The trainer's update, then the new weights to the rollout as the next version."""
+        out: DataProto = self.trainer.update_actor(data, step)
+        metrics = dict(out.meta_info.get("metrics") or {})
+        metrics.update(self.sync_weights(self.version + 1))
+        out.meta_info["metrics"] = metrics
+        return out
+
+    def save_checkpoint(self, path: str) -> None:
+        self.trainer.save_checkpoint(path)
+        self.rollout.save_checkpoint(path)
+
+    def load_checkpoint(self, path: str) -> None:
+        """Both groups' state, then the restored weights to the rollout at the saved version."""
+        self.trainer.load_checkpoint(path)
+        versions = self.rollout.load_checkpoint(path)
+        self.sync_weights(max(int(v) for v in versions))
+
+    def export_hf(self, path: str) -> Any:
+        return self.trainer.export_hf(path)
+
+
+class OneStepOff:
+    """``trainer.async_mode = "one_step_off"``: batch k+1 generates while batch k trains.
+
+    The step's first generation takes the future launched during the previous step (the
+    first step, and the first after a resume, generate synchronously), then launches the next
+    batch's generation at once, with the weights the rollout holds now (version k). The update
+    of batch k syncs version k+1; on the rollout actors that sync queues behind the running
+    generation, so every sample of batch k+1 carries version k while the actor trains it at
+    k+1: ``training/staleness`` is exactly 1 (0 on a synchronous step).
+
+    ``peek()``: the next step's prompts (the trainer holds them back for that step), None at
+    the run's last step.
+    """
+
+    def __init__(self, policy: SplitPolicy, peek: Callable[[], DataProto | None]) -> None:
+        self.policy = policy
+        self.peek = peek
+        self.pending: GroupFuture | None = None
+        self.pending_for: DataProto | None = None  # the prompts batch the future belongs to
+        self.current: DataProto | None = None  # the prompts batch this step trains on
+
+    def generate(self, ctx: Any, rows: DataProto, name: str) -> DataProto:
+        """``ctx.generate`` for the step's first generation (see the class docstring)."""
+        import numpy as np
+
+        from rlcore.rl.step import StepContext
+
+        prompts = ctx.prompts(rows)
+        fut, launched_for = self.pending, self.pending_for
+        self.pending = self.pending_for = None
+        if fut is not None and launched_for is self.current:
+            gen = ctx.phase(name, fut.get)  # the wait that was left of the generation
+        else:
+            if fut is not None:
+                fut.get()  # another batch's (never happens in the default loop): dropped
+            gen = ctx.phase(name, self.policy.generate_sequences, prompts, ctx.sampling)
+        upcoming = self.peek()
+        if upcoming is not None:
+            next_prompts = StepContext.prompts(upcoming.repeat(ctx.n, interleave=True))
+            self.pending = self.policy.generate_async(next_prompts, ctx.sampling)
+            self.pending_for = upcoming
+        versions = np.asarray(gen.non_tensor_batch["weight_version"], dtype=np.int64)
+        ctx.metrics["training/staleness"] = float(self.policy.version - versions.min())
+        ctx.metrics["training/staleness_min"] = float(self.policy.version - versions.max())
+        return rows.union(gen)
+
+    def drain(self) -> None:
+        """Wait for a generation still in flight (the run is ending)."""
+        if self.pending is not None:
+            self.pending.get()
+        self.pending = self.pending_for = None

@@ -1,0 +1,175 @@
+"""``RolloutWorker``: the rollout as a worker group of its own, on its own resource pool.
+
+With ``[resources] placement = { rollout = "gen" }`` the policy worker holds the actor (and
+reference) only, and this worker, placed on ``[resources.pools.gen]``, holds the rollout
+engine (and the agent loop with ``[agent]``). Its data-parallel size is its pool's process
+count, independent of the trainer's: ``generate_sequences`` splits the prompts over the
+rollout's own ranks (the ``rollout`` mesh, as in the policy worker).
+
+Weights arrive over a :class:`~rlcore.workers.weight_bridge.WeightBridge` (trainer rank 0 to
+every rollout rank) after each actor update. Every generated row records the version it was
+sampled with in ``non_tensor_batch["weight_version"]`` (int64): 0 is the weights the run
+started from, each sync adds one.
+
+Undecorated and importable from this module: the worker group applies ``ray.remote`` where
+it places it (Ray cannot pickle by value a class that touches torch.distributed).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rlcore.dispatch import Dispatch, mesh_dispatch_mode, register
+from rlcore.trainer.update import clock, summed
+from rlcore.workers import Worker
+
+if TYPE_CHECKING:
+    from rlcore.agent.loop import AgentLoop
+    from rlcore.interfaces import BaseRollout, SamplingParams
+    from rlcore.protocol import DataProto
+    from rlcore.trainer.specs import RolloutWorkerSpec
+    from rlcore.workers.weight_bridge import TensorMeta, WeightBridge
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ROLLOUT_SUBDIR", "WEIGHT_VERSION_KEY", "RolloutWorker"]
+
+WEIGHT_VERSION_KEY = "weight_version"
+ROLLOUT_SUBDIR = "rollout"
+
+
+class RolloutWorker(Worker):
+    """The rollout engine alone in its processes; see the module docstring."""
+
+    def __init__(self, spec: RolloutWorkerSpec) -> None:
+        super().__init__()
+        self.apply_settings(spec.settings)
+        self.spec = spec
+        self.rollout: BaseRollout | None = None
+        self.agent_loop: AgentLoop | None = None
+        self._bridge: WeightBridge | None = None
+        self.weight_version = 0
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        """Join this pool's own process group, then build the rollout (and agent loop)."""
+        import attrs
+
+        from rlcore.trainer.roles import ROLLOUT_MESH, _build_agent_loop, declare_mesh
+
+        spec = self.spec
+        self.init_process_group(spec.backend)
+        # Ranks draw different samples; reruns reproduce (the policy worker's offsets).
+        rollout_spec = attrs.evolve(
+            spec.rollout_spec, seed=spec.rollout_spec.seed + 1000 * self.rank
+        )
+        self.rollout = spec.rollout.build(rollout_spec)
+        declare_mesh(self, self.rollout, ROLLOUT_MESH)
+        if spec.agent is not None:
+            self.agent_loop = _build_agent_loop(spec.agent)
+        log.info("rank %d: rollout ready on pool %s", self.rank, spec.pool)
+
+    def _rollout(self) -> BaseRollout:
+        if self.rollout is None:
+            msg = "RolloutWorker: call init_model() first"
+            raise RuntimeError(msg)
+        return self.rollout
+
+    # --- generation -----------------------------------------------------------------------
+
+    @register(dispatch_mode=mesh_dispatch_mode("rollout"))
+    def generate_sequences(self, prompts: DataProto, sampling: SamplingParams) -> DataProto:
+        """One response per prompt row, each tagged with the weight version it was sampled
+        with (``non_tensor_batch["weight_version"]``)."""
+        return self._generate(prompts, sampling)
+
+    @register(dispatch_mode=mesh_dispatch_mode("rollout"), blocking=False)
+    def generate_sequences_async(self, prompts: DataProto, sampling: SamplingParams) -> DataProto:
+        """:meth:`generate_sequences`, returning the driver a future (one-step-off: the next
+        batch generates while the trainer trains; a later weight sync queues behind it)."""
+        return self._generate(prompts, sampling)
+
+    def _generate(self, prompts: DataProto, sampling: SamplingParams) -> DataProto:
+        import numpy as np
+
+        rollout = self._rollout()
+        timing: dict[str, list[float]] = {}
+        with clock(timing, "generate"):
+            rollout.wake_up()
+            if self.agent_loop is not None:
+                out = self.agent_loop.generate(rollout, prompts, sampling)
+            else:
+                out = rollout.generate(prompts, sampling)
+        out.non_tensor_batch[WEIGHT_VERSION_KEY] = np.full(
+            len(out), self.weight_version, dtype=np.int64
+        )
+        metrics = {**out.meta_info.get("metrics", {}), **summed(timing)}
+        metrics["rollout/weight_version"] = [float(self.weight_version)]
+        out.meta_info["metrics"] = metrics
+        return out
+
+    # --- weights from the trainer's pool --------------------------------------------------
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
+    def open_weight_bridge(
+        self, addr: str, port: int, world_size: int, manifest: list[TensorMeta], pools: str
+    ) -> None:
+        """Join the bridge as rank ``1 + rank`` (the trainer's rank 0 is bridge rank 0)."""
+        from rlcore.workers.weight_bridge import WeightBridge
+
+        self._bridge = WeightBridge(
+            addr=addr,
+            port=port,
+            rank=1 + self.rank,
+            world_size=world_size,
+            backend=self.spec.backend,
+            timeout_s=self._collective_timeout_s,
+            pools=pools,
+            manifest=manifest,
+            bucket_bytes=self.spec.weight_sync_bucket_bytes,
+        )
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
+    def receive_weights(self, version: int) -> DataProto:
+        """Load weight ``version`` from the bridge into the rollout; metrics only."""
+        from rlcore.protocol import DataProto
+
+        if self._bridge is None:
+            msg = "receive_weights: call open_weight_bridge first"
+            raise RuntimeError(msg)
+        rollout = self._rollout()
+        timing: dict[str, list[float]] = {}
+        with clock(timing, "weight_receive"):
+            rollout.wake_up()
+            rollout.update_weights(self._bridge.receive(version))
+        self.weight_version = version
+        return DataProto(meta_info={"metrics": summed(timing)})
+
+    # --- checkpoints ----------------------------------------------------------------------
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_checkpoint(self, path: str) -> None:
+        """This rank's rollout counters (and the weight version) into ``path/rollout``."""
+        from rlcore.checkpoint import save_worker_state
+
+        out = Path(path) / ROLLOUT_SUBDIR
+        out.mkdir(parents=True, exist_ok=True)
+        state: dict[str, Any] = {
+            "rollout": {k: int(v) for k, v in self._rollout().state_dict().items()},
+            "weight_version": self.weight_version,
+        }
+        save_worker_state(out, self.rank, state)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, path: str) -> int:
+        """Undo :meth:`save_checkpoint`; returns the saved weight version (the weights
+        themselves come over the bridge next)."""
+        from rlcore.checkpoint import load_worker_state
+
+        state = load_worker_state(Path(path) / ROLLOUT_SUBDIR, self.rank)
+        rollout = dict(state["rollout"])
+        self._rollout().load_state_dict({k: int(v) for k, v in rollout.items()})
+        self.weight_version = int(state["weight_version"])
+        return self.weight_version

@@ -13,7 +13,8 @@ worker groups, the reward manager, the layout helpers and the phase helper of
 :class:`StepContext`):
 
 - insert phases into the default program: ``StepProgram(after_generate=(my_filter,),
-  before_update=(my_extra_loss_inputs,))``; each is a :data:`Phase`, ``(ctx, batch) -> batch``;
+  after_log_probs=(my_teacher,), before_update=(my_extra_loss_inputs,))``; each is a
+  :data:`Phase`, ``(ctx, batch) -> batch``;
 - or subclass :class:`StepProgram` and write :meth:`StepProgram.run` itself.
 
 Rules a program keeps (checked by
@@ -202,15 +203,22 @@ def compute_advantages(
 class StepProgram:
     """The default step (GRPO, PPO, RLOO), with optional inserted phases.
 
-    ``after_generate``: phases run right after generation (filter, resample); ``before_update``:
-    phases run after the advantages, before the updates (extra loss inputs). The program holds
-    no run state; a subclass that does returns it from :meth:`state_dict`.
+    ``after_generate``: phases run right after generation (filter, resample);
+    ``after_log_probs``: after the forward passes (old log-probs, reference, values), before
+    the reward and advantages (another model's log-probs the advantages read: a teacher);
+    ``before_update``: after the advantages, before the updates (extra loss inputs). The
+    program holds no run state; a subclass that does returns it from :meth:`state_dict`.
     """
 
     def __init__(
-        self, *, after_generate: Sequence[Phase] = (), before_update: Sequence[Phase] = ()
+        self,
+        *,
+        after_generate: Sequence[Phase] = (),
+        after_log_probs: Sequence[Phase] = (),
+        before_update: Sequence[Phase] = (),
     ) -> None:
         self.after_generate = tuple(after_generate)
+        self.after_log_probs = tuple(after_log_probs)
         self.before_update = tuple(before_update)
 
     def run(self, ctx: StepContext, batch: DataProto) -> DataProto:
@@ -222,6 +230,8 @@ class StepProgram:
             batch = insert(ctx, batch)
         # --- old log-probs, reference log-probs, values ---------------------------------------
         batch = ctx.log_probs_and_values(batch)
+        for insert in self.after_log_probs:
+            batch = insert(ctx, batch)
         # --- reward and advantages (driver) ---------------------------------------------------
         batch |= ctx.phase("reward", ctx.reward_manager, batch)
         batch = ctx.phase("adv", compute_advantages, ctx.algorithm, batch)

@@ -40,14 +40,13 @@ import attrs
 
 from rlcore.interfaces import ExtraRole
 from rlcore.rl.algorithm import PolicyGradientAlgorithm, adv_estimator_name, require
-from rlcore.rl.step import Phase, StepContext, StepProgram, compute_advantages
+from rlcore.rl.step import Phase, StepContext, StepProgram
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     import torch
 
-    from rlcore.interfaces import BaseAlgorithm
     from rlcore.protocol import DataProto
 
 __all__ = ["TEACHER", "Distill", "DistillProgram", "distill_advantages", "distill_metrics"]
@@ -119,10 +118,9 @@ class DistillProgram(StepProgram):
     """The default step with the teacher's log-probs before the advantages.
 
     generate -> (after_generate phases) -> old log-probs -> reference (when a KL loss asks for
-    it) -> ``teacher`` -> reward -> advantages (with the ``distill/*`` metrics) ->
-    (before_update phases) -> update. The teacher phase must come before ``adv``, which the
-    default program's ``before_update`` insertion point does not allow, hence a ``run`` of its
-    own. It carries nothing from step to step (no ``state_dict``).
+    it) -> ``teacher`` (an ``after_log_probs`` phase) -> reward -> advantages -> the
+    ``distill/*`` metrics -> (before_update phases) -> update. It carries nothing from step to
+    step (no ``state_dict``).
     """
 
     def __init__(
@@ -132,33 +130,26 @@ class DistillProgram(StepProgram):
         after_generate: Sequence[Phase] = (),
         before_update: Sequence[Phase] = (),
     ) -> None:
-        super().__init__(after_generate=after_generate, before_update=before_update)
+        super().__init__(
+            after_generate=after_generate,
+            after_log_probs=(self._teacher,),
+            before_update=(self._log_distill, *before_update),
+        )
         self.config = config
 
-    def run(self, ctx: StepContext, batch: DataProto) -> DataProto:
-        batch = ctx.generate(batch.repeat(ctx.n, interleave=True))
-        for insert in self.after_generate:
-            batch = insert(ctx, batch)
+    @staticmethod
+    def _teacher(ctx: StepContext, batch: DataProto) -> DataProto:
         # The student's log-probs are read on the driver (the advantage): Distill.needs keeps
-        # the old-log-prob pass (old_log_probs_on_driver), so ctx.old_log_prob_pass is True.
-        batch = ctx.log_probs_and_values(batch)
+        # the old-log-prob pass (old_log_probs_on_driver), so they are in the batch here.
         teacher = ctx.roles[TEACHER.name]
-        batch |= ctx.phase("teacher", teacher.compute_log_prob, ctx.model_in)
-        batch |= ctx.phase("reward", ctx.reward_manager, batch)
-        batch = ctx.phase("adv", self._advantages, ctx.algorithm, batch)
-        for insert in self.before_update:
-            batch = insert(ctx, batch)
-        ctx.update_actor(batch)
-        return batch
+        return batch | ctx.phase("teacher", teacher.compute_log_prob, ctx.model_in)
 
-    def _advantages(
-        self, algorithm: BaseAlgorithm, batch: DataProto
-    ) -> tuple[DataProto, dict[str, float]]:
-        batch, metrics = compute_advantages(algorithm, batch)
+    def _log_distill(self, ctx: StepContext, batch: DataProto) -> DataProto:
         cfg = self.config
-        return batch, metrics | distill_metrics(
+        ctx.metrics |= distill_metrics(
             batch, teacher_kl_coef=cfg.teacher_kl_coef, reward_weight=cfg.reward_weight
         )
+        return batch
 
 
 class Distill(PolicyGradientAlgorithm):

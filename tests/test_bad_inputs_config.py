@@ -59,7 +59,8 @@ CONFIG_CASES = [
     (
         ["algorithm.name=grp"],
         "algorithm.name: unknown algorithm 'grp'. "
-        "Installed: dapo, distill, grpo, ppo, reinforce_plus_plus, remax, rloo. Did you mean 'grpo'?",
+        "Installed: dapo, distill, grpo, ppo, reinforce_plus_plus, remax, rloo. "
+        "Did you mean 'grpo'?",
     ),
     (
         ['reward.default="gsm9k"'],

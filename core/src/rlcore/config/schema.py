@@ -21,6 +21,7 @@ from typing import Any, Literal
 import attrs
 from attrs import validators as v
 
+from rlcore.fields import key
 from rlcore.interfaces import DTYPE_NAMES, Device, Dtype, OptimConfig, SamplingParams
 from rlcore.tracking.loggers import LOGGERS
 
@@ -118,9 +119,9 @@ _MAX_TOKENS_HELP = (
 class PluginSection:
     """A plugin choice: ``name`` plus an instance of that plugin's ``Config`` (``options``)."""
 
-    name: str = attrs.field(
+    name: str = key(
+        help="The engine plugin that trains or scores this model (`rlcore plugins`).",
         validator=_nonempty,
-        metadata={"help": "The engine plugin that trains or scores this model (`rlcore plugins`)."},
     )
     options: Any = attrs.field(default=None, metadata=_FLATTEN)
 
@@ -129,81 +130,59 @@ class PluginSection:
 class DataConfig:
     """``[data]``: prompt files and batch sizes (in prompts, before ``rollout.n``)."""
 
-    train_files: tuple[str, ...] = attrs.field(
+    train_files: tuple[str, ...] = key(
+        help="Training prompts: .parquet or .jsonl files, concatenated in order.",
         validator=_nonempty,
-        metadata={"help": "Training prompts: .parquet or .jsonl files, concatenated in order."},
     )
-    val_files: tuple[str, ...] = attrs.field(
-        default=(),
-        metadata={"help": "Validation prompts (.parquet/.jsonl); empty: no validation."},
+    val_files: tuple[str, ...] = key(
+        (), "Validation prompts (.parquet/.jsonl); empty: no validation."
     )
-    prompt_key: str = attrs.field(
-        default="prompt",
-        metadata={
-            "help": "The column holding each prompt: chat messages ([{role, content}]) or a "
-            "string (one user message when apply_chat_template)."
-        },
+    prompt_key: str = key(
+        "prompt",
+        "The column holding each prompt: chat messages ([{role, content}]) or a "
+        "string (one user message when apply_chat_template).",
     )
-    apply_chat_template: bool = attrs.field(
-        default=True,
-        metadata={
-            "help": "Render prompts with the tokenizer's chat template (the tokenizer must "
-            "have one); false: string prompts are tokenized as they are."
-        },
+    apply_chat_template: bool = key(
+        True,
+        "Render prompts with the tokenizer's chat template (the tokenizer must "
+        "have one); false: string prompts are tokenized as they are.",
     )
-    max_prompt_length: int = attrs.field(
-        default=512,
+    max_prompt_length: int = key(
+        512, "Longest prompt in tokens, after the chat template.", validator=_pos
+    )
+    max_response_length: int = key(
+        512,
+        "Most tokens generated per response (all turns together in an agent run).",
         validator=_pos,
-        metadata={"help": "Longest prompt in tokens, after the chat template."},
     )
-    max_response_length: int = attrs.field(
-        default=512,
+    train_batch_size: int = key(
+        8,
+        "Prompts per training step (before rollout.n); the last partial batch of "
+        "an epoch is dropped.",
         validator=_pos,
-        metadata={
-            "help": "Most tokens generated per response (all turns together in an agent run)."
-        },
     )
-    train_batch_size: int = attrs.field(
-        default=8,
-        validator=_pos,
-        metadata={
-            "help": "Prompts per training step (before rollout.n); the last partial batch of "
-            "an epoch is dropped."
-        },
-    )
-    val_batch_size: int | None = attrs.field(
-        default=None,
+    val_batch_size: int | None = key(
+        None,
+        "Prompts per validation batch; unset: the whole validation set at once.",
         validator=_opt_pos,
-        metadata={"help": "Prompts per validation batch; unset: the whole validation set at once."},
     )
-    val_max_samples: int | None = attrs.field(
-        default=None,
+    val_max_samples: int | None = key(
+        None,
+        "Keep only the first N validation prompts (after filtering); unset: all.",
         validator=_opt_pos,
-        metadata={
-            "help": "Keep only the first N validation prompts (after filtering); unset: all."
-        },
     )
-    shuffle: bool = attrs.field(
-        default=True,
-        metadata={"help": "Shuffle the training prompts every epoch (seeded by data.seed)."},
+    shuffle: bool = key(True, "Shuffle the training prompts every epoch (seeded by data.seed).")
+    seed: int = key(0, "Seed of the training prompts' shuffle, in [0, 2**32).")
+    filter_overlong_prompts: bool = key(
+        True,
+        "Drop prompts longer than max_prompt_length (the count is logged); false: "
+        "truncation decides.",
     )
-    seed: int = attrs.field(
-        default=0, metadata={"help": "Seed of the training prompts' shuffle, in [0, 2**32)."}
-    )
-    filter_overlong_prompts: bool = attrs.field(
-        default=True,
-        metadata={
-            "help": "Drop prompts longer than max_prompt_length (the count is logged); false: "
-            "truncation decides."
-        },
-    )
-    truncation: Literal["error", "left", "right"] = attrs.field(
-        default="error",
+    truncation: Literal["error", "left", "right"] = key(
+        "error",
+        "An over-long prompt kept by filter_overlong_prompts = false: error stops, "
+        "left keeps its end, right keeps its start.",
         validator=v.in_(("error", "left", "right")),
-        metadata={
-            "help": "An over-long prompt kept by filter_overlong_prompts = false: error stops, "
-            "left keeps its end, right keeps its start."
-        },
     )
 
 
@@ -211,25 +190,19 @@ class DataConfig:
 class ModelConfig:
     """``[model]``: the policy's local Hugging Face folder."""
 
-    path: str = attrs.field(
+    path: str = key(
+        help="Local Hugging Face folder of the policy (config, weights, tokenizer).",
         validator=_nonempty,
-        metadata={"help": "Local Hugging Face folder of the policy (config, weights, tokenizer)."},
     )
-    tokenizer_path: str = attrs.field(
-        default=RESOLVED,
-        metadata={"help": "Folder of the tokenizer.", "default": "model.path"},
-    )
-    dtype: Dtype = attrs.field(
-        default="float32",
+    tokenizer_path: str = key(RESOLVED, "Folder of the tokenizer.", shown_default="model.path")
+    dtype: Dtype = key(
+        "float32",
+        "Compute dtype of the policy's engines (ref and rollout follow it unless "
+        "they set their own).",
         validator=v.in_(DTYPE_NAMES),
-        metadata={
-            "help": "Compute dtype of the policy's engines (ref and rollout follow it unless "
-            "they set their own)."
-        },
     )
-    trust_remote_code: bool = attrs.field(
-        default=False,
-        metadata={"help": "Allow the model folder's own Python code (transformers' flag)."},
+    trust_remote_code: bool = key(
+        False, "Allow the model folder's own Python code (transformers' flag)."
     )
 
 
@@ -239,60 +212,40 @@ class ActorConfig:
 
     engine: PluginSection = attrs.Factory(lambda: PluginSection(name="fsdp2"))
     optim: OptimConfig = attrs.Factory(OptimConfig)
-    ppo_mini_batch_size: int = attrs.field(
-        default=RESOLVED,
+    ppo_mini_batch_size: int = key(
+        RESOLVED,
+        "Prompts per optimizer step (each with its rollout.n responses); a step's "
+        "batch is split into mini-batches of this size.",
         validator=_opt_pos,
-        metadata={
-            "help": "Prompts per optimizer step (each with its rollout.n responses); a step's "
-            "batch is split into mini-batches of this size.",
-            "default": "data.train_batch_size",
-        },
+        shown_default="data.train_batch_size",
     )
-    micro_batch_size: int | None = attrs.field(
-        default=None, validator=_opt_pos, metadata={"help": _MICRO_HELP}
-    )
-    max_tokens_per_micro_batch: int | None = attrs.field(
-        default=None, validator=_opt_pos, metadata={"help": _MAX_TOKENS_HELP}
-    )
-    ppo_epochs: int = attrs.field(
-        default=1,
-        validator=_pos,
-        metadata={"help": "Passes over each step's batch (verl's ppo_epochs)."},
-    )
-    grad_clip: float = attrs.field(
-        default=1.0,
+    micro_batch_size: int | None = key(None, _MICRO_HELP, validator=_opt_pos)
+    max_tokens_per_micro_batch: int | None = key(None, _MAX_TOKENS_HELP, validator=_opt_pos)
+    ppo_epochs: int = key(1, "Passes over each step's batch (verl's ppo_epochs).", validator=_pos)
+    grad_clip: float = key(
+        1.0,
+        "Clip the global gradient norm to this before each optimizer step.",
         validator=v.gt(0.0),
-        metadata={"help": "Clip the global gradient norm to this before each optimizer step."},
     )
-    gradient_checkpointing: bool = attrs.field(
-        default=False,
-        metadata={"help": "Recompute activations in the backward pass: less memory, slower."},
+    gradient_checkpointing: bool = key(
+        False, "Recompute activations in the backward pass: less memory, slower."
     )
-    shuffle: bool = attrs.field(
-        default=False,
-        metadata={"help": "Reshuffle each rank's rows into new mini-batches every ppo_epoch."},
+    shuffle: bool = key(False, "Reshuffle each rank's rows into new mini-batches every ppo_epoch.")
+    reuse_on_policy_log_probs: bool = key(
+        True,
+        "On-policy updates (1 epoch, 1 mini-batch, no KL in the reward) take "
+        "old_log_probs from the training forward instead of a separate pass; false: "
+        "always run the pass.",
     )
-    reuse_on_policy_log_probs: bool = attrs.field(
-        default=True,
-        metadata={
-            "help": "On-policy updates (1 epoch, 1 mini-batch, no KL in the reward) take "
-            "old_log_probs from the training forward instead of a separate pass; false: "
-            "always run the pass."
-        },
+    skip_zero_advantage_rows: bool = key(
+        True,
+        "Leave rows with all-zero advantages out of the backward pass when the "
+        "loss ignores them (no KL loss, no entropy bonus); the gradient is unchanged.",
     )
-    skip_zero_advantage_rows: bool = attrs.field(
-        default=True,
-        metadata={
-            "help": "Leave rows with all-zero advantages out of the backward pass when the "
-            "loss ignores them (no KL loss, no entropy bonus); the gradient is unchanged."
-        },
-    )
-    balance_tokens: bool = attrs.field(
-        default=True,
-        metadata={
-            "help": "With several data-parallel ranks, give each about the same tokens of "
-            "every mini-batch (actor and critic updates); false: contiguous rows."
-        },
+    balance_tokens: bool = key(
+        True,
+        "With several data-parallel ranks, give each about the same tokens of "
+        "every mini-batch (actor and critic updates); false: contiguous rows.",
     )
 
 
@@ -316,30 +269,19 @@ class ValSamplingConfig:
     ``n``: samples per validation prompt; the driver repeats each prompt ``n`` times.
     """
 
-    n: int = attrs.field(
-        default=1,
-        validator=_pos,
-        metadata={"help": "Responses per validation prompt (each prompt repeated n times)."},
+    n: int = key(
+        1, "Responses per validation prompt (each prompt repeated n times).", validator=_pos
     )
-    temperature: float = attrs.field(
-        default=0.0,
-        validator=v.ge(0.0),
-        metadata={"help": "Validation sampling temperature (used when do_sample)."},
+    temperature: float = key(
+        0.0, "Validation sampling temperature (used when do_sample).", validator=v.ge(0.0)
     )
-    top_p: float = attrs.field(
-        default=1.0,
+    top_p: float = key(
+        1.0,
+        "Validation nucleus sampling: keep the smallest set of this mass.",
         validator=[v.gt(0.0), v.le(1.0)],
-        metadata={"help": "Validation nucleus sampling: keep the smallest set of this mass."},
     )
-    top_k: int = attrs.field(
-        default=-1,
-        validator=v.ge(-1),
-        metadata={"help": "Validation top-k sampling; -1: off."},
-    )
-    do_sample: bool = attrs.field(
-        default=False,
-        metadata={"help": "Sample validation responses; false: greedy decoding."},
-    )
+    top_k: int = key(-1, "Validation top-k sampling; -1: off.", validator=v.ge(-1))
+    do_sample: bool = key(False, "Sample validation responses; false: greedy decoding.")
 
     def sampling(self, max_new_tokens: int) -> SamplingParams:
         return _sampling(self, max_new_tokens, do_sample=self.do_sample)
@@ -360,37 +302,27 @@ class RolloutConfig:
     An algorithm option ``rollout_is`` asks for them whatever this says.
     """
 
-    name: str = attrs.field(
-        default="hf",
-        validator=_nonempty,
-        metadata={"help": "The rollout plugin that generates responses (`rlcore plugins`)."},
+    name: str = key(
+        "hf", "The rollout plugin that generates responses (`rlcore plugins`).", validator=_nonempty
     )
-    n: int = attrs.field(
-        default=1,
+    n: int = key(
+        1,
+        "Responses per training prompt: the driver repeats each prompt n times "
+        "(one group, same uid) before generation.",
         validator=_pos,
-        metadata={
-            "help": "Responses per training prompt: the driver repeats each prompt n times "
-            "(one group, same uid) before generation."
-        },
     )
-    temperature: float = attrs.field(
-        default=1.0, validator=v.ge(0.0), metadata={"help": "Training sampling temperature."}
-    )
-    top_p: float = attrs.field(
-        default=1.0,
+    temperature: float = key(1.0, "Training sampling temperature.", validator=v.ge(0.0))
+    top_p: float = key(
+        1.0,
+        "Training nucleus sampling: keep the smallest set of this mass.",
         validator=[v.gt(0.0), v.le(1.0)],
-        metadata={"help": "Training nucleus sampling: keep the smallest set of this mass."},
     )
-    top_k: int = attrs.field(
-        default=-1, validator=v.ge(-1), metadata={"help": "Training top-k sampling; -1: off."}
-    )
-    log_prob_metrics: bool | None = attrs.field(
-        default=None,
-        metadata={
-            "help": "Ask the rollout for its log-probs every step and log "
-            "rollout/logprob_diff_mean/_max against the trainer's; unset: on where the "
-            "rollout's log-probs are cheap (vLLM), off otherwise."
-        },
+    top_k: int = key(-1, "Training top-k sampling; -1: off.", validator=v.ge(-1))
+    log_prob_metrics: bool | None = key(
+        None,
+        "Ask the rollout for its log-probs every step and log "
+        "rollout/logprob_diff_mean/_max against the trainer's; unset: on where the "
+        "rollout's log-probs are cheap (vLLM), off otherwise.",
     )
     val: ValSamplingConfig = attrs.Factory(ValSamplingConfig)
     options: Any = attrs.field(default=None, metadata=_FLATTEN)
@@ -405,57 +337,40 @@ class RefConfig:
     """``[ref]``: the frozen reference policy (used when the algorithm needs KL)."""
 
     engine: PluginSection = attrs.field(default=RESOLVED, metadata={"default": "actor.engine"})
-    micro_batch_size: int | None = attrs.field(
-        default=None, validator=_opt_pos, metadata={"help": _MICRO_HELP}
-    )
-    max_tokens_per_micro_batch: int | None = attrs.field(
-        default=None, validator=_opt_pos, metadata={"help": _MAX_TOKENS_HELP}
-    )
+    micro_batch_size: int | None = key(None, _MICRO_HELP, validator=_opt_pos)
+    max_tokens_per_micro_batch: int | None = key(None, _MAX_TOKENS_HELP, validator=_opt_pos)
 
 
 @attrs.frozen(kw_only=True)
 class CriticConfig:
     """``[critic]``: the value model (used when the algorithm needs a critic, e.g. PPO)."""
 
-    model_path: str = attrs.field(
-        default=RESOLVED,
-        metadata={
-            "help": "Hugging Face folder the critic starts from (a value head is added).",
-            "default": "model.path",
-        },
+    model_path: str = key(
+        RESOLVED,
+        "Hugging Face folder the critic starts from (a value head is added).",
+        shown_default="model.path",
     )
     engine: PluginSection = attrs.field(default=RESOLVED, metadata={"default": "actor.engine"})
     optim: OptimConfig = attrs.Factory(lambda: OptimConfig(lr=1e-5))
-    ppo_mini_batch_size: int = attrs.field(
-        default=RESOLVED,
+    ppo_mini_batch_size: int = key(
+        RESOLVED,
+        "Prompts per critic optimizer step.",
         validator=_opt_pos,
-        metadata={
-            "help": "Prompts per critic optimizer step.",
-            "default": "actor.ppo_mini_batch_size",
-        },
+        shown_default="actor.ppo_mini_batch_size",
     )
-    micro_batch_size: int | None = attrs.field(
-        default=None, validator=_opt_pos, metadata={"help": _MICRO_HELP}
-    )
-    max_tokens_per_micro_batch: int | None = attrs.field(
-        default=None, validator=_opt_pos, metadata={"help": _MAX_TOKENS_HELP}
-    )
-    ppo_epochs: int = attrs.field(
-        default=RESOLVED,
+    micro_batch_size: int | None = key(None, _MICRO_HELP, validator=_opt_pos)
+    max_tokens_per_micro_batch: int | None = key(None, _MAX_TOKENS_HELP, validator=_opt_pos)
+    ppo_epochs: int = key(
+        RESOLVED,
+        "Passes of the critic over each step's batch.",
         validator=_opt_pos,
-        metadata={
-            "help": "Passes of the critic over each step's batch.",
-            "default": "actor.ppo_epochs",
-        },
+        shown_default="actor.ppo_epochs",
     )
-    grad_clip: float = attrs.field(
-        default=1.0,
-        validator=v.gt(0.0),
-        metadata={"help": "Clip the critic's global gradient norm to this before each step."},
+    grad_clip: float = key(
+        1.0, "Clip the critic's global gradient norm to this before each step.", validator=v.gt(0.0)
     )
-    gradient_checkpointing: bool = attrs.field(
-        default=False,
-        metadata={"help": "Recompute the critic's activations in the backward pass."},
+    gradient_checkpointing: bool = key(
+        False, "Recompute the critic's activations in the backward pass."
     )
 
 
@@ -463,21 +378,18 @@ class CriticConfig:
 class RoleModelConfig:
     """``[roles.<name>.model]``: the extra role's own Hugging Face folder."""
 
-    path: str = attrs.field(
-        default="",
-        metadata={
-            "help": "The role's local Hugging Face folder; required when the algorithm "
-            "declares the role (checked before Ray starts)."
-        },
+    path: str = key(
+        "",
+        "The role's local Hugging Face folder; required when the algorithm "
+        "declares the role (checked before Ray starts).",
     )
-    dtype: Dtype | None = attrs.field(
-        default=None,
+    dtype: Dtype | None = key(
+        None,
+        "Compute dtype of the role's engine.",
         validator=v.optional(v.in_(("float32", "bfloat16", "float16"))),
-        metadata={"help": "Compute dtype of the role's engine.", "default": "model.dtype"},
+        shown_default="model.dtype",
     )
-    trust_remote_code: bool = attrs.field(
-        default=False, metadata={"help": "Allow the role's model folder's own Python code."}
-    )
+    trust_remote_code: bool = key(False, "Allow the role's model folder's own Python code.")
 
 
 @attrs.frozen(kw_only=True)
@@ -487,12 +399,8 @@ class RoleConfig:
 
     model: RoleModelConfig = attrs.Factory(RoleModelConfig)
     engine: PluginSection = attrs.field(default=RESOLVED, metadata={"default": "actor.engine"})
-    micro_batch_size: int | None = attrs.field(
-        default=None, validator=_opt_pos, metadata={"help": _MICRO_HELP}
-    )
-    max_tokens_per_micro_batch: int | None = attrs.field(
-        default=None, validator=_opt_pos, metadata={"help": _MAX_TOKENS_HELP}
-    )
+    micro_batch_size: int | None = key(None, _MICRO_HELP, validator=_opt_pos)
+    max_tokens_per_micro_batch: int | None = key(None, _MAX_TOKENS_HELP, validator=_opt_pos)
 
 
 @attrs.frozen(kw_only=True)
@@ -507,51 +415,38 @@ class RewardConfig:
     an error naming the scorer; None: no limit).
     """
 
-    default: tuple[str, ...] = attrs.field(
-        default=(),
-        metadata={
-            "help": "Reward plugin(s) for rows whose data_source is not in reward.sources "
-            '(a name or a list, e.g. "gsm8k").'
-        },
+    default: tuple[str, ...] = key(
+        (),
+        "Reward plugin(s) for rows whose data_source is not in reward.sources "
+        '(a name or a list, e.g. "gsm8k").',
     )
-    sources: dict[str, tuple[str, ...]] = attrs.field(
+    sources: dict[str, tuple[str, ...]] = key(
+        factory=dict, help="data_source -> reward name(s) for those rows."
+    )
+    weights: dict[str, float] = key(
         factory=dict,
-        metadata={"help": "data_source -> reward name(s) for those rows."},
+        help="Reward name -> weight; a row scored by several rewards gets the weighted "
+        "sum (1.0 each unless given).",
     )
-    weights: dict[str, float] = attrs.field(
-        factory=dict,
-        metadata={
-            "help": "Reward name -> weight; a row scored by several rewards gets the weighted "
-            "sum (1.0 each unless given)."
-        },
-    )
-    timeout_s: float = attrs.field(
-        default=5.0,
+    timeout_s: float = key(
+        5.0,
+        "Time limit of one reward call in seconds; past it the response scores 0 and is counted.",
         validator=v.gt(0.0),
-        metadata={
-            "help": "Time limit of one reward call in seconds; past it the response scores 0 "
-            "and is counted."
-        },
     )
-    batch_timeout_s: float | None = attrs.field(
-        default=None,
+    batch_timeout_s: float | None = key(
+        None,
+        "Wall-clock limit in seconds of one batched scorer's call (BaseBatchReward, "
+        "scored in the driver); past it the run stops naming the scorer. None: no limit.",
         validator=v.optional(v.gt(0.0)),
-        metadata={
-            "help": "Wall-clock limit in seconds of one batched scorer's call (BaseBatchReward, "
-            "scored in the driver); past it the run stops naming the scorer. None: no limit."
-        },
     )
-    num_workers: int = attrs.field(
-        default=0,
+    num_workers: int = key(
+        0,
+        "Scoring processes; 0: one per CPU (at most 8); 1: score in the driver.",
         validator=v.ge(0),
-        metadata={"help": "Scoring processes; 0: one per CPU (at most 8); 1: score in the driver."},
     )
-    options: dict[str, Any] = attrs.field(
+    options: dict[str, Any] = key(
         factory=dict,
-        metadata={
-            "help": "[reward.options.NAME]: each reward plugin's own options (listed per "
-            "plugin below)."
-        },
+        help="[reward.options.NAME]: each reward plugin's own options (listed per plugin below).",
     )
 
     def selected(self) -> tuple[str, ...]:
@@ -564,10 +459,10 @@ class RewardConfig:
 class AlgorithmConfig:
     """``[algorithm]``: ``name``, then the algorithm plugin's options."""
 
-    name: str = attrs.field(
-        default="grpo",
+    name: str = key(
+        "grpo",
+        "The algorithm plugin (advantages and losses; `rlcore plugins`).",
         validator=_nonempty,
-        metadata={"help": "The algorithm plugin (advantages and losses; `rlcore plugins`)."},
     )
     options: Any = attrs.field(default=None, metadata=_FLATTEN)
 
@@ -583,48 +478,30 @@ class AgentConfig:
     ``tool_parser`` is verl's ``format``.
     """
 
-    tools: tuple[str, ...] = attrs.field(
-        default=(), metadata={"help": "Tool plugins the model may call (`rlcore plugins`)."}
-    )
-    tool_parser: str = attrs.field(
-        default="hermes",
+    tools: tuple[str, ...] = key((), "Tool plugins the model may call (`rlcore plugins`).")
+    tool_parser: str = key(
+        "hermes",
+        "How tool calls are read from the model's text (verl's format).",
         validator=v.in_(("hermes", "qwen")),
-        metadata={"help": "How tool calls are read from the model's text (verl's format)."},
     )
-    max_turns: int = attrs.field(
-        default=4,
-        validator=_pos,
-        metadata={"help": "Model turns per conversation (verl's max_assistant_turns)."},
+    max_turns: int = key(
+        4, "Model turns per conversation (verl's max_assistant_turns).", validator=_pos
     )
-    max_tokens_per_turn: int | None = attrs.field(
-        default=None,
+    max_tokens_per_turn: int | None = key(
+        None,
+        "Most tokens one model turn generates; unset: what is left of data.max_response_length.",
         validator=_opt_pos,
-        metadata={
-            "help": "Most tokens one model turn generates; unset: what is left of "
-            "data.max_response_length."
-        },
     )
-    max_parallel_calls: int = attrs.field(
-        default=4, validator=_pos, metadata={"help": "Tool calls run per model turn."}
-    )
-    max_parallel_conversations: int = attrs.field(
-        default=256, validator=_pos, metadata={"help": "Conversations in flight at once."}
-    )
-    tool_timeout_s: float = attrs.field(
-        default=5.0, validator=v.gt(0.0), metadata={"help": "Time limit of one tool call (s)."}
-    )
-    generation_timeout_s: float = attrs.field(
-        default=600.0,
+    max_parallel_calls: int = key(4, "Tool calls run per model turn.", validator=_pos)
+    max_parallel_conversations: int = key(256, "Conversations in flight at once.", validator=_pos)
+    tool_timeout_s: float = key(5.0, "Time limit of one tool call (s).", validator=v.gt(0.0))
+    generation_timeout_s: float = key(
+        600.0,
+        "Time limit of one model turn (s); past it the conversation ends, flagged truncated.",
         validator=v.gt(0.0),
-        metadata={
-            "help": "Time limit of one model turn (s); past it the conversation ends, flagged "
-            "truncated."
-        },
     )
-    max_tool_response_length: int = attrs.field(
-        default=1000,
-        validator=_pos,
-        metadata={"help": "Characters of a tool's answer kept in the conversation."},
+    max_tool_response_length: int = key(
+        1000, "Characters of a tool's answer kept in the conversation.", validator=_pos
     )
 
 
@@ -632,121 +509,80 @@ class AgentConfig:
 class TrainerConfig:
     """``[trainer]``: length, validation, checkpoints, logging."""
 
-    total_steps: int | None = attrs.field(
-        default=None,
+    total_steps: int | None = key(
+        None, "Training steps of the run; set this or total_epochs, not both.", validator=_opt_pos
+    )
+    total_epochs: int | None = key(
+        None,
+        "Passes over the training prompts; 1 when neither it nor total_steps is set.",
         validator=_opt_pos,
-        metadata={"help": "Training steps of the run; set this or total_epochs, not both."},
     )
-    total_epochs: int | None = attrs.field(
-        default=None,
-        validator=_opt_pos,
-        metadata={
-            "help": "Passes over the training prompts; 1 when neither it nor total_steps is set."
-        },
-    )
-    test_freq: int = attrs.field(
-        default=0,
+    test_freq: int = key(
+        0,
+        "Validate every N steps and after the last one; 0: no periodic validation.",
         validator=v.ge(0),
-        metadata={
-            "help": "Validate every N steps and after the last one; 0: no periodic validation."
-        },
     )
-    val_before_train: bool = attrs.field(
-        default=True,
-        metadata={"help": "Validate once before the first step (not on resume)."},
-    )
-    save_freq: int = attrs.field(
-        default=0,
+    val_before_train: bool = key(True, "Validate once before the first step (not on resume).")
+    save_freq: int = key(
+        0,
+        "Save a checkpoint every N steps (and after the last); 0: only at the end.",
         validator=v.ge(0),
-        metadata={
-            "help": "Save a checkpoint every N steps (and after the last); 0: only at the end."
-        },
     )
-    resume: str = attrs.field(
-        default="auto",
+    resume: str = key(
+        "auto",
+        '"auto": resume from the run directory\'s latest checkpoint if any; '
+        '"off": start over; or a checkpoint path.',
         validator=_nonempty,
-        metadata={
-            "help": '"auto": resume from the run directory\'s latest checkpoint if any; '
-            '"off": start over; or a checkpoint path.'
-        },
     )
-    keep_last: int | None = attrs.field(
-        default=None,
-        validator=_opt_pos,
-        metadata={"help": "Checkpoints kept (older ones deleted); unset: keep all."},
+    keep_last: int | None = key(
+        None, "Checkpoints kept (older ones deleted); unset: keep all.", validator=_opt_pos
     )
-    export_final: bool = attrs.field(
-        default=True,
-        metadata={"help": "Export the final actor as a Hugging Face folder: <run_dir>/final_hf."},
+    export_final: bool = key(
+        True, "Export the final actor as a Hugging Face folder: <run_dir>/final_hf."
     )
-    max_consecutive_nonfinite: int = attrs.field(
-        default=3,
+    max_consecutive_nonfinite: int = key(
+        3,
+        "Consecutive steps with a non-finite loss or gradient (each skipped) before the run stops.",
         validator=_pos,
-        metadata={
-            "help": "Consecutive steps with a non-finite loss or gradient (each skipped) "
-            "before the run stops."
-        },
     )
-    grad_norm_ceiling: float | None = attrs.field(
-        default=None,
+    grad_norm_ceiling: float | None = key(
+        None,
+        "Divergence guard: a step whose actor or critic gradient norm (before "
+        "clipping) exceeds this stops the run unsaved; unset: no ceiling.",
         validator=v.optional(v.gt(0.0)),
-        metadata={
-            "help": "Divergence guard: a step whose actor or critic gradient norm (before "
-            "clipping) exceeds this stops the run unsaved; unset: no ceiling."
-        },
     )
-    auto_padding: bool = attrs.field(
-        default=False,
-        metadata={
-            "help": "DataProto auto-padding in the driver and every worker: chunk() may split "
-            "a batch unevenly (verl's VERL_AUTO_PADDING)."
-        },
+    auto_padding: bool = key(
+        False,
+        "DataProto auto-padding in the driver and every worker: chunk() may split "
+        "a batch unevenly (verl's VERL_AUTO_PADDING).",
     )
-    experiment_name: str = attrs.field(
-        default="rlcore",
-        validator=_nonempty,
-        metadata={"help": "Name of the run (run directory, loggers)."},
+    experiment_name: str = key(
+        "rlcore", "Name of the run (run directory, loggers).", validator=_nonempty
     )
-    run_dir: str = attrs.field(
-        default=RESOLVED,
-        metadata={
-            "help": "Directory of checkpoints, metrics and the exported model.",
-            "default": "runs/<experiment_name>",
-        },
+    run_dir: str = key(
+        RESOLVED,
+        "Directory of checkpoints, metrics and the exported model.",
+        shown_default="runs/<experiment_name>",
     )
-    seed: int = attrs.field(
-        default=0,
-        metadata={
-            "help": "Seed of the workers and rollouts (each rank offsets it), in [0, 2**32)."
-        },
-    )
-    loggers: tuple[str, ...] = attrs.field(
-        default=("console", "jsonl"),
+    seed: int = key(0, "Seed of the workers and rollouts (each rank offsets it), in [0, 2**32).")
+    loggers: tuple[str, ...] = key(
+        ("console", "jsonl"),
+        "Logger plugins: the core's console, jsonl, tensorboard; rlcore-wandb, rlcore-mlflow, ...",
         validator=_loggers,
-        metadata={
-            "help": "Logger plugins: the core's console, jsonl, tensorboard; rlcore-wandb, "
-            "rlcore-mlflow, ..."
-        },
     )
-    logger_options: dict[str, Any] = attrs.field(
+    logger_options: dict[str, Any] = key(
         factory=dict,
-        metadata={
-            "help": "[trainer.logger_options.NAME]: each selected logger's own options "
-            "(listed per plugin below)."
-        },
+        help="[trainer.logger_options.NAME]: each selected logger's own options "
+        "(listed per plugin below).",
     )
-    log_freq: int = attrs.field(
-        default=1, validator=_pos, metadata={"help": "Print the console table every N steps."}
-    )
+    log_freq: int = key(1, "Print the console table every N steps.", validator=_pos)
     # "one_step_off": the rollout (on a pool of its own) generates batch k+1 while the trainer
     # trains on batch k; samples are then one weight version old (docs/placement.md).
-    async_mode: Literal["off", "one_step_off"] = attrs.field(
-        default="off",
+    async_mode: Literal["off", "one_step_off"] = key(
+        "off",
+        "one_step_off: the rollout (on a pool of its own, resources.placement) "
+        "generates batch k+1 while the trainer trains on batch k (staleness 1).",
         validator=v.in_(("off", "one_step_off")),
-        metadata={
-            "help": "one_step_off: the rollout (on a pool of its own, resources.placement) "
-            "generates batch k+1 while the trainer trains on batch k (staleness 1)."
-        },
     )
 
 
@@ -764,14 +600,12 @@ class PoolConfig:
     ``cpus_per_process`` unset: the top-level ``resources.cpus_per_process``.
     """
 
-    nnodes: int = attrs.field(default=1, validator=_pos, metadata={"help": "Nodes of the pool."})
-    processes_per_node: int = attrs.field(
-        default=1, validator=_pos, metadata={"help": "Worker processes per node of the pool."}
-    )
-    cpus_per_process: float | None = attrs.field(
-        default=None,
+    nnodes: int = key(1, "Nodes of the pool.", validator=_pos)
+    processes_per_node: int = key(1, "Worker processes per node of the pool.", validator=_pos)
+    cpus_per_process: float | None = key(
+        None,
+        "CPUs per worker of the pool; unset: resources.cpus_per_process.",
         validator=v.optional(v.gt(0.0)),
-        metadata={"help": "CPUs per worker of the pool; unset: resources.cpus_per_process."},
     )
 
     @property
@@ -791,32 +625,25 @@ class ResourcesConfig:
     collective group spanning both pools, in buckets of ``weight_sync_bucket_bytes``.
     """
 
-    device: Device = attrs.field(
-        default="cpu",
+    device: Device = key(
+        "cpu",
+        "Where workers compute: cpu (gloo) or cuda (one GPU per process).",
         validator=v.in_(("cpu", "cuda")),
-        metadata={"help": "Where workers compute: cpu (gloo) or cuda (one GPU per process)."},
     )
-    nnodes: int = attrs.field(default=1, validator=_pos, metadata={"help": "Nodes of the run."})
-    processes_per_node: int = attrs.field(
-        default=1,
-        validator=_pos,
-        metadata={"help": "Worker processes per node (one per GPU on cuda)."},
+    nnodes: int = key(1, "Nodes of the run.", validator=_pos)
+    processes_per_node: int = key(
+        1, "Worker processes per node (one per GPU on cuda).", validator=_pos
     )
-    ray_address: str | None = attrs.field(
-        default=None,
-        metadata={"help": "Ray cluster to join; unset: RAY_ADDRESS, else a private local Ray."},
+    ray_address: str | None = key(
+        None, "Ray cluster to join; unset: RAY_ADDRESS, else a private local Ray."
     )
-    cpus_per_process: float = attrs.field(
-        default=1.0,
+    cpus_per_process: float = key(
+        1.0,
+        "CPUs reserved per worker; its torch threads are floor(this), at least 1.",
         validator=v.gt(0.0),
-        metadata={
-            "help": "CPUs reserved per worker; its torch threads are floor(this), at least 1."
-        },
     )
-    driver_num_threads: int = attrs.field(
-        default=1,
-        validator=_pos,
-        metadata={"help": "Torch threads of the driver process (rewards and advantages)."},
+    driver_num_threads: int = key(
+        1, "Torch threads of the driver process (rewards and advantages).", validator=_pos
     )
     call_timeout_s: float = _timeout(
         DEFAULT_CALL_TIMEOUT_S, "Time limit of one worker-group call (s)."
@@ -834,24 +661,20 @@ class ResourcesConfig:
         DEFAULT_HEARTBEAT_TIMEOUT_S,
         "A worker whose heartbeat stops for this long is reported stopped (s).",
     )
-    pools: dict[str, PoolConfig] = attrs.field(
+    pools: dict[str, PoolConfig] = key(
         factory=dict,
-        metadata={
-            "help": "[resources.pools.NAME]: resource pools besides the implicit global_pool "
-            "(docs/placement.md)."
-        },
+        help="[resources.pools.NAME]: resource pools besides the implicit global_pool "
+        "(docs/placement.md).",
     )
-    placement: dict[str, str] = attrs.field(
+    placement: dict[str, str] = key(
         factory=dict,
-        metadata={
-            "help": "Role -> pool name (only the rollout may move yet); unmapped roles stay on "
-            "global_pool, colocated."
-        },
+        help="Role -> pool name (only the rollout may move yet); unmapped roles stay on "
+        "global_pool, colocated.",
     )
-    weight_sync_bucket_bytes: int = attrs.field(
-        default=DEFAULT_WEIGHT_SYNC_BUCKET_BYTES,
+    weight_sync_bucket_bytes: int = key(
+        DEFAULT_WEIGHT_SYNC_BUCKET_BYTES,
+        "Bytes per broadcast when weights travel to a rollout on its own pool.",
         validator=_pos,
-        metadata={"help": "Bytes per broadcast when weights travel to a rollout on its own pool."},
     )
 
     @property
@@ -873,12 +696,10 @@ class PluginsConfig:
     """``[plugins]``: ``disabled`` distribution or entry-point names (``"*"``: all) are skipped
     before they are imported, in the driver and in every worker (e.g. a broken plugin)."""
 
-    disabled: tuple[str, ...] = attrs.field(
-        default=(),
-        metadata={
-            "help": 'Plugin distributions or entry points not loaded ("*": all), in the driver '
-            "and every worker."
-        },
+    disabled: tuple[str, ...] = key(
+        (),
+        'Plugin distributions or entry points not loaded ("*": all), in the driver '
+        "and every worker.",
     )
 
 

@@ -93,6 +93,7 @@ __all__ = [
     "RunInfo",
     "SamplingParams",
     "ToolError",
+    "key",
 ]
 
 Dtype = Literal["float32", "bfloat16", "float16"]
@@ -121,6 +122,48 @@ CONTRACT_CHANGES: Final[dict[int, str]] = {
 }
 
 
+# --- config keys ----------------------------------------------------------------------------
+
+_Validator = Callable[[Any, "attrs.Attribute[Any]", Any], Any]
+
+
+def key(
+    default: Any = attrs.NOTHING,
+    help: str = "",
+    *,
+    validator: _Validator | Sequence[_Validator] | None = None,
+    factory: Callable[[], Any] | None = None,
+    shown_default: str | None = None,
+    allowed: str | None = None,
+) -> Any:
+    """One config key: ``attrs.field`` with its help text as the second argument.
+
+    Every section of a run's TOML is an attrs class (the core's in
+    :mod:`rlcore.config.schema`, each plugin's ``Config``) and every key needs help text:
+    the reference (``docs/config.md``, ``rlcore config explain``) is read from the fields::
+
+        max_turns: int = key(4, "Model turns per conversation.", validator=v.ge(1))
+        path: str = key(help="Local Hugging Face folder.", validator=nonempty)  # required
+        sources: dict[str, str] = key(factory=dict, help="data_source -> reward name.")
+        tokenizer_path: str = key(RESOLVED, "Folder of the tokenizer.", shown_default="model.path")
+
+    ``default`` (none: the key is required, unless ``factory`` makes it), ``help``
+    (required), ``validator`` (one or a list). The metadata is what a hand-written field
+    carries: ``"help"``, ``"default"`` from ``shown_default`` (the text shown for a default
+    resolved from other keys) and ``"allowed"`` (the text shown for a validator written as a
+    function), so both styles mix.
+    """
+    if not help:
+        msg = "key() needs help text: what the key does, for docs/config.md"
+        raise TypeError(msg)
+    metadata = {"help": help}
+    if shown_default is not None:
+        metadata["default"] = shown_default
+    if allowed is not None:
+        metadata["allowed"] = allowed
+    return attrs.field(default=default, factory=factory, validator=validator, metadata=metadata)
+
+
 # --- what the core hands to engines and rollouts ------------------------------------------
 
 
@@ -134,38 +177,25 @@ class OptimConfig:
     ``weight_decay``.
     """
 
-    lr: float = attrs.field(
-        default=1e-6,
+    lr: float = key(
+        1e-6,
+        "Peak learning rate of AdamW (the schedule scales it each step).",
         validator=attrs.validators.gt(0.0),
-        metadata={"help": "Peak learning rate of AdamW (the schedule scales it each step)."},
     )
-    weight_decay: float = attrs.field(
-        default=0.0, validator=attrs.validators.ge(0.0), metadata={"help": "AdamW weight decay."}
+    weight_decay: float = key(0.0, "AdamW weight decay.", validator=attrs.validators.ge(0.0))
+    betas: tuple[float, float] = key((0.9, 0.999), "AdamW (beta1, beta2).")
+    eps: float = key(1e-8, "AdamW epsilon.", validator=attrs.validators.gt(0.0))
+    warmup_steps: int = key(
+        0, "Optimizer steps of linear warm-up from 0 to lr.", validator=attrs.validators.ge(0)
     )
-    betas: tuple[float, float] = attrs.field(
-        default=(0.9, 0.999), metadata={"help": "AdamW (beta1, beta2)."}
-    )
-    eps: float = attrs.field(
-        default=1e-8, validator=attrs.validators.gt(0.0), metadata={"help": "AdamW epsilon."}
-    )
-    warmup_steps: int = attrs.field(
-        default=0,
-        validator=attrs.validators.ge(0),
-        metadata={"help": "Optimizer steps of linear warm-up from 0 to lr."},
-    )
-    schedule: Literal["constant", "cosine"] = attrs.field(
-        default="constant",
+    schedule: Literal["constant", "cosine"] = key(
+        "constant",
+        "Learning rate after warm-up: constant, or cosine decay to min_lr_ratio * lr over the run.",
         validator=attrs.validators.in_(("constant", "cosine")),
-        metadata={
-            "help": "Learning rate after warm-up: constant, or cosine decay to min_lr_ratio "
-            "* lr over the run."
-        },
     )
     # Fraction of ``lr`` the cosine schedule decays to.
-    min_lr_ratio: float = attrs.field(
-        default=0.0,
-        validator=attrs.validators.ge(0.0),
-        metadata={"help": "Fraction of lr the cosine schedule decays to."},
+    min_lr_ratio: float = key(
+        0.0, "Fraction of lr the cosine schedule decays to.", validator=attrs.validators.ge(0.0)
     )
 
 

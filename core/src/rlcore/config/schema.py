@@ -21,8 +21,7 @@ from typing import Any, Literal
 import attrs
 from attrs import validators as v
 
-from rlcore.fields import key
-from rlcore.interfaces import DTYPE_NAMES, Device, Dtype, OptimConfig, SamplingParams
+from rlcore.interfaces import DTYPE_NAMES, Device, Dtype, OptimConfig, SamplingParams, key
 from rlcore.tracking.loggers import LOGGERS
 
 __all__ = [

@@ -1,9 +1,9 @@
-"""rlcore.fields.key: a config key is an attrs field carrying the same metadata as by hand."""
+"""rlcore.interfaces.key: a config key is an attrs field carrying the same metadata as by hand."""
 
 import attrs
 import pytest
 
-from rlcore.fields import key
+from rlcore.interfaces import key
 
 
 @attrs.frozen(kw_only=True)

@@ -85,7 +85,7 @@ def _seconds(_inst: object, attr: attrs.Attribute[Any], value: Any) -> None:
 
 
 def _timeout(default: float, text: str) -> Any:
-    return attrs.field(default=default, validator=_seconds, metadata={"help": text})
+    return key(default, text, validator=_seconds)
 
 
 def _nonempty(_inst: object, _attr: attrs.Attribute[Any], value: str | tuple[str, ...]) -> None:

@@ -27,7 +27,7 @@ import attrs
 import torch
 
 from rlcore.errors import PluginError
-from rlcore.interfaces import BaseAlgorithm, BatchTotals, ModelOutputs
+from rlcore.interfaces import BaseAlgorithm, BatchTotals, ModelOutputs, key
 from rlcore.rl import builtin
 from rlcore.rl.kl import KL_ESTIMATORS, KLController, apply_kl_penalty, kl_penalty
 from rlcore.rl.losses import (
@@ -100,33 +100,22 @@ class KLControlConfig:
     rows (see :class:`rlcore.rl.kl.KLController`).
     """
 
-    type: Literal["fixed", "adaptive"] = attrs.field(
-        default="fixed",
+    type: Literal["fixed", "adaptive"] = key(
+        "fixed",
+        "fixed keeps kl_coef; adaptive moves it toward target_kl over horizon rows.",
         validator=_v.in_(("fixed", "adaptive")),
-        metadata={
-            "help": "fixed keeps kl_coef; adaptive moves it toward target_kl over horizon rows."
-        },
     )
-    kl_coef: float = attrs.field(
-        default=0.001,
+    kl_coef: float = key(
+        0.001,
+        "Coefficient of the KL penalty in the reward (the starting value when adaptive).",
         validator=_v.ge(0.0),
-        metadata={
-            "help": "Coefficient of the KL penalty in the reward (the starting value when "
-            "adaptive)."
-        },
     )
-    target_kl: float = attrs.field(
-        default=0.1,
-        validator=_v.gt(0.0),
-        metadata={"help": "KL the adaptive controller steers toward."},
-    )
-    horizon: int = attrs.field(
-        default=10000,
+    target_kl: float = key(0.1, "KL the adaptive controller steers toward.", validator=_v.gt(0.0))
+    horizon: int = key(
+        10000,
+        "Rows over which the adaptive controller moves the coefficient; keep it "
+        "well above a step's rows.",
         validator=_v.gt(0),
-        metadata={
-            "help": "Rows over which the adaptive controller moves the coefficient; keep it "
-            "well above a step's rows."
-        },
     )
 
 
@@ -174,126 +163,88 @@ class PolicyGradientAlgorithm(BaseAlgorithm):
         - ``entropy_coeff``: entropy bonus (``loss -= entropy_coeff * entropy``).
         """
 
-        clip_ratio_low: float = attrs.field(
-            default=0.2,
+        clip_ratio_low: float = key(
+            0.2,
+            "PPO clip range lower side: the ratio is clipped to [1 - "
+            "clip_ratio_low, 1 + clip_ratio_high].",
             validator=[_v.ge(0.0), _v.lt(1.0)],
-            metadata={
-                "help": "PPO clip range lower side: the ratio is clipped to [1 - "
-                "clip_ratio_low, 1 + clip_ratio_high]."
-            },
         )
-        clip_ratio_high: float = attrs.field(
-            default=0.2,
+        clip_ratio_high: float = key(
+            0.2,
+            "PPO clip range upper side (DAPO's clip-higher raises it, e.g. 0.28).",
             validator=_v.ge(0.0),
-            metadata={
-                "help": "PPO clip range upper side (DAPO's clip-higher raises it, e.g. 0.28)."
-            },
         )
-        clip_ratio_c: float = attrs.field(
-            default=3.0,
+        clip_ratio_c: float = key(
+            3.0,
+            "Dual-clip bound for negative advantages: the loss is at most -A * clip_ratio_c.",
             validator=_v.gt(1.0),
-            metadata={
-                "help": "Dual-clip bound for negative advantages: the loss is at most -A * "
-                "clip_ratio_c."
-            },
         )
-        loss_agg_mode: LossAggMode = attrs.field(
-            default="token-mean",
+        loss_agg_mode: LossAggMode = key(
+            "token-mean",
+            "How token losses become the mini-batch loss (rlcore.rl.losses): mean "
+            "over tokens, sum, or per-sequence then mean.",
             validator=_v.in_(LOSS_AGG_MODES),
-            metadata={
-                "help": "How token losses become the mini-batch loss (rlcore.rl.losses): mean "
-                "over tokens, sum, or per-sequence then mean."
-            },
         )
-        policy_loss: str = attrs.field(
-            default="vanilla",
+        policy_loss: str = key(
+            "vanilla",
+            "The policy loss by name (vanilla: PPO token ratio; gspo, cispo, gpg, "
+            "sapo, gmpo, kl_cov; plugins may add more).",
             validator=policy_loss_name,
-            metadata={
-                "help": "The policy loss by name (vanilla: PPO token ratio; gspo, cispo, gpg, "
-                "sapo, gmpo, kl_cov; plugins may add more)."
-            },
         )
-        adv_estimator: str | None = attrs.field(
-            default=None,
+        adv_estimator: str | None = key(
+            None,
+            "The advantage estimator by name (gae, grpo, rloo, reinforce_plus_plus, "
+            "reinforce_plus_plus_baseline, or a plugin's); the algorithm must have "
+            "the options it reads.",
             validator=adv_estimator_name,
-            metadata={
-                "help": "The advantage estimator by name (gae, grpo, rloo, reinforce_plus_plus, "
-                "reinforce_plus_plus_baseline, or a plugin's); the algorithm must have "
-                "the options it reads."
-            },
         )
-        sapo_tau_pos: float = attrs.field(
-            default=1.0,
+        sapo_tau_pos: float = key(
+            1.0, "sapo policy loss: gate temperature for positive advantages.", validator=_v.gt(0.0)
+        )
+        sapo_tau_neg: float = key(
+            1.05,
+            "sapo policy loss: gate temperature for negative advantages.",
             validator=_v.gt(0.0),
-            metadata={"help": "sapo policy loss: gate temperature for positive advantages."},
         )
-        sapo_tau_neg: float = attrs.field(
-            default=1.05,
-            validator=_v.gt(0.0),
-            metadata={"help": "sapo policy loss: gate temperature for negative advantages."},
-        )
-        kl_cov_ratio: float = attrs.field(
-            default=0.0002,
+        kl_cov_ratio: float = key(
+            0.0002,
+            "kl_cov policy loss: fraction of tokens (highest covariance) that get the KL penalty.",
             validator=[_v.gt(0.0), _v.le(1.0)],
-            metadata={
-                "help": "kl_cov policy loss: fraction of tokens (highest covariance) that get "
-                "the KL penalty."
-            },
         )
-        ppo_kl_coef: float = attrs.field(
-            default=1.0,
-            validator=_v.ge(0.0),
-            metadata={"help": "kl_cov policy loss: coefficient of that KL penalty."},
+        ppo_kl_coef: float = key(
+            1.0, "kl_cov policy loss: coefficient of that KL penalty.", validator=_v.ge(0.0)
         )
-        rollout_is: RolloutIS = attrs.field(
-            default="none",
+        rollout_is: RolloutIS = key(
+            "none",
+            "Truncated importance weights min(pi_old / pi_rollout, rollout_is_cap) "
+            "on the policy loss, per token or per sequence, from the rollout's "
+            "log-probs; none: off.",
             validator=_v.in_(ROLLOUT_IS_LEVELS),
-            metadata={
-                "help": "Truncated importance weights min(pi_old / pi_rollout, rollout_is_cap) "
-                "on the policy loss, per token or per sequence, from the rollout's "
-                "log-probs; none: off."
-            },
         )
-        rollout_is_cap: float = attrs.field(
-            default=2.0,
-            validator=_v.gt(0.0),
-            metadata={"help": "Upper bound of the rollout importance weights."},
+        rollout_is_cap: float = key(
+            2.0, "Upper bound of the rollout importance weights.", validator=_v.gt(0.0)
         )
-        use_kl_loss: bool = attrs.field(
-            default=False,
-            metadata={
-                "help": "Add KL to the reference policy as a loss term (GRPO's way; needs the "
-                "reference)."
-            },
+        use_kl_loss: bool = key(
+            False,
+            "Add KL to the reference policy as a loss term (GRPO's way; needs the reference).",
         )
-        kl_loss_coef: float = attrs.field(
-            default=0.001, validator=_v.ge(0.0), metadata={"help": "Coefficient of the KL loss."}
-        )
-        kl_loss_type: str = attrs.field(
-            default="low_var_kl",
+        kl_loss_coef: float = key(0.001, "Coefficient of the KL loss.", validator=_v.ge(0.0))
+        kl_loss_type: str = key(
+            "low_var_kl",
+            "KL estimator of the KL loss (k1/kl, abs, k2/mse, k3/low_var_kl; a "
+            "trailing + takes the gradient of k2).",
             validator=_v.in_(KL_ESTIMATORS),
-            metadata={
-                "help": "KL estimator of the KL loss (k1/kl, abs, k2/mse, k3/low_var_kl; a "
-                "trailing + takes the gradient of k2)."
-            },
         )
-        use_kl_in_reward: bool = attrs.field(
-            default=False,
-            metadata={
-                "help": "Subtract a per-token KL penalty to the reference from the reward "
-                "(PPO's way; needs the reference)."
-            },
+        use_kl_in_reward: bool = key(
+            False,
+            "Subtract a per-token KL penalty to the reference from the reward "
+            "(PPO's way; needs the reference).",
         )
-        kl_penalty: str = attrs.field(
-            default="kl",
-            validator=_v.in_(KL_ESTIMATORS),
-            metadata={"help": "KL estimator of the penalty in the reward."},
+        kl_penalty: str = key(
+            "kl", "KL estimator of the penalty in the reward.", validator=_v.in_(KL_ESTIMATORS)
         )
         kl_ctrl: KLControlConfig = attrs.field(factory=KLControlConfig)
-        entropy_coeff: float = attrs.field(
-            default=0.0,
-            metadata={"help": "Entropy bonus: loss -= entropy_coeff * entropy; 0: off."},
-        )
+        entropy_coeff: float = key(0.0, "Entropy bonus: loss -= entropy_coeff * entropy; 0: off.")
 
     config: PolicyGradientAlgorithm.Config
 

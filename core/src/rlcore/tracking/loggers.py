@@ -23,7 +23,7 @@ from typing import Any, TextIO
 
 import attrs
 
-from rlcore.interfaces import BaseLogger, RunInfo
+from rlcore.interfaces import BaseLogger, RunInfo, key
 
 log = logging.getLogger(__name__)
 
@@ -96,14 +96,14 @@ def format_table(
     ]
     if eta_s is not None:
         cols.append(("eta", _fmt_duration(eta_s)))
-    for title, key in TABLE_COLUMNS:
-        value = metrics.get(key)
+    for title, metric in TABLE_COLUMNS:
+        value = metrics.get(metric)
         if isinstance(value, int | float) and not isinstance(value, bool):
             cols.append((title, _fmt(float(value))))
-    for key in sorted(metrics):
-        value = metrics[key]
-        if key.startswith("val/") and isinstance(value, int | float):
-            cols.append((key, _fmt(float(value))))
+    for metric in sorted(metrics):
+        value = metrics[metric]
+        if metric.startswith("val/") and isinstance(value, int | float):
+            cols.append((metric, _fmt(float(value))))
     widths = [max(len(title), len(value)) for title, value in cols]
     head = "  ".join(title.rjust(w) for (title, _), w in zip(cols, widths))
     body = "  ".join(value.rjust(w) for (_, value), w in zip(cols, widths))
@@ -118,9 +118,8 @@ class ConsoleLogger(BaseLogger):
 
     @attrs.frozen(kw_only=True)
     class Config(BaseLogger.Config):
-        progress_bar: bool | None = attrs.field(
-            default=None,
-            metadata={"help": "Show a progress bar; unset: only when stderr is a terminal."},
+        progress_bar: bool | None = key(
+            None, "Show a progress bar; unset: only when stderr is a terminal."
         )  # None: only on a terminal
 
     config: ConsoleLogger.Config
@@ -171,7 +170,7 @@ class ConsoleLogger(BaseLogger):
             if self._last_reward is not None:
                 self._bar.set_postfix({"reward": f"{self._last_reward:.3f}"}, refresh=False)
             self._bar.refresh()
-        has_val = any(key.startswith("val/") for key in metrics)
+        has_val = any(metric.startswith("val/") for metric in metrics)
         if has_val or step % self._every == 0:
             # The bar already shows the ETA; a log file gets it in the table instead.
             eta = None if self._bar is not None else self._eta(step)
@@ -217,8 +216,8 @@ class TensorBoardLogger(BaseLogger):
     def log(self, metrics: Mapping[str, Any], step: int) -> None:
         if self._writer is None:
             return
-        for key, value in self.numbers(metrics).items():
-            self._writer.add_scalar(key, value, global_step=step)
+        for metric, value in self.numbers(metrics).items():
+            self._writer.add_scalar(metric, value, global_step=step)
         self._writer.flush()
 
     def close(self) -> None:

@@ -26,7 +26,7 @@ from rlcore.engine_utils import (
     forward_micro_batches,
     init_device,
 )
-from rlcore.interfaces import BaseEngine, EngineSpec, LossFn, ModelOutputs
+from rlcore.interfaces import BaseEngine, EngineSpec, LossFn, ModelOutputs, key
 from rlcore.protocol import DataProto
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
@@ -37,9 +37,7 @@ class TorchEngine(BaseEngine):
 
     @attrs.frozen(kw_only=True)
     class Config(BaseEngine.Config):
-        attn_implementation: str = attrs.field(
-            default="sdpa", metadata={"help": "transformers' attn_implementation of the model."}
-        )
+        attn_implementation: str = key("sdpa", "transformers' attn_implementation of the model.")
 
     def __init__(self, spec: EngineSpec, config: TorchEngine.Config | None = None) -> None:
         super().__init__(spec, config)

@@ -31,6 +31,7 @@ import attrs
 import numpy as np
 
 from rlcore.errors import RlcoreError
+from rlcore.interfaces import key
 from rlcore.rl.algorithm import PolicyGradientAlgorithm, adv_estimator_name
 from rlcore.rl.step import StepContext, StepProgram, compute_advantages
 
@@ -54,26 +55,21 @@ class DynamicSamplingError(RlcoreError):
 class FilterGroupsConfig:
     """``[algorithm.filter_groups]`` (verl's names)."""
 
-    enable: bool = attrs.field(
-        default=True,
-        metadata={
-            "help": "Dynamic sampling: drop prompts whose n responses all got the same "
-            "metric and generate more until data.train_batch_size prompts are in "
-            "hand."
-        },
+    enable: bool = key(
+        True,
+        "Dynamic sampling: drop prompts whose n responses all got the same "
+        "metric and generate more until data.train_batch_size prompts are in "
+        "hand.",
     )
-    metric: Metric = attrs.field(
-        default="acc",
+    metric: Metric = key(
+        "acc",
+        "The per-response value compared within a prompt's group.",
         validator=_v.in_(("acc", "score", "seq_reward", "seq_final_reward")),
-        metadata={"help": "The per-response value compared within a prompt's group."},
     )
-    max_num_gen_batches: int = attrs.field(
-        default=10,
+    max_num_gen_batches: int = key(
+        10,
+        "Generation rounds of one step before the run stops with an error; 0: unbounded.",
         validator=_v.ge(0),
-        metadata={
-            "help": "Generation rounds of one step before the run stops with an error; 0: "
-            "unbounded."
-        },
     )  # 0: unbounded
 
 
@@ -81,27 +77,19 @@ class FilterGroupsConfig:
 class OverlongBufferConfig:
     """``[algorithm.overlong_buffer]`` (verl's names): the last ``len`` tokens are punished."""
 
-    enable: bool = attrs.field(
-        default=False,
-        metadata={
-            "help": "Overlong reward shaping: punish responses longer than "
-            "data.max_response_length - len."
-        },
+    enable: bool = key(
+        False,
+        "Overlong reward shaping: punish responses longer than data.max_response_length - len.",
     )
-    len: int = attrs.field(
-        default=0,
+    len: int = key(
+        0,
+        "Tokens of the buffer at the end of the response budget; >= 1 when enabled.",
         validator=_v.ge(0),
-        metadata={
-            "help": "Tokens of the buffer at the end of the response budget; >= 1 when enabled."
-        },
     )
-    penalty_factor: float = attrs.field(
-        default=1.0,
+    penalty_factor: float = key(
+        1.0,
+        "Penalty at the full response length, falling linearly to 0 at the buffer's start.",
         validator=_v.ge(0.0),
-        metadata={
-            "help": "Penalty at the full response length, falling linearly to 0 at the "
-            "buffer's start."
-        },
     )
 
 
@@ -223,25 +211,22 @@ class DAPO(PolicyGradientAlgorithm):
 
     @attrs.frozen(kw_only=True)
     class Config(PolicyGradientAlgorithm.Config):
-        clip_ratio_high: float = attrs.field(
-            default=0.28,
+        clip_ratio_high: float = key(
+            0.28,
+            "PPO clip range upper side; DAPO's clip-higher (0.28, the paper's).",
             validator=_v.ge(0.0),
-            metadata={"help": "PPO clip range upper side; DAPO's clip-higher (0.28, the paper's)."},
         )  # clip-higher
         # GRPO's group-normalised advantages, from the core's estimator registry
-        adv_estimator: str | None = attrs.field(
-            default="grpo",
+        adv_estimator: str | None = key(
+            "grpo",
+            "The advantage estimator; grpo: group-normalised, as GRPO.",
             validator=adv_estimator_name,
-            metadata={"help": "The advantage estimator; grpo: group-normalised, as GRPO."},
         )
-        norm_adv_by_std: bool = attrs.field(
-            default=True,
-            metadata={"help": "Divide by the group's std (GRPO); false: only subtract the mean."},
+        norm_adv_by_std: bool = key(
+            True, "Divide by the group's std (GRPO); false: only subtract the mean."
         )
-        epsilon: float = attrs.field(
-            default=1e-6,
-            validator=_v.gt(0.0),
-            metadata={"help": "Added to the group's std before dividing."},
+        epsilon: float = key(
+            1e-6, "Added to the group's std before dividing.", validator=_v.gt(0.0)
         )
         filter_groups: FilterGroupsConfig = attrs.Factory(FilterGroupsConfig)
         overlong_buffer: OverlongBufferConfig = attrs.Factory(OverlongBufferConfig)

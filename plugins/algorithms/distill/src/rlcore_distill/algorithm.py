@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from rlcore.interfaces import ExtraRole
+from rlcore.interfaces import ExtraRole, key
 from rlcore.rl.algorithm import PolicyGradientAlgorithm, adv_estimator_name, require
 from rlcore.rl.step import Phase, StepContext, StepProgram
 
@@ -157,37 +157,28 @@ class Distill(PolicyGradientAlgorithm):
 
     @attrs.frozen(kw_only=True)
     class Config(PolicyGradientAlgorithm.Config):
-        teacher_kl_coef: float = attrs.field(
-            default=1.0,
+        teacher_kl_coef: float = key(
+            1.0,
+            "Weight of the per-token reverse-KL advantage -(log p_student - "
+            "log p_teacher); not kl_ctrl.kl_coef (the reference KL in the reward).",
             validator=_v.ge(0.0),
-            metadata={
-                "help": "Weight of the per-token reverse-KL advantage -(log p_student - "
-                "log p_teacher); not kl_ctrl.kl_coef (the reference KL in the reward)."
-            },
         )
-        reward_weight: float = attrs.field(
-            default=0.0,
+        reward_weight: float = key(
+            0.0,
+            "Weight of the reward's advantage (adv_estimator, GRPO's by default) "
+            "added to the KL part; 0: pure distillation (the reward is still logged).",
             validator=_v.ge(0.0),
-            metadata={
-                "help": "Weight of the reward's advantage (adv_estimator, GRPO's by default) "
-                "added to the KL part; 0: pure distillation (the reward is still logged)."
-            },
         )
-        adv_estimator: str | None = attrs.field(
-            default="grpo",
+        adv_estimator: str | None = key(
+            "grpo",
+            "The estimator of the reward part (with reward_weight > 0).",
             validator=adv_estimator_name,
-            metadata={"help": "The estimator of the reward part (with reward_weight > 0)."},
         )
-        norm_adv_by_std: bool = attrs.field(
-            default=True,
-            metadata={
-                "help": "Reward part: divide by the group's std (GRPO); false: only the mean."
-            },
+        norm_adv_by_std: bool = key(
+            True, "Reward part: divide by the group's std (GRPO); false: only the mean."
         )
-        epsilon: float = attrs.field(
-            default=1e-6,
-            validator=_v.gt(0.0),
-            metadata={"help": "Reward part: added to the group's std before dividing."},
+        epsilon: float = key(
+            1e-6, "Reward part: added to the group's std before dividing.", validator=_v.gt(0.0)
         )
 
         def __attrs_post_init__(self) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import attrs
 
+from rlcore.interfaces import key
 from rlcore.rl.algorithm import PolicyGradientAlgorithm, adv_estimator_name
 
 __all__ = ["GRPO", "ReinforcePlusPlus"]
@@ -26,25 +27,17 @@ class GRPO(PolicyGradientAlgorithm):
 
     @attrs.frozen(kw_only=True)
     class Config(PolicyGradientAlgorithm.Config):
-        adv_estimator: str | None = attrs.field(
-            default="grpo",
+        adv_estimator: str | None = key(
+            "grpo",
+            "The advantage estimator; grpo: each response's score minus its group's "
+            "mean, over the group's std + epsilon.",
             validator=adv_estimator_name,
-            metadata={
-                "help": "The advantage estimator; grpo: each response's score minus its group's "
-                "mean, over the group's std + epsilon."
-            },
         )
-        norm_adv_by_std: bool = attrs.field(
-            default=True,
-            metadata={
-                "help": "Divide by the group's std (GRPO); false: only subtract the mean (Dr. "
-                "GRPO)."
-            },
+        norm_adv_by_std: bool = key(
+            True, "Divide by the group's std (GRPO); false: only subtract the mean (Dr. GRPO)."
         )
-        epsilon: float = attrs.field(
-            default=1e-6,
-            validator=_v.gt(0.0),
-            metadata={"help": "Added to the group's std before dividing."},
+        epsilon: float = key(
+            1e-6, "Added to the group's std before dividing.", validator=_v.gt(0.0)
         )
 
     config: GRPO.Config
@@ -60,19 +53,17 @@ class ReinforcePlusPlus(PolicyGradientAlgorithm):
 
     @attrs.frozen(kw_only=True)
     class Config(PolicyGradientAlgorithm.Config):
-        adv_estimator: str | None = attrs.field(
-            default="reinforce_plus_plus",
+        adv_estimator: str | None = key(
+            "reinforce_plus_plus",
+            "The advantage estimator; reinforce_plus_plus: discounted token returns "
+            "whitened over the batch; reinforce_plus_plus_baseline: score minus its "
+            "group's mean, whitened.",
             validator=adv_estimator_name,
-            metadata={
-                "help": "The advantage estimator; reinforce_plus_plus: discounted token returns "
-                "whitened over the batch; reinforce_plus_plus_baseline: score minus its "
-                "group's mean, whitened."
-            },
         )
-        gamma: float = attrs.field(
-            default=1.0,
+        gamma: float = key(
+            1.0,
+            "Discount of the token returns (reinforce_plus_plus).",
             validator=[_v.ge(0.0), _v.le(1.0)],
-            metadata={"help": "Discount of the token returns (reinforce_plus_plus)."},
         )
 
     config: ReinforcePlusPlus.Config

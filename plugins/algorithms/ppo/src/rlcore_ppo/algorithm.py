@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import attrs
 import torch
 
-from rlcore.interfaces import BatchTotals, ModelOutputs
+from rlcore.interfaces import BatchTotals, ModelOutputs, key
 from rlcore.rl.algorithm import PolicyGradientAlgorithm, adv_estimator_name, require
 from rlcore.rl.losses import LOSS_AGG_MODES, LossAggMode, compute_value_loss
 from rlcore.rl.masked import masked_mean
@@ -34,31 +34,22 @@ class PPO(PolicyGradientAlgorithm):
         - ``value_loss_agg_mode``: aggregation of the value loss (``token-mean`` as verl).
         """
 
-        gamma: float = attrs.field(
-            default=1.0, validator=[_v.ge(0.0), _v.le(1.0)], metadata={"help": "GAE discount."}
-        )
-        lam: float = attrs.field(
-            default=1.0, validator=[_v.ge(0.0), _v.le(1.0)], metadata={"help": "GAE lambda."}
-        )
-        adv_estimator: str | None = attrs.field(
-            default="gae",
+        gamma: float = key(1.0, "GAE discount.", validator=[_v.ge(0.0), _v.le(1.0)])
+        lam: float = key(1.0, "GAE lambda.", validator=[_v.ge(0.0), _v.le(1.0)])
+        adv_estimator: str | None = key(
+            "gae",
+            "The advantage estimator; gae: from the critic's values (gamma, lam).",
             validator=adv_estimator_name,
-            metadata={
-                "help": "The advantage estimator; gae: from the critic's values (gamma, lam)."
-            },
         )
-        cliprange_value: float = attrs.field(
-            default=0.5,
+        cliprange_value: float = key(
+            0.5,
+            "Value clipping: how far the new value may move from the old one in the value loss.",
             validator=_v.gt(0.0),
-            metadata={
-                "help": "Value clipping: how far the new value may move from the old one in the "
-                "value loss."
-            },
         )
-        value_loss_agg_mode: LossAggMode = attrs.field(
-            default="token-mean",
+        value_loss_agg_mode: LossAggMode = key(
+            "token-mean",
+            "How token value losses become the mini-batch's value loss.",
             validator=_v.in_(LOSS_AGG_MODES),
-            metadata={"help": "How token value losses become the mini-batch's value loss."},
         )
 
     config: PPO.Config

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
+from rlcore.interfaces import key
 from rlcore.rl.algorithm import PolicyGradientAlgorithm, require
 from rlcore.rl.step import StepContext, StepProgram, compute_advantages
 
@@ -153,13 +154,11 @@ class ReMax(PolicyGradientAlgorithm):
 
     @attrs.frozen(kw_only=True)
     class Config(PolicyGradientAlgorithm.Config):
-        adv_estimator: Literal["remax"] = attrs.field(
-            default="remax",
+        adv_estimator: Literal["remax"] = key(
+            "remax",
+            "remax only: reward(sample) - reward(greedy response), verl's "
+            "compute_remax_outcome_advantage (no std normalisation).",
             validator=_only_remax,
-            metadata={
-                "help": "remax only: reward(sample) - reward(greedy response), verl's "
-                "compute_remax_outcome_advantage (no std normalisation)."
-            },
         )
 
     config: ReMax.Config

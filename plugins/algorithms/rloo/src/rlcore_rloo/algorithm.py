@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import attrs
 
+from rlcore.interfaces import key
 from rlcore.rl.algorithm import PolicyGradientAlgorithm, adv_estimator_name
 
 __all__ = ["RLOO"]
@@ -20,13 +21,11 @@ class RLOO(PolicyGradientAlgorithm):
 
     @attrs.frozen(kw_only=True)
     class Config(PolicyGradientAlgorithm.Config):
-        adv_estimator: str | None = attrs.field(
-            default="rloo",
+        adv_estimator: str | None = key(
+            "rloo",
+            "The advantage estimator; rloo: each response's score minus the mean of "
+            "the other responses of its prompt.",
             validator=adv_estimator_name,
-            metadata={
-                "help": "The advantage estimator; rloo: each response's score minus the mean of "
-                "the other responses of its prompt."
-            },
         )
 
     config: RLOO.Config

@@ -52,7 +52,7 @@ from rlcore.engine_utils import (
     init_device,
 )
 from rlcore.errors import ConfigError, EngineError
-from rlcore.interfaces import BaseEngine, EngineSpec, LossFn, ModelOutputs
+from rlcore.interfaces import BaseEngine, EngineSpec, LossFn, ModelOutputs, key
 from rlcore.protocol import DataProto
 from rlcore_fsdp2 import forward, packing
 from rlcore_fsdp2.lora import LoraAdapter, LoraSettings
@@ -79,126 +79,93 @@ class FSDP2Engine(GuardedSteps, BaseEngine):
 
         # With an optimizer and spec.dtype below float32: keep float32 master weights and
         # compute in spec.dtype (FSDP2 MixedPrecisionPolicy). False trains in spec.dtype.
-        mixed_precision: bool = attrs.field(
-            default=True,
-            metadata={
-                "help": "With an optimizer and model.dtype below float32: keep float32 master "
-                "weights and compute in model.dtype (FSDP2 MixedPrecisionPolicy); "
-                "false: train in model.dtype."
-            },
+        mixed_precision: bool = key(
+            True,
+            "With an optimizer and model.dtype below float32: keep float32 master "
+            "weights and compute in model.dtype (FSDP2 MixedPrecisionPolicy); "
+            "false: train in model.dtype.",
         )
-        reduce_dtype: Literal["float32", "bfloat16"] = attrs.field(
-            default="float32",
-            metadata={
-                "help": "Dtype of the gradient reduction across ranks under mixed_precision."
-            },
+        reduce_dtype: Literal["float32", "bfloat16"] = key(
+            "float32", "Dtype of the gradient reduction across ranks under mixed_precision."
         )
-        reshard_after_forward: bool = attrs.field(
-            default=True,
-            metadata={
-                "help": "Free the gathered parameters after each forward (FSDP2's "
-                "reshard_after_forward): less memory, one more all-gather in the "
-                "backward."
-            },
+        reshard_after_forward: bool = key(
+            True,
+            "Free the gathered parameters after each forward (FSDP2's "
+            "reshard_after_forward): less memory, one more all-gather in the "
+            "backward.",
         )
         # Keep the parameter shards (and so the optimizer step) on CPU (GPU runs only).
-        offload_params: bool = attrs.field(
-            default=False,
-            metadata={
-                "help": "Keep the parameter shards (and so the optimizer step) on CPU (GPU runs "
-                "only)."
-            },
+        offload_params: bool = key(
+            False, "Keep the parameter shards (and so the optimizer step) on CPU (GPU runs only)."
         )
         # Move parameters and optimizer state to CPU while the colocated rollout generates
         # (the worker calls offload()/onload() around generation; GPU runs only). Frees memory
         # for the rollout's cache at the cost of two host transfers per step.
-        offload_during_generation: bool = attrs.field(
-            default=False,
-            metadata={
-                "help": "Move parameters and optimizer state to CPU while the colocated rollout "
-                "generates (GPU runs only): memory for the rollout's cache, two host "
-                "transfers per step."
-            },
+        offload_during_generation: bool = key(
+            False,
+            "Move parameters and optimizer state to CPU while the colocated rollout "
+            "generates (GPU runs only): memory for the rollout's cache, two host "
+            "transfers per step.",
         )
         # Ranks per shard group; -1 shards over all ranks. Smaller: HSDP (replicate x shard).
-        fsdp_size: int = attrs.field(
-            default=-1,
-            metadata={
-                "help": "Ranks per shard group; -1: shard over all ranks; smaller: HSDP "
-                "(replicate x shard).",
-                "allowed": "-1 or >= 1",
-            },
+        fsdp_size: int = key(
+            -1,
+            "Ranks per shard group; -1: shard over all ranks; smaller: HSDP (replicate x shard).",
+            allowed="-1 or >= 1",
         )
-        attn_implementation: str = attrs.field(
-            default="sdpa",
-            metadata={
-                "help": "transformers' attn_implementation of the model (sdpa, eager, "
-                "flash_attention_2, ...)."
-            },
+        attn_implementation: str = key(
+            "sdpa",
+            "transformers' attn_implementation of the model (sdpa, eager, flash_attention_2, ...).",
         )
         # Padding-free micro-batches (verl's name): each micro-batch's valid tokens run as one
         # packed sequence, attention kept within rows (rlcore_fsdp2.packing). Exact. On by
         # default: faster on both models of benchmarks/packing.py (CPU; GPU unmeasured).
-        use_remove_padding: bool = attrs.field(
-            default=True,
-            metadata={
-                "help": "Padding-free micro-batches (verl's name): each micro-batch's valid "
-                "tokens run as one packed sequence, attention kept within rows. Exact."
-            },
+        use_remove_padding: bool = key(
+            True,
+            "Padding-free micro-batches (verl's name): each micro-batch's valid "
+            "tokens run as one packed sequence, attention kept within rows. Exact.",
         )
         # With use_remove_padding and sdpa/eager attention: adjacent rows with the same prompt
         # (GRPO/RLOO's n samples) run that prompt once per micro-batch, each response
         # attending to the shared copy (rlcore_fsdp2.packing). Exact to float rounding.
         # flash_attention_* keep one segment per row (their varlen kernels cannot share).
-        share_prompts: bool = attrs.field(
-            default=True,
-            metadata={
-                "help": "With use_remove_padding and sdpa/eager attention: adjacent rows with "
-                "the same prompt (the n samples) run that prompt once per micro-batch. "
-                "Exact to float rounding."
-            },
+        share_prompts: bool = key(
+            True,
+            "With use_remove_padding and sdpa/eager attention: adjacent rows with "
+            "the same prompt (the n samples) run that prompt once per micro-batch. "
+            "Exact to float rounding.",
         )
         # Response tokens per float32 log-softmax chunk (rlcore.engine_utils); 0: one chunk.
-        log_prob_chunk_tokens: int = attrs.field(
-            default=1024,
+        log_prob_chunk_tokens: int = key(
+            1024,
+            "Response tokens per float32 log-softmax chunk (bounds the logits "
+            "memory); 0: one chunk.",
             validator=attrs.validators.ge(0),
-            metadata={
-                "help": "Response tokens per float32 log-softmax chunk (bounds the logits "
-                "memory); 0: one chunk."
-            },
         )
         # LoRA through peft (rlcore-fsdp2[lora]); verl's names. lora_rank = 0: full training.
         # With LoRA and no separate [ref.engine], the reference is this engine, adapters off.
-        lora_rank: int = attrs.field(
-            default=0,
+        lora_rank: int = key(
+            0,
+            "LoRA rank through peft (rlcore-fsdp2[lora]); 0: full training. With "
+            "LoRA and no [ref.engine] of its own, the reference is this engine with "
+            "adapters off.",
             validator=attrs.validators.ge(0),
-            metadata={
-                "help": "LoRA rank through peft (rlcore-fsdp2[lora]); 0: full training. With "
-                "LoRA and no [ref.engine] of its own, the reference is this engine with "
-                "adapters off."
-            },
         )
-        lora_alpha: float = attrs.field(
-            default=16.0,
-            validator=attrs.validators.gt(0.0),
-            metadata={"help": "LoRA alpha (peft's lora_alpha)."},
+        lora_alpha: float = key(
+            16.0, "LoRA alpha (peft's lora_alpha).", validator=attrs.validators.gt(0.0)
         )
-        lora_dropout: float = attrs.field(
-            default=0.0,
+        lora_dropout: float = key(
+            0.0,
+            "LoRA dropout (peft's lora_dropout).",
             validator=[attrs.validators.ge(0.0), attrs.validators.lt(1.0)],
-            metadata={"help": "LoRA dropout (peft's lora_dropout)."},
         )
         # "all-linear": every linear layer but the output head (peft's shortcut), or names.
-        target_modules: str | tuple[str, ...] = attrs.field(
-            default="all-linear",
-            metadata={
-                "help": 'Modules that get LoRA adapters: "all-linear" (every linear layer but '
-                "the output head) or a list of names."
-            },
+        target_modules: str | tuple[str, ...] = key(
+            "all-linear",
+            'Modules that get LoRA adapters: "all-linear" (every linear layer but '
+            "the output head) or a list of names.",
         )
-        exclude_modules: tuple[str, ...] = attrs.field(
-            default=(), metadata={"help": "Module names left without LoRA adapters."}
-        )
+        exclude_modules: tuple[str, ...] = key((), "Module names left without LoRA adapters.")
 
         @property
         def lora(self) -> LoraSettings | None:
@@ -593,6 +560,6 @@ def _move_optimizer_state(optimizer: torch.optim.Optimizer | None, device: torch
     if optimizer is None:
         return
     for state in optimizer.state.values():
-        for key, value in state.items():
+        for name, value in state.items():
             if isinstance(value, torch.Tensor):
-                state[key] = value.to(device, non_blocking=True)
+                state[name] = value.to(device, non_blocking=True)

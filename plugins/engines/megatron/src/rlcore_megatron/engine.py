@@ -46,7 +46,7 @@ from rlcore.engine_utils import (
     token_weight,
 )
 from rlcore.errors import ConfigError, EngineError
-from rlcore.interfaces import BaseEngine, BatchTotals, EngineSpec, LossFn, ModelOutputs
+from rlcore.interfaces import BaseEngine, BatchTotals, EngineSpec, LossFn, ModelOutputs, key
 from rlcore.protocol import DataProto
 from rlcore_megatron.cpu_compat import cpu_compat, install_cpu_rng_tracker
 from rlcore_megatron.forward import (
@@ -121,72 +121,56 @@ class MegatronEngine(GuardedSteps, BaseEngine):
     class Config(BaseEngine.Config):
         """Options of ``[actor.engine]`` (also ``[critic.engine]``, ``[ref.engine]``)."""
 
-        tensor_parallel: int = attrs.field(
-            default=1,
+        tensor_parallel: int = key(
+            1,
+            "Tensor-parallel size (ranks one layer is split over).",
             validator=_positive,
-            metadata={
-                "help": "Tensor-parallel size (ranks one layer is split over).",
-                "allowed": ">= 1",
-            },
+            allowed=">= 1",
         )
-        pipeline_parallel: int = attrs.field(
-            default=1,
+        pipeline_parallel: int = key(
+            1,
+            "Pipeline-parallel size (stages the layers are split into).",
             validator=_positive,
-            metadata={
-                "help": "Pipeline-parallel size (stages the layers are split into).",
-                "allowed": ">= 1",
-            },
+            allowed=">= 1",
         )
         # Shard activations of norms/dropout along the sequence over the TP group.
-        sequence_parallel: bool = attrs.field(
-            default=False,
-            metadata={
-                "help": "Shard activations of norms/dropout along the sequence over the "
-                "tensor-parallel group; needs tensor_parallel > 1."
-            },
+        sequence_parallel: bool = key(
+            False,
+            "Shard activations of norms/dropout along the sequence over the "
+            "tensor-parallel group; needs tensor_parallel > 1.",
         )
 
         # Not supported: set, they fail validation with LORA_UNSUPPORTED (see _LORA_OFF).
-        lora_rank: int = attrs.field(
-            default=0,
+        lora_rank: int = key(
+            0,
+            "Not supported by this engine (accepted only to say so): any value but "
+            "0 fails validation.",
             validator=_no_lora,
-            metadata={
-                "help": "Not supported by this engine (accepted only to say so): any value but "
-                "0 fails validation.",
-                "allowed": "0",
-            },
+            allowed="0",
         )
-        lora_alpha: float | None = attrs.field(
-            default=None,
+        lora_alpha: float | None = key(
+            None,
+            "Not supported by this engine: setting it fails validation.",
             validator=_no_lora,
-            metadata={
-                "help": "Not supported by this engine: setting it fails validation.",
-                "allowed": "unset",
-            },
+            allowed="unset",
         )
-        lora_dropout: float | None = attrs.field(
-            default=None,
+        lora_dropout: float | None = key(
+            None,
+            "Not supported by this engine: setting it fails validation.",
             validator=_no_lora,
-            metadata={
-                "help": "Not supported by this engine: setting it fails validation.",
-                "allowed": "unset",
-            },
+            allowed="unset",
         )
-        target_modules: str | tuple[str, ...] | None = attrs.field(
-            default=None,
+        target_modules: str | tuple[str, ...] | None = key(
+            None,
+            "Not supported by this engine: setting it fails validation.",
             validator=_no_lora,
-            metadata={
-                "help": "Not supported by this engine: setting it fails validation.",
-                "allowed": "unset",
-            },
+            allowed="unset",
         )
-        exclude_modules: tuple[str, ...] | None = attrs.field(
-            default=None,
+        exclude_modules: tuple[str, ...] | None = key(
+            None,
+            "Not supported by this engine: setting it fails validation.",
             validator=_no_lora,
-            metadata={
-                "help": "Not supported by this engine: setting it fails validation.",
-                "allowed": "unset",
-            },
+            allowed="unset",
         )
 
         @sequence_parallel.validator
@@ -716,9 +700,9 @@ class MegatronEngine(GuardedSteps, BaseEngine):
         """
         metadata = dcp.FileSystemReader(path).read_metadata().state_dict_metadata
         saved: dict[str, Any] = {}
-        for key, meta in metadata.items():
-            if key.startswith("model/") and hasattr(meta, "size"):
-                saved[key] = torch.empty(tuple(meta.size), dtype=meta.properties.dtype)
+        for saved_name, meta in metadata.items():
+            if saved_name.startswith("model/") and hasattr(meta, "size"):
+                saved[saved_name] = torch.empty(tuple(meta.size), dtype=meta.properties.dtype)
         dcp.load(saved, checkpoint_id=path)  # type: ignore[attr-defined]
         saved_dims = ModelDims.from_hf_config(
             self.hf_config, tp=saved_tp, value_head=self.spec.value_head

@@ -28,7 +28,7 @@ import attrs
 from mlflow.entities import Metric, Param, RunStatus
 from mlflow.tracking import MlflowClient
 
-from rlcore.interfaces import BaseLogger, RunInfo
+from rlcore.interfaces import BaseLogger, RunInfo, key
 
 RUN_ID_FILE = "mlflow_run_id"
 # MLflow's own limits: 1,000 metrics and 100 params per batch, 6,000 characters per value.
@@ -46,8 +46,8 @@ def metric_key(name: str) -> str:
 def flat_params(config: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, str]]:
     """Dotted keys for a nested config: ``{"actor": {"optim": {"lr": 1e-6}}}`` ->
     ``("actor.optim.lr", "1e-06")``."""
-    for key, value in config.items():
-        name = f"{prefix}{key}"
+    for part, value in config.items():
+        name = f"{prefix}{part}"
         if isinstance(value, Mapping) and value:
             yield from flat_params(value, f"{name}.")
         else:
@@ -62,18 +62,16 @@ def _chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
 class MlflowLogger(BaseLogger):
     @attrs.frozen(kw_only=True)
     class Config(BaseLogger.Config):
-        tracking_uri: str | None = attrs.field(
-            default=None,
-            metadata={
-                "help": "MLflow tracking URI; unset: MLFLOW_TRACKING_URI, else a SQLite store "
-                "in the run directory."
-            },
+        tracking_uri: str | None = key(
+            None,
+            "MLflow tracking URI; unset: MLFLOW_TRACKING_URI, else a SQLite store "
+            "in the run directory.",
         )  # None: MLFLOW_TRACKING_URI, else a run-dir SQLite
-        experiment: str | None = attrs.field(
-            default=None, metadata={"help": "MLflow experiment; unset: trainer.experiment_name."}
+        experiment: str | None = key(
+            None, "MLflow experiment; unset: trainer.experiment_name."
         )  # None: [trainer] experiment_name
-        run_name: str | None = attrs.field(
-            default=None, metadata={"help": "MLflow run name; unset: trainer.experiment_name."}
+        run_name: str | None = key(
+            None, "MLflow run name; unset: trainer.experiment_name."
         )  # None: [trainer] experiment_name
 
     config: MlflowLogger.Config

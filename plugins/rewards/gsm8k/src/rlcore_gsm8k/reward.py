@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 import attrs
 
-from rlcore.interfaces import BaseReward
+from rlcore.interfaces import BaseReward, key
 
 __all__ = ["GSM8KReward", "compute_score", "extract_solution", "normalize_answer"]
 
@@ -95,20 +95,15 @@ class GSM8KReward(BaseReward):
         """``[reward.options.gsm8k]``."""
 
         # strict: the last "#### <number>"; flexible: the last number in the response.
-        method: Method = attrs.field(
-            default="strict",
+        method: Method = key(
+            "strict",
+            'strict: the answer is the last "#### <number>"; flexible: the last '
+            "number in the response.",
             validator=attrs.validators.in_(("strict", "flexible")),
-            metadata={
-                "help": 'strict: the answer is the last "#### <number>"; flexible: the last '
-                "number in the response."
-            },
         )
-        score: float = attrs.field(
-            default=1.0, metadata={"help": "Score of a correct answer."}
-        )  # a correct answer
-        format_score: float = attrs.field(
-            default=0.0,
-            metadata={"help": "Score of an answer that was found but is wrong (no answer: 0)."},
+        score: float = key(1.0, "Score of a correct answer.")  # a correct answer
+        format_score: float = key(
+            0.0, "Score of an answer that was found but is wrong (no answer: 0)."
         )  # an answer was found, but it is wrong
 
     config: GSM8KReward.Config

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import attrs
 
-from rlcore.interfaces import BaseReward
+from rlcore.interfaces import BaseReward, key
 from rlcore_math.extract import extract_answer, remove_boxed
 from rlcore_math.verify import check_equiv, warm_up
 
@@ -36,36 +36,26 @@ class MathReward(BaseReward):
     class Config(BaseReward.Config):
         # Where the answer is: the last \boxed{}, a Minerva "The final answer is X" line, or
         # the box with the answer line as fallback.
-        extract: Literal["boxed", "answer", "both"] = attrs.field(
-            default="boxed",
+        extract: Literal["boxed", "answer", "both"] = key(
+            "boxed",
+            'Where the answer is: the last \\boxed{}, a Minerva "The final answer is '
+            'X" line, or both (the box, the line as fallback).',
             validator=attrs.validators.in_(("boxed", "answer", "both")),
-            metadata={
-                "help": 'Where the answer is: the last \\boxed{}, a Minerva "The final answer is '
-                'X" line, or both (the box, the line as fallback).'
-            },
         )
-        score: float = attrs.field(
-            default=1.0, metadata={"help": "Score of a correct answer."}
-        )  # for a correct answer
-        format_score: float = attrs.field(
-            default=0.0, metadata={"help": "Score of an answer that was found but is wrong."}
+        score: float = key(1.0, "Score of a correct answer.")  # for a correct answer
+        format_score: float = key(
+            0.0, "Score of an answer that was found but is wrong."
         )  # for an answer that was found but is wrong
         # Wall-clock limit of the symbolic (math-verify) checks of one response, all
         # references together.
-        timeout_s: float = attrs.field(
-            default=2.0,
+        timeout_s: float = key(
+            2.0,
+            "Wall-clock limit of the symbolic (math-verify) checks of one response, "
+            "all references together (s).",
             validator=attrs.validators.gt(0.0),
-            metadata={
-                "help": "Wall-clock limit of the symbolic (math-verify) checks of one response, "
-                "all references together (s)."
-            },
         )
-        use_math_verify: bool = attrs.field(
-            default=True,
-            metadata={
-                "help": "Compare answers symbolically with math-verify, not only as normalised "
-                "strings."
-            },
+        use_math_verify: bool = key(
+            True, "Compare answers symbolically with math-verify, not only as normalised strings."
         )
 
     config: MathReward.Config

@@ -17,7 +17,7 @@ import torch
 
 from rlcore.engine_utils import dtype_from_name, rollout_tensors
 from rlcore.errors import ConfigError, RlcoreError
-from rlcore.interfaces import BaseRollout, RolloutSpec, SamplingParams
+from rlcore.interfaces import BaseRollout, RolloutSpec, SamplingParams, key
 from rlcore.protocol import DataProto
 
 log = logging.getLogger(__name__)
@@ -39,27 +39,22 @@ class HFRollout(BaseRollout):
         """Options of ``[rollout]`` for ``name = "hf"``."""
 
         # Prompts per ``generate`` call (None: the whole batch at once).
-        max_batch_size: int | None = attrs.field(
-            default=None,
-            metadata={
-                "help": "Prompts per generate call; unset: the whole batch at once.",
-                "allowed": ">= 1 (or unset)",
-            },
+        max_batch_size: int | None = key(
+            None,
+            "Prompts per generate call; unset: the whole batch at once.",
+            allowed=">= 1 (or unset)",
         )
-        attn_implementation: str = attrs.field(
-            default="sdpa",
-            metadata={"help": "transformers' attn_implementation of the generating model."},
+        attn_implementation: str = key(
+            "sdpa", "transformers' attn_implementation of the generating model."
         )
         # Keys/values written in place into a buffer sized for prompt + max_new_tokens
         # (rlcore_hf.kv_cache) instead of transformers' concatenating DynamicCache, which
         # copies the whole cache at every step. Same tokens; false: transformers' own.
-        preallocate_kv_cache: bool = attrs.field(
-            default=True,
-            metadata={
-                "help": "Write keys/values in place into a buffer sized for prompt + "
-                "max_new_tokens instead of transformers' DynamicCache (which copies the "
-                "cache every step). Same tokens."
-            },
+        preallocate_kv_cache: bool = key(
+            True,
+            "Write keys/values in place into a buffer sized for prompt + "
+            "max_new_tokens instead of transformers' DynamicCache (which copies the "
+            "cache every step). Same tokens.",
         )
 
         @max_batch_size.validator

@@ -65,7 +65,7 @@ import torch
 
 from rlcore.engine_utils import dtype_from_name
 from rlcore.errors import ConfigError, RlcoreError
-from rlcore.interfaces import BaseRollout, GenerationResult, RolloutSpec, SamplingParams
+from rlcore.interfaces import BaseRollout, GenerationResult, RolloutSpec, SamplingParams, key
 from rlcore.protocol import DataProto
 from rlcore_sglang.translate import (
     SGLANG_VERSION,
@@ -157,71 +157,57 @@ class SGLangRollout(BaseRollout):
 
         # ServerArgs.tp_size: GPUs one engine spans. The worker process must see that many
         # (one rollout per tensor-parallel group).
-        tensor_parallel_size: int = attrs.field(
-            default=1,
+        tensor_parallel_size: int = key(
+            1,
+            "GPUs one SGLang engine spans (ServerArgs.tp_size); the worker process "
+            "must see that many.",
             validator=attrs.validators.ge(1),
-            metadata={
-                "help": "GPUs one SGLang engine spans (ServerArgs.tp_size); the worker process "
-                "must see that many."
-            },
         )
         # ServerArgs.mem_fraction_static: weights + KV cache, as a fraction of GPU memory.
-        gpu_memory_utilization: float = attrs.field(
-            default=0.5,
+        gpu_memory_utilization: float = key(
+            0.5,
+            "Share of GPU memory for weights and KV cache (ServerArgs.mem_fraction_static).",
             validator=[attrs.validators.gt(0.0), attrs.validators.le(1.0)],
-            metadata={
-                "help": "Share of GPU memory for weights and KV cache "
-                "(ServerArgs.mem_fraction_static)."
-            },
         )
         # sleep()/wake_up() free and restore GPU memory (SGLang's memory saver); off: no-ops.
-        enable_memory_saver: bool = attrs.field(
-            default=True,
-            metadata={
-                "help": "sleep()/wake_up() free and restore GPU memory (SGLang's memory saver); "
-                "false: they do nothing."
-            },
+        enable_memory_saver: bool = key(
+            True,
+            "sleep()/wake_up() free and restore GPU memory (SGLang's memory saver); "
+            "false: they do nothing.",
         )
         # Batch-invariant kernels + per-request seeds: reruns and resumes sample identically.
-        deterministic: bool = attrs.field(
-            default=False,
-            metadata={
-                "help": "Batch-invariant kernels and per-request seeds: reruns and resumes "
-                "sample identically."
-            },
+        deterministic: bool = key(
+            False,
+            "Batch-invariant kernels and per-request seeds: reruns and resumes sample identically.",
         )
         # Weight sync sends tensors to SGLang in buckets of this many MiB.
-        update_weights_bucket_mb: int = attrs.field(
-            default=512,
+        update_weights_bucket_mb: int = key(
+            512,
+            "Weight sync sends tensors to SGLang in buckets of this many MiB.",
             validator=attrs.validators.ge(1),
-            metadata={"help": "Weight sync sends tensors to SGLang in buckets of this many MiB."},
         )
         # One generate (or generate_one) call waits at most this long for SGLang.
-        request_timeout_s: float = attrs.field(
-            default=3600.0,
+        request_timeout_s: float = key(
+            3600.0,
+            "Time limit of one generate call on SGLang (s).",
             validator=attrs.validators.gt(0),
-            metadata={"help": "Time limit of one generate call on SGLang (s)."},
         )
         # First GPU of the engine; None: torch's current device in this process.
-        base_gpu_id: int | None = attrs.field(
-            default=None,
+        base_gpu_id: int | None = key(
+            None,
+            "First GPU of the engine; unset: torch's current device in this process.",
             validator=attrs.validators.optional(attrs.validators.ge(0)),
-            metadata={
-                "help": "First GPU of the engine; unset: torch's current device in this process."
-            },
         )
-        log_level: str = attrs.field(
-            default="error",
+        log_level: str = key(
+            "error",
+            "SGLang's log level.",
             validator=attrs.validators.in_(("debug", "info", "warning", "error", "critical")),
-            metadata={"help": "SGLang's log level."},
         )
         # Any other ServerArgs field, passed through (verl's engine_kwargs.sglang).
-        server_args: dict[str, Any] = attrs.field(
+        server_args: dict[str, Any] = key(
             factory=dict,
-            metadata={
-                "help": "Any other ServerArgs field, passed through (verl's "
-                "engine_kwargs.sglang); keys rlcore sets are refused."
-            },
+            help="Any other ServerArgs field, passed through (verl's "
+            "engine_kwargs.sglang); keys rlcore sets are refused.",
         )
 
         @server_args.validator

@@ -38,6 +38,7 @@ from rlcore.interfaces import (
     RolloutSpec,
     RolloutTraits,
     SamplingParams,
+    key,
 )
 from rlcore.protocol import DataProto
 from rlcore_vllm.model_info import check_cpu_head_size, model_config, special_ids
@@ -87,166 +88,126 @@ class VLLMRollout(BaseRollout):
         # the quickstart's batch in 0.69 s instead of 0.89 s. The rollout's log-probs then differ
         # from the trainer's by bfloat16 rounding: rollout/logprob_diff_* measures it and
         # [algorithm] rollout_is corrects for it.
-        dtype: Literal["float32", "bfloat16", "float16"] | None = attrs.field(
-            default=None,
+        dtype: Literal["float32", "bfloat16", "float16"] | None = key(
+            None,
+            "vLLM's weights and compute dtype (verl's rollout.dtype); unset: "
+            "model.dtype. bfloat16 with a float32 policy is the usual split "
+            "(rollout/logprob_diff_* measures the rounding).",
             validator=attrs.validators.optional(attrs.validators.in_(DTYPE_NAMES)),
-            metadata={
-                "help": "vLLM's weights and compute dtype (verl's rollout.dtype); unset: "
-                "model.dtype. bfloat16 with a float32 policy is the usual split "
-                "(rollout/logprob_diff_* measures the rounding)."
-            },
         )
         # GPU: share of device memory vLLM may take (weights + KV cache). CPU: only used when
         # kv_cache_space_gb is unset (then it is the share of RAM reserved).
-        gpu_memory_utilization: float = attrs.field(
-            default=0.5,
+        gpu_memory_utilization: float = key(
+            0.5,
+            "GPU: share of device memory vLLM may take (weights + KV cache). CPU: "
+            "the share of RAM reserved when kv_cache_space_gb is unset.",
             validator=[attrs.validators.gt(0.0), attrs.validators.le(1.0)],
-            metadata={
-                "help": "GPU: share of device memory vLLM may take (weights + KV cache). CPU: "
-                "the share of RAM reserved when kv_cache_space_gb is unset."
-            },
         )
         # KV cache size in GiB. Unset: 1 GiB on CPU, sized from gpu_memory_utilization on GPU.
-        kv_cache_space_gb: float | None = attrs.field(
-            default=None,
+        kv_cache_space_gb: float | None = key(
+            None,
+            "KV cache size in GiB; unset: 1 GiB on CPU, sized from gpu_memory_utilization on GPU.",
             validator=_positive_or_none,
-            metadata={
-                "help": "KV cache size in GiB; unset: 1 GiB on CPU, sized from "
-                "gpu_memory_utilization on GPU."
-            },
         )
         # Unset: eager on CPU (graph compilation costs more than it saves on small models),
         # CUDA graphs on GPU.
-        enforce_eager: bool | None = attrs.field(
-            default=None,
-            metadata={"help": "Run without CUDA graphs; unset: eager on CPU, CUDA graphs on GPU."},
+        enforce_eager: bool | None = key(
+            None, "Run without CUDA graphs; unset: eager on CPU, CUDA graphs on GPU."
         )
-        max_num_seqs: int = attrs.field(
-            default=256,
-            validator=attrs.validators.ge(1),
-            metadata={"help": "Most sequences vLLM schedules at once."},
+        max_num_seqs: int = key(
+            256, "Most sequences vLLM schedules at once.", validator=attrs.validators.ge(1)
         )
         # Unset on CPU: max(max_model_len, 4096), since chunked prefill is off there.
-        max_num_batched_tokens: int | None = attrs.field(
-            default=None,
+        max_num_batched_tokens: int | None = key(
+            None,
+            "Most tokens per vLLM scheduler step; unset on CPU: max(max_model_len, 4096).",
             validator=attrs.validators.optional(attrs.validators.ge(1)),
-            metadata={
-                "help": "Most tokens per vLLM scheduler step; unset on CPU: max(max_model_len, "
-                "4096)."
-            },
         )
         # Unset: off on CPU, on on GPU. vLLM rewinds a seeded request's generator when it
         # discards the token sampled after a partial (chunked) prefill; CPU generators cannot
         # rewind ("CPU Generator does not use offset"), and every request here is seeded.
-        enable_chunked_prefill: bool | None = attrs.field(
-            default=None,
-            metadata={
-                "help": "Chunked prefill; unset: off on CPU (its seeded generators cannot "
-                "rewind), on on GPU."
-            },
+        enable_chunked_prefill: bool | None = key(
+            None,
+            "Chunked prefill; unset: off on CPU (its seeded generators cannot rewind), on on GPU.",
         )
         # Unset: max_prompt_length + max_response_length of the run.
-        max_model_len: int | None = attrs.field(
-            default=None,
+        max_model_len: int | None = key(
+            None,
+            "Longest sequence vLLM accepts; unset: data.max_prompt_length + "
+            "data.max_response_length.",
             validator=attrs.validators.optional(attrs.validators.ge(2)),
-            metadata={
-                "help": "Longest sequence vLLM accepts; unset: data.max_prompt_length + "
-                "data.max_response_length."
-            },
         )
         # > 1 (GPU only): each TP rank is one policy worker, vLLM in-process in the trainer's
         # world (distributed_executor_backend = "external_launcher"); see parallel.py.
-        tensor_parallel_size: int = attrs.field(
-            default=1,
+        tensor_parallel_size: int = key(
+            1,
+            "Tensor-parallel size (GPU only): each rank is one policy worker, vLLM "
+            "in-process in the trainer's world.",
             validator=attrs.validators.ge(1),
-            metadata={
-                "help": "Tensor-parallel size (GPU only): each rank is one policy worker, vLLM "
-                "in-process in the trainer's world."
-            },
         )
-        enable_prefix_caching: bool = attrs.field(
-            default=True,
-            metadata={
-                "help": "Reuse the KV cache of shared prompt prefixes (the n samples of a prompt)."
-            },
+        enable_prefix_caching: bool = key(
+            True, "Reuse the KV cache of shared prompt prefixes (the n samples of a prompt)."
         )
         # GPU only (vLLM rejects it on CPU): sleep() frees the KV cache (and, level 1, moves
         # the weights to CPU RAM; level 2 drops them, they come back with the next sync).
-        enable_sleep_mode: bool = attrs.field(
-            default=True,
-            metadata={
-                "help": "GPU only: sleep() frees the KV cache (and moves or drops the weights, "
-                "per sleep_level) while training runs."
-            },
+        enable_sleep_mode: bool = key(
+            True,
+            "GPU only: sleep() frees the KV cache (and moves or drops the weights, "
+            "per sleep_level) while training runs.",
         )
-        sleep_level: int = attrs.field(
-            default=1,
+        sleep_level: int = key(
+            1,
+            "1: weights moved to CPU RAM while asleep; 2: weights dropped, restored "
+            "by the next weight sync.",
             validator=attrs.validators.in_((1, 2)),
-            metadata={
-                "help": "1: weights moved to CPU RAM while asleep; 2: weights dropped, restored "
-                "by the next weight sync."
-            },
         )
         # EngineCore in a subprocess. Unset: in-process (a 3 s start instead of ~20 s) unless
         # torch.distributed already spans several ranks, where vLLM's own process group must
         # not be the trainer's. The async engine always is; tensor_parallel_size > 1 never is.
-        multiprocessing: bool | None = attrs.field(
-            default=None,
-            metadata={
-                "help": "Run vLLM's EngineCore in a subprocess; unset: in-process unless "
-                "torch.distributed spans several ranks (the async engine always is "
-                "one)."
-            },
+        multiprocessing: bool | None = key(
+            None,
+            "Run vLLM's EngineCore in a subprocess; unset: in-process unless "
+            "torch.distributed spans several ranks (the async engine always is "
+            "one).",
         )
         # vLLM's AsyncLLM instead of vllm.LLM: generate_one (agent loops, [agent]) is then a
         # request of its own, interleaved with every other one in the engine's continuous
         # batch; with vllm.LLM each generate_one is a one-row batch of its own. Unset: on on
         # GPU; off on CPU, where AsyncLLM's subprocess start costs ~20 s instead of 3 s (set
         # it for agent runs there).
-        async_engine: bool | None = attrs.field(
-            default=None,
-            metadata={
-                "help": "vLLM's AsyncLLM instead of vllm.LLM: agent turns (generate_one) join "
-                "the continuous batch; unset: on on GPU, off on CPU."
-            },
+        async_engine: bool | None = key(
+            None,
+            "vLLM's AsyncLLM instead of vllm.LLM: agent turns (generate_one) join "
+            "the continuous batch; unset: on on GPU, off on CPU.",
         )
         # The bound of every wait on the async engine: its start, a batch, one request, an RPC.
-        request_timeout_s: float = attrs.field(
-            default=600.0,
+        request_timeout_s: float = key(
+            600.0,
+            "Time limit of every wait on the async engine: its start, a batch, one "
+            "request, an RPC (s).",
             validator=attrs.validators.gt(0.0),
-            metadata={
-                "help": "Time limit of every wait on the async engine: its start, a batch, one "
-                "request, an RPC (s)."
-            },
         )
         # Bucket size for weight sync in multiprocess mode (safetensors files in /dev/shm).
-        weight_bucket_mb: int = attrs.field(
-            default=512,
+        weight_bucket_mb: int = key(
+            512,
+            "Weight sync bucket size in MiB in multiprocess mode (safetensors files in /dev/shm).",
             validator=attrs.validators.ge(1),
-            metadata={
-                "help": "Weight sync bucket size in MiB in multiprocess mode (safetensors files "
-                "in /dev/shm)."
-            },
         )
         # processed_logprobs: log p under the distribution sampled from (temperature applied;
         # top-k/top-p truncation too, when set). raw_logprobs: temperature 1, untruncated.
-        logprobs_mode: Literal["processed_logprobs", "raw_logprobs"] = attrs.field(
-            default="processed_logprobs",
+        logprobs_mode: Literal["processed_logprobs", "raw_logprobs"] = key(
+            "processed_logprobs",
+            "processed_logprobs: log p of the distribution sampled from "
+            "(temperature and top-k/top-p applied); raw_logprobs: temperature 1, "
+            "untruncated.",
             validator=attrs.validators.in_(("processed_logprobs", "raw_logprobs")),
-            metadata={
-                "help": "processed_logprobs: log p of the distribution sampled from "
-                "(temperature and top-k/top-p applied); raw_logprobs: temperature 1, "
-                "untruncated."
-            },
         )
         # VLLM_CPU_OMP_THREADS_BIND: "nobind" leaves thread placement to the process (Ray, a
         # shared machine); "auto" or a core list ("0-3") pins vLLM's threads.
-        cpu_threads_bind: str = attrs.field(
-            default="nobind",
-            metadata={
-                "help": "VLLM_CPU_OMP_THREADS_BIND: nobind leaves thread placement to the "
-                'process; auto or a core list ("0-3") pins vLLM\'s threads.'
-            },
+        cpu_threads_bind: str = key(
+            "nobind",
+            "VLLM_CPU_OMP_THREADS_BIND: nobind leaves thread placement to the "
+            'process; auto or a core list ("0-3") pins vLLM\'s threads.',
         )
 
     @classmethod

@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 
-from rlcore.interfaces import BaseReward
+from rlcore.interfaces import BaseReward, key
 from rlcore_calculator.tool import CalculatorTool
 from rlcore_gsm8k.reward import compute_score
 
@@ -62,17 +62,12 @@ class GSM8KToolReward(BaseReward):
     class Config(BaseReward.Config):
         """Options of ``[reward.options.gsm8k_tool]``."""
 
-        tool_bonus: float = attrs.field(
-            default=0.0,
+        tool_bonus: float = key(
+            0.0,
+            "Added to the score when the conversation made at least one successful tool call.",
             validator=attrs.validators.ge(0.0),
-            metadata={
-                "help": "Added to the score when the conversation made at least one successful "
-                "tool call."
-            },
         )
-        format_score: float = attrs.field(
-            default=0.0, metadata={"help": "Score of a final answer that was found but is wrong."}
-        )
+        format_score: float = key(0.0, "Score of a final answer that was found but is wrong.")
 
     def __init__(self, config: GSM8KToolReward.Config | None = None) -> None:
         super().__init__(config)

@@ -181,14 +181,11 @@ class WeightBridge:
         total = sum(m.numel for m in self.manifest)
         return torch.tensor([version, len(self.manifest), total], dtype=torch.int64)
 
-    def send(self, named: Iterable[tuple[str, torch.Tensor]], version: int) -> dict[str, float]:
-        """Bridge rank 0: stream ``named`` (the manifest's tensors, in order) as ``version``."""
+    def _bucket_buffers(self, version: int) -> Iterator[tuple[str, list[TensorMeta], torch.Tensor]]:
+        """Per bucket of the manifest: its name in errors, its tensors' metas, and an empty
+        flat buffer of their dtype and total size (filled by the sender, received into)."""
         import torch
 
-        start = time.perf_counter()
-        header = self._header(version).to(self.device)
-        self._broadcast(header, f"weight version {version} (header)")
-        stream = iter(named)
         for b, indices in enumerate(self.buckets):
             metas = [self.manifest[i] for i in indices]
             flat = torch.empty(
@@ -196,6 +193,16 @@ class WeightBridge:
                 dtype=getattr(torch, metas[0].dtype),
                 device=self.device,
             )
+            yield f"weight version {version} bucket {b + 1}/{len(self.buckets)}", metas, flat
+
+    def send(self, named: Iterable[tuple[str, torch.Tensor]], version: int) -> dict[str, float]:
+        """Bridge rank 0: stream ``named`` (the manifest's tensors, in order) as ``version``."""
+
+        start = time.perf_counter()
+        header = self._header(version).to(self.device)
+        self._broadcast(header, f"weight version {version} (header)")
+        stream = iter(named)
+        for what, metas, flat in self._bucket_buffers(version):
             offset = 0
             for meta in metas:
                 name, tensor = next(stream)
@@ -208,7 +215,7 @@ class WeightBridge:
                     raise WeightSyncError(msg)
                 flat[offset : offset + meta.numel].copy_(tensor.reshape(-1))
                 offset += meta.numel
-            self._broadcast(flat, f"weight version {version} bucket {b + 1}/{len(self.buckets)}")
+            self._broadcast(flat, what)
         for _ in stream:  # let the engine finish its (collective) iteration
             pass
         self.syncs += 1
@@ -232,14 +239,8 @@ class WeightBridge:
                 f"elements] = {got}, the rollout expected {want}"
             )
             raise WeightSyncError(msg)
-        for b, indices in enumerate(self.buckets):
-            metas = [self.manifest[i] for i in indices]
-            flat = torch.empty(
-                sum(m.numel for m in metas),
-                dtype=getattr(torch, metas[0].dtype),
-                device=self.device,
-            )
-            self._broadcast(flat, f"weight version {version} bucket {b + 1}/{len(self.buckets)}")
+        for what, metas, flat in self._bucket_buffers(version):
+            self._broadcast(flat, what)
             offset = 0
             for meta in metas:
                 yield meta.name, flat[offset : offset + meta.numel].view(meta.shape)

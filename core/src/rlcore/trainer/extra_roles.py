@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlcore.dispatch import Dispatch, mesh_dispatch_mode, register
 from rlcore.preflight.roles import check_extra_roles
-from rlcore.workers import Worker
+from rlcore.workers import RoleWorker
 
 if TYPE_CHECKING:
     from rlcore.interfaces import BaseEngine
@@ -41,13 +41,13 @@ EXTRA_ROLE_MESH = "extra_role"
 _EXTRA = mesh_dispatch_mode(EXTRA_ROLE_MESH)
 
 
-class ExtraRoleWorker(Worker):
+class ExtraRoleWorker(RoleWorker):
     """A frozen model's engine: ``compute_log_prob`` gives ``<name>_log_prob`` (B, R)."""
 
+    spec: RoleSpec
+
     def __init__(self, spec: RoleSpec) -> None:
-        super().__init__()
-        self.apply_settings(spec.settings)
-        self.spec = spec
+        super().__init__(spec)
         self.engine: BaseEngine | None = None
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)

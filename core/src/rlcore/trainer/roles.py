@@ -41,14 +41,14 @@ from typing import TYPE_CHECKING, Any
 from rlcore.dispatch import Dispatch, DispatchInfo, mesh_dispatch_mode, register
 from rlcore.interfaces import BaseAlgorithm, BaseEngine, BaseRollout, SamplingParams
 from rlcore.trainer.update import RoleTrainer, clock, summed
-from rlcore.workers import Worker
+from rlcore.workers import RoleWorker, Worker
 
 if TYPE_CHECKING:
     import torch
 
     from rlcore.agent.loop import AgentLoop
     from rlcore.protocol import DataProto
-    from rlcore.trainer.specs import AgentSpec, CriticSpec, PolicySpec
+    from rlcore.trainer.specs import AgentSpec, CriticSpec, PolicySpec, RolloutWorkerSpec
     from rlcore.workers.weight_bridge import TensorMeta, WeightBridge
 
 log = logging.getLogger(__name__)
@@ -60,6 +60,7 @@ __all__ = [
     "REF_MESH",
     "ActorRolloutRefWorker",
     "CriticWorker",
+    "WeightBridgeEnd",
     "declare_mesh",
     "push_weights",
 ]
@@ -112,16 +113,55 @@ def _build_agent_loop(spec: AgentSpec) -> AgentLoop:
     return AgentLoop(tokenizer, tools, spec.config)
 
 
-class ActorRolloutRefWorker(Worker):
+class WeightBridgeEnd(RoleWorker):
+    """A worker at one end of the weight bridge (:mod:`rlcore.workers.weight_bridge`): the
+    policy worker sends from its rank 0 (bridge rank 0), each rank of the rollout's own pool
+    receives (bridge ranks 1..R). Its ``spec`` carries ``backend`` and
+    ``weight_sync_bucket_bytes``."""
+
+    spec: PolicySpec | RolloutWorkerSpec
+
+    def __init__(self, spec: PolicySpec | RolloutWorkerSpec) -> None:
+        super().__init__(spec)
+        self._bridge: WeightBridge | None = None
+
+    def _bridge_rank(self) -> int | None:
+        """This rank's place in the bridge; None: it stays out."""
+        raise NotImplementedError
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
+    def open_weight_bridge(
+        self, addr: str, port: int, world_size: int, manifest: list[TensorMeta], pools: str
+    ) -> None:
+        """Join the bridge as :meth:`_bridge_rank` (a rank that stays out returns)."""
+        from rlcore.workers.weight_bridge import WeightBridge
+
+        rank = self._bridge_rank()
+        if rank is None:
+            return
+        self._bridge = WeightBridge(
+            addr=addr,
+            port=port,
+            rank=rank,
+            world_size=world_size,
+            backend=self.spec.backend,
+            timeout_s=self._collective_timeout_s,
+            pools=pools,
+            manifest=manifest,
+            bucket_bytes=self.spec.weight_sync_bucket_bytes,
+        )
+
+
+class ActorRolloutRefWorker(WeightBridgeEnd):
     """Actor engine + rollout (+ reference engine) in one process; see the module docstring.
 
     ``spec``: the policy role's :class:`~rlcore.trainer.specs.PolicySpec`, built on the driver.
     """
 
+    spec: PolicySpec
+
     def __init__(self, spec: PolicySpec) -> None:
-        super().__init__()
-        self.apply_settings(spec.settings)
-        self.spec = spec
+        super().__init__(spec)
         self.actor: BaseEngine | None = None
         self.rollout: BaseRollout | None = None
         self.ref: BaseEngine | None = None
@@ -129,7 +169,6 @@ class ActorRolloutRefWorker(Worker):
         self._trainer: RoleTrainer | None = None
         self._ref_in_actor = False
         self.agent_loop: AgentLoop | None = None
-        self._bridge: WeightBridge | None = None
 
     # --- construction ---------------------------------------------------------------------
 
@@ -378,26 +417,9 @@ class ActorRolloutRefWorker(Worker):
 
         return (self.master_addr if self.rank == 0 else node_ip_address()), find_free_port()
 
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
-    def open_weight_bridge(
-        self, addr: str, port: int, world_size: int, manifest: list[TensorMeta], pools: str
-    ) -> None:
+    def _bridge_rank(self) -> int | None:
         """Rank 0 joins the bridge as its rank 0 (the other ranks only gather, see send)."""
-        from rlcore.workers.weight_bridge import WeightBridge
-
-        if self.rank != 0:
-            return
-        self._bridge = WeightBridge(
-            addr=addr,
-            port=port,
-            rank=0,
-            world_size=world_size,
-            backend=self.spec.backend,
-            timeout_s=self._collective_timeout_s,
-            pools=pools,
-            manifest=manifest,
-            bucket_bytes=self.spec.weight_sync_bucket_bytes,
-        )
+        return 0 if self.rank == 0 else None
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
     def send_weights(self, version: int) -> DataProto:
@@ -418,13 +440,13 @@ class ActorRolloutRefWorker(Worker):
         return DataProto(meta_info={"metrics": {k: [v] for k, v in metrics.items()}})
 
 
-class CriticWorker(Worker):
+class CriticWorker(RoleWorker):
     """The value model (PPO): ``compute_values`` and ``update_critic``."""
 
+    spec: CriticSpec
+
     def __init__(self, spec: CriticSpec) -> None:
-        super().__init__()
-        self.apply_settings(spec.settings)
-        self.spec = spec
+        super().__init__(spec)
         self.critic: BaseEngine | None = None
         self.algorithm: BaseAlgorithm | None = None
         self._trainer: RoleTrainer | None = None

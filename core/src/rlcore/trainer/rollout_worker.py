@@ -22,15 +22,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlcore.dispatch import Dispatch, mesh_dispatch_mode, register
+from rlcore.trainer.roles import ROLLOUT_MESH, WeightBridgeEnd, _build_agent_loop, declare_mesh
 from rlcore.trainer.update import clock, summed
-from rlcore.workers import Worker
 
 if TYPE_CHECKING:
     from rlcore.agent.loop import AgentLoop
     from rlcore.interfaces import BaseRollout, SamplingParams
     from rlcore.protocol import DataProto
     from rlcore.trainer.specs import RolloutWorkerSpec
-    from rlcore.workers.weight_bridge import TensorMeta, WeightBridge
 
 log = logging.getLogger(__name__)
 
@@ -40,24 +39,21 @@ WEIGHT_VERSION_KEY = "weight_version"
 ROLLOUT_SUBDIR = "rollout"
 
 
-class RolloutWorker(Worker):
+class RolloutWorker(WeightBridgeEnd):
     """The rollout engine alone in its processes; see the module docstring."""
 
+    spec: RolloutWorkerSpec
+
     def __init__(self, spec: RolloutWorkerSpec) -> None:
-        super().__init__()
-        self.apply_settings(spec.settings)
-        self.spec = spec
+        super().__init__(spec)
         self.rollout: BaseRollout | None = None
         self.agent_loop: AgentLoop | None = None
-        self._bridge: WeightBridge | None = None
         self.weight_version = 0
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
         """Join this pool's own process group, then build the rollout (and agent loop)."""
         import attrs
-
-        from rlcore.trainer.roles import ROLLOUT_MESH, _build_agent_loop, declare_mesh
 
         spec = self.spec
         self.init_process_group(spec.backend)
@@ -112,24 +108,9 @@ class RolloutWorker(Worker):
 
     # --- weights from the trainer's pool --------------------------------------------------
 
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
-    def open_weight_bridge(
-        self, addr: str, port: int, world_size: int, manifest: list[TensorMeta], pools: str
-    ) -> None:
-        """Join the bridge as rank ``1 + rank`` (the trainer's rank 0 is bridge rank 0)."""
-        from rlcore.workers.weight_bridge import WeightBridge
-
-        self._bridge = WeightBridge(
-            addr=addr,
-            port=port,
-            rank=1 + self.rank,
-            world_size=world_size,
-            backend=self.spec.backend,
-            timeout_s=self._collective_timeout_s,
-            pools=pools,
-            manifest=manifest,
-            bucket_bytes=self.spec.weight_sync_bucket_bytes,
-        )
+    def _bridge_rank(self) -> int:
+        """Bridge rank ``1 + rank`` (the trainer's rank 0 is bridge rank 0)."""
+        return 1 + self.rank
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
     def receive_weights(self, version: int) -> DataProto:

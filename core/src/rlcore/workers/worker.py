@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "COLLECTIVE_TIMEOUT_KEY",
+    "RoleWorker",
     "Worker",
     "WorkerSettings",
     "find_free_port",
@@ -248,3 +249,16 @@ class Worker:
             "rank": self._rank,
             "num_threads": self._num_threads,
         }
+
+
+class RoleWorker(Worker):
+    """A worker built from a spec made on the driver (a role's: policy, critic, the rollout on
+    its own pool, an extra role), whose ``settings`` (:class:`WorkerSettings`) it applies
+    first."""
+
+    spec: Any
+
+    def __init__(self, spec: Any) -> None:
+        super().__init__()
+        self.apply_settings(spec.settings)
+        self.spec = spec

@@ -9,7 +9,7 @@ from typing import Any
 
 from rlcore.errors import RewardError
 from rlcore.interfaces import BaseBatchReward, RewardBatch
-from rlcore.testing.conformance._common import fail
+from rlcore.testing.conformance._common import check_time_limit, fail
 from rlcore.testing.conformance._contract import check_class, construct
 from rlcore.testing.conformance._reward import ADVERSARIAL_INPUTS
 
@@ -124,13 +124,7 @@ def check_batch_reward(
             result = scorer.score_batch(batch)
         except Exception as err:  # the finding: model output made the scorer raise
             fail(what, "score_batch must not raise", f"{label}: {type(err).__name__}: {err}")
-        elapsed = time.monotonic() - start
-        if elapsed > time_limit_s:
-            fail(
-                what,
-                f"score_batch must return within time_limit_s={time_limit_s:g}",
-                f"{label}: took {elapsed:.2f} s",
-            )
+        check_time_limit(what, "score_batch", label, start, time_limit_s)
         try:
             checked = checked_scores(cls.__name__, result, batch)
         except RewardError as err:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import pickle
+import time
 from typing import Any, NoReturn
 
 import attrs
@@ -20,6 +21,18 @@ def fail(what: str, rule: str, detail: str) -> NoReturn:
     """Raise the one-line AssertionError every check uses: ``<what>: <rule>: <detail>``."""
     msg = f"{what}: {rule}: {detail}"
     raise AssertionError(msg)
+
+
+def check_time_limit(what: str, call: str, label: str, start: float, time_limit_s: float) -> None:
+    """Fail when ``call`` on input ``label``, begun at ``start`` (``time.monotonic()``), ran
+    past ``time_limit_s``."""
+    elapsed = time.monotonic() - start
+    if elapsed > time_limit_s:
+        fail(
+            what,
+            f"{call} must return within time_limit_s={time_limit_s:g}",
+            f"{label}: took {elapsed:.2f} s",
+        )
 
 
 def name_of(cls: type) -> str:

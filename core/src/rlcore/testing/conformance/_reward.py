@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from rlcore.interfaces import BaseReward
-from rlcore.testing.conformance._common import fail, is_number
+from rlcore.testing.conformance._common import check_time_limit, fail, is_number
 from rlcore.testing.conformance._contract import check_class, construct
 
 __all__ = ["ADVERSARIAL_INPUTS", "check_reward"]
@@ -103,13 +103,7 @@ def check_reward(
                 "score must never raise on model output",
                 f"{label}: {type(err).__name__}: {err}",
             )
-        elapsed = time.monotonic() - start
-        if elapsed > time_limit_s:
-            fail(
-                what,
-                f"score must return within time_limit_s={time_limit_s:g}",
-                f"{label}: took {elapsed:.2f} s",
-            )
+        check_time_limit(what, "score", label, start, time_limit_s)
         _value(result, what, label)
         first[label] = result
 

@@ -388,6 +388,7 @@ def get_method_spec(fn: object) -> MethodSpec | None:
 # --- futures ------------------------------------------------------------------------------
 
 
+@attrs.define(kw_only=True, eq=False, slots=False)
 class GroupFuture:
     """The pending result of a non-blocking group call.
 
@@ -395,24 +396,14 @@ class GroupFuture:
     ordered data shards, ``pad_size`` the padding rows at the end of the last shards.
     """
 
-    def __init__(
-        self,
-        *,
-        refs: list[Any],
-        resolve: Callable[[list[Any]], list[Any]],
-        collect: Callable[[list[Any]], Any],
-        shards: list[Any] | None = None,
-        shard_kind: ShardKind | None = None,
-        pad_size: int = 0,
-    ) -> None:
-        self.refs = refs
-        self.shards = shards
-        self.shard_kind = shard_kind
-        self.pad_size = pad_size
-        self._resolve = resolve
-        self._collect = collect
-        self._done = False
-        self._value: Any = None
+    refs: list[Any]
+    _resolve: Callable[[list[Any]], list[Any]]
+    _collect: Callable[[list[Any]], Any]
+    shards: list[Any] | None = None
+    shard_kind: ShardKind | None = None
+    pad_size: int = 0
+    _done: bool = attrs.field(default=False, init=False)
+    _value: Any = attrs.field(default=None, init=False)
 
     def get(self) -> Any:
         """Wait for every rank and return the collected result (cached after the first call)."""

@@ -20,6 +20,7 @@ import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import numpy as np
 
 from rlcore.data.dataset import PromptDataset
@@ -78,6 +79,7 @@ def collate_prompts(
     )
 
 
+@attrs.define(eq=False, slots=False)
 class PromptDataLoader:
     """Batches of prompts; ``state_dict()``/``load_state_dict()`` save and restore the position.
 
@@ -87,33 +89,26 @@ class PromptDataLoader:
     batch's longest prompt (fixed shapes, for engines that compile per shape).
     """
 
-    def __init__(
-        self,
-        dataset: PromptDataset,
-        batch_size: int,
-        *,
-        shuffle: bool = True,
-        seed: int = 0,
-        drop_last: bool = True,
-        pad_to_max_length: bool = False,
-    ) -> None:
+    dataset: PromptDataset
+    batch_size: int
+    shuffle: bool = attrs.field(default=True, kw_only=True)
+    seed: int = attrs.field(default=0, kw_only=True)
+    drop_last: bool = attrs.field(default=True, kw_only=True)
+    pad_to_max_length: bool = attrs.field(default=False, kw_only=True)
+    epoch: int = attrs.field(default=0, init=False)
+    position: int = attrs.field(default=0, init=False)  # batches of this epoch handed out
+
+    def __attrs_post_init__(self) -> None:
+        dataset, batch_size = self.dataset, self.batch_size
         if batch_size <= 0:
             msg = f"batch_size must be > 0, got {batch_size}"
             raise DataError(msg)
-        if drop_last and len(dataset) < batch_size:
+        if self.drop_last and len(dataset) < batch_size:
             msg = (
                 f"the {dataset.name} set has {len(dataset)} prompts, fewer than one batch of "
                 f"{batch_size}; lower the batch size or add data"
             )
             raise DataError(msg)
-        self.dataset = dataset
-        self.batch_size = batch_size
-        self.shuffle = shuffle
-        self.seed = seed
-        self.drop_last = drop_last
-        self.pad_to_max_length = pad_to_max_length
-        self.epoch = 0
-        self.position = 0  # batches of the current epoch already handed out
 
     def __len__(self) -> int:
         n = len(self.dataset)

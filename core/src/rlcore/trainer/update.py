@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+import attrs
+
 from rlcore.engine_utils import learning_rate
 from rlcore.interfaces import BaseEngine, BatchTotals, LossFn
 from rlcore.trainer.levers import drop_zero_advantage_rows, old_log_probs_from_forward, with_totals
@@ -46,6 +48,7 @@ def summed(timing: dict[str, list[float]]) -> dict[str, float]:
     return {key: sum(values) for key, values in timing.items()}
 
 
+@attrs.define(eq=False, slots=False)
 class RoleTrainer:
     """One role's optimizer-step loop over the rows a worker got; owns the LR position.
 
@@ -55,24 +58,14 @@ class RoleTrainer:
     is purely data-parallel).
     """
 
-    def __init__(
-        self,
-        role: str,
-        engine: BaseEngine,
-        update: UpdateSpec,
-        *,
-        skip_zero_advantage_rows: bool = False,
-        backend: str = "gloo",
-        replicas: int = 1,
-    ) -> None:
-        self.role = role
-        self.engine = engine
-        self.update = update
-        # The loss ignores rows with zero advantage (rlcore.trainer.levers): leave them out.
-        self.skip_zero_advantage_rows = skip_zero_advantage_rows
-        self.backend = backend
-        self.replicas = replicas
-        self.steps = 0
+    role: str
+    engine: BaseEngine
+    update: UpdateSpec
+    # The loss ignores rows with zero advantage (rlcore.trainer.levers): leave them out.
+    skip_zero_advantage_rows: bool = attrs.field(default=False, kw_only=True)
+    backend: str = attrs.field(default="gloo", kw_only=True)
+    replicas: int = attrs.field(default=1, kw_only=True)
+    steps: int = attrs.field(default=0, init=False)
 
     def lr(self) -> float:
         return learning_rate(self.update.optim, self.steps, self.update.schedule_steps)

@@ -61,6 +61,7 @@ __all__ = [
     "ActorRolloutRefWorker",
     "CriticWorker",
     "WeightBridgeEnd",
+    "build_rollout",
     "declare_mesh",
     "push_weights",
 ]
@@ -98,6 +99,24 @@ def declare_mesh(worker: Worker, engine: BaseEngine | BaseRollout, mesh: str) ->
         dp_rank=info.dp_rank, dp_size=info.dp_size, is_collect=info.is_collect, mesh=mesh
     )
     return info
+
+
+def build_rollout(
+    worker: Worker, spec: PolicySpec | RolloutWorkerSpec
+) -> tuple[BaseRollout, AgentLoop | None]:
+    """The rollout of ``spec`` for ``worker``'s rank, and the agent loop with ``[agent]``.
+
+    Ranks draw different samples (seed + 1000 x rank); reruns reproduce. A rollout spanning
+    several workers says where this rank sits (``dispatch_info()``); otherwise every worker
+    is its own shard.
+    """
+    import attrs
+
+    rollout_spec = attrs.evolve(spec.rollout_spec, seed=spec.rollout_spec.seed + 1000 * worker.rank)
+    rollout = spec.rollout.build(rollout_spec)
+    declare_mesh(worker, rollout, ROLLOUT_MESH)
+    agent_loop = None if spec.agent is None else _build_agent_loop(spec.agent)
+    return rollout, agent_loop
 
 
 def _build_agent_loop(spec: AgentSpec) -> AgentLoop:
@@ -211,16 +230,7 @@ class ActorRolloutRefWorker(WeightBridgeEnd):
         if spec.rollout_pool is not None:  # the rollout is a worker group of its own
             log.info("rank %d: actor%s ready (rollout on %s)", self.rank, ref, spec.rollout_pool)
             return
-        # Ranks draw different samples; reruns reproduce.
-        rollout_spec = attrs.evolve(
-            spec.rollout_spec, seed=spec.rollout_spec.seed + 1000 * self.rank
-        )
-        self.rollout = spec.rollout.build(rollout_spec)
-        # A rollout spanning several workers says where this rank sits (dispatch_info());
-        # otherwise every worker is its own shard.
-        declare_mesh(self, self.rollout, ROLLOUT_MESH)
-        if spec.agent is not None:
-            self.agent_loop = _build_agent_loop(spec.agent)
+        self.rollout, self.agent_loop = build_rollout(self, spec)
         self._sync_weights()
         log.info("rank %d: actor%s and rollout ready", self.rank, ref)
 

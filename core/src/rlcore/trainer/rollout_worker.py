@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlcore.dispatch import Dispatch, mesh_dispatch_mode, register
-from rlcore.trainer.roles import ROLLOUT_MESH, WeightBridgeEnd, _build_agent_loop, declare_mesh
+from rlcore.trainer.roles import WeightBridgeEnd, build_rollout
 from rlcore.trainer.update import clock, summed
 
 if TYPE_CHECKING:
@@ -52,19 +52,11 @@ class RolloutWorker(WeightBridgeEnd):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
-        """Join this pool's own process group, then build the rollout (and agent loop)."""
-        import attrs
-
+        """Join this pool's own process group, then build the rollout (and agent loop) as the
+        policy worker does (the same per-rank seeds)."""
         spec = self.spec
         self.init_process_group(spec.backend)
-        # Ranks draw different samples; reruns reproduce (the policy worker's offsets).
-        rollout_spec = attrs.evolve(
-            spec.rollout_spec, seed=spec.rollout_spec.seed + 1000 * self.rank
-        )
-        self.rollout = spec.rollout.build(rollout_spec)
-        declare_mesh(self, self.rollout, ROLLOUT_MESH)
-        if spec.agent is not None:
-            self.agent_loop = _build_agent_loop(spec.agent)
+        self.rollout, self.agent_loop = build_rollout(self, spec)
         log.info("rank %d: rollout ready on pool %s", self.rank, spec.pool)
 
     def _rollout(self) -> BaseRollout:

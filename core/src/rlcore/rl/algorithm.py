@@ -9,9 +9,9 @@ loss / KL-in-reward and the entropy bonus come from here::
     class GRPO(PolicyGradientAlgorithm):
         @attrs.frozen(kw_only=True)
         class Config(PolicyGradientAlgorithm.Config):
-            adv_estimator: str | None = attrs.field(default="grpo", validator=adv_estimator_name)
-            norm_adv_by_std: bool = True
-            epsilon: float = 1e-6
+            adv_estimator: str | None = adv_estimator_key("grpo", "The advantage estimator.")
+            norm_adv_by_std: bool = key(True, "Divide by the group's std.")
+            epsilon: float = key(1e-6, "Added to the group's std before dividing.")
 
 Run state: the KL-in-reward controller (:attr:`kl_ctrl`) is the only state, and it is used
 on the driver only (:meth:`compute_rewards` reads and updates it); workers rebuild the
@@ -52,6 +52,7 @@ __all__ = [
     "POLICY_LOSSES",
     "KLControlConfig",
     "PolicyGradientAlgorithm",
+    "adv_estimator_key",
     "adv_estimator_name",
     "policy_loss_name",
     "require",
@@ -90,6 +91,12 @@ def adv_estimator_name(instance: Any, attribute: attrs.Attribute[Any], value: st
             f"which algorithm {algorithm} does not have"
         )
         raise ValueError(msg)
+
+
+def adv_estimator_key(default: str | None, help: str) -> Any:
+    """An algorithm's ``adv_estimator`` key: its default estimator and help text, checked by
+    :func:`adv_estimator_name` (registered, and its options present in the ``Config``)."""
+    return key(default, help, validator=adv_estimator_name)
 
 
 @attrs.frozen(kw_only=True)
@@ -191,12 +198,11 @@ class PolicyGradientAlgorithm(BaseAlgorithm):
             "sapo, gmpo, kl_cov; plugins may add more).",
             validator=policy_loss_name,
         )
-        adv_estimator: str | None = key(
+        adv_estimator: str | None = adv_estimator_key(
             None,
             "The advantage estimator by name (gae, grpo, rloo, reinforce_plus_plus, "
             "reinforce_plus_plus_baseline, or a plugin's); the algorithm must have "
             "the options it reads.",
-            validator=adv_estimator_name,
         )
         sapo_tau_pos: float = key(
             1.0, "sapo policy loss: gate temperature for positive advantages.", validator=_v.gt(0.0)

@@ -32,7 +32,7 @@ import numpy as np
 
 from rlcore.errors import RlcoreError
 from rlcore.interfaces import key
-from rlcore.rl.algorithm import PolicyGradientAlgorithm, adv_estimator_name
+from rlcore.rl.algorithm import PolicyGradientAlgorithm, adv_estimator_key
 from rlcore.rl.step import StepContext, StepProgram, compute_advantages
 
 if TYPE_CHECKING:
@@ -217,10 +217,9 @@ class DAPO(PolicyGradientAlgorithm):
             validator=_v.ge(0.0),
         )  # clip-higher
         # GRPO's group-normalised advantages, from the core's estimator registry
-        adv_estimator: str | None = key(
+        adv_estimator: str | None = adv_estimator_key(
             "grpo",
             "The advantage estimator; grpo: group-normalised, as GRPO.",
-            validator=adv_estimator_name,
         )
         norm_adv_by_std: bool = key(
             True, "Divide by the group's std (GRPO); false: only subtract the mean."

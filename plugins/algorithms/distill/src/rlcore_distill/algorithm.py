@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from rlcore.interfaces import ExtraRole, key
-from rlcore.rl.algorithm import PolicyGradientAlgorithm, adv_estimator_name, require
+from rlcore.rl.algorithm import PolicyGradientAlgorithm, adv_estimator_key, require
 from rlcore.rl.step import Phase, StepContext, StepProgram
 
 if TYPE_CHECKING:
@@ -169,10 +169,9 @@ class Distill(PolicyGradientAlgorithm):
             "added to the KL part; 0: pure distillation (the reward is still logged).",
             validator=_v.ge(0.0),
         )
-        adv_estimator: str | None = key(
+        adv_estimator: str | None = adv_estimator_key(
             "grpo",
             "The estimator of the reward part (with reward_weight > 0).",
-            validator=adv_estimator_name,
         )
         norm_adv_by_std: bool = key(
             True, "Reward part: divide by the group's std (GRPO); false: only the mean."

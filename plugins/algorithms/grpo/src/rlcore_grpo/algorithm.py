@@ -9,7 +9,7 @@ from __future__ import annotations
 import attrs
 
 from rlcore.interfaces import key
-from rlcore.rl.algorithm import PolicyGradientAlgorithm, adv_estimator_name
+from rlcore.rl.algorithm import PolicyGradientAlgorithm, adv_estimator_key
 
 __all__ = ["GRPO", "ReinforcePlusPlus"]
 
@@ -27,11 +27,10 @@ class GRPO(PolicyGradientAlgorithm):
 
     @attrs.frozen(kw_only=True)
     class Config(PolicyGradientAlgorithm.Config):
-        adv_estimator: str | None = key(
+        adv_estimator: str | None = adv_estimator_key(
             "grpo",
             "The advantage estimator; grpo: each response's score minus its group's "
             "mean, over the group's std + epsilon.",
-            validator=adv_estimator_name,
         )
         norm_adv_by_std: bool = key(
             True, "Divide by the group's std (GRPO); false: only subtract the mean (Dr. GRPO)."
@@ -53,12 +52,11 @@ class ReinforcePlusPlus(PolicyGradientAlgorithm):
 
     @attrs.frozen(kw_only=True)
     class Config(PolicyGradientAlgorithm.Config):
-        adv_estimator: str | None = key(
+        adv_estimator: str | None = adv_estimator_key(
             "reinforce_plus_plus",
             "The advantage estimator; reinforce_plus_plus: discounted token returns "
             "whitened over the batch; reinforce_plus_plus_baseline: score minus its "
             "group's mean, whitened.",
-            validator=adv_estimator_name,
         )
         gamma: float = key(
             1.0,

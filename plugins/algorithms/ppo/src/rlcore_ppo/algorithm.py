@@ -8,7 +8,7 @@ import attrs
 import torch
 
 from rlcore.interfaces import BatchTotals, ModelOutputs, key
-from rlcore.rl.algorithm import PolicyGradientAlgorithm, adv_estimator_name, require
+from rlcore.rl.algorithm import PolicyGradientAlgorithm, adv_estimator_key, require
 from rlcore.rl.losses import LOSS_AGG_MODES, LossAggMode, compute_value_loss
 from rlcore.rl.masked import masked_mean
 
@@ -36,10 +36,9 @@ class PPO(PolicyGradientAlgorithm):
 
         gamma: float = key(1.0, "GAE discount.", validator=[_v.ge(0.0), _v.le(1.0)])
         lam: float = key(1.0, "GAE lambda.", validator=[_v.ge(0.0), _v.le(1.0)])
-        adv_estimator: str | None = key(
+        adv_estimator: str | None = adv_estimator_key(
             "gae",
             "The advantage estimator; gae: from the critic's values (gamma, lam).",
-            validator=adv_estimator_name,
         )
         cliprange_value: float = key(
             0.5,

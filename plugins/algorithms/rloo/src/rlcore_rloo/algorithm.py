@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import attrs
 
-from rlcore.interfaces import key
-from rlcore.rl.algorithm import PolicyGradientAlgorithm, adv_estimator_name
+from rlcore.rl.algorithm import PolicyGradientAlgorithm, adv_estimator_key
 
 __all__ = ["RLOO"]
 
@@ -21,11 +20,10 @@ class RLOO(PolicyGradientAlgorithm):
 
     @attrs.frozen(kw_only=True)
     class Config(PolicyGradientAlgorithm.Config):
-        adv_estimator: str | None = key(
+        adv_estimator: str | None = adv_estimator_key(
             "rloo",
             "The advantage estimator; rloo: each response's score minus the mean of "
             "the other responses of its prompt.",
-            validator=adv_estimator_name,
         )
 
     config: RLOO.Config

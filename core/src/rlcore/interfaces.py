@@ -378,6 +378,9 @@ class GenerationRole:
     max_prompt_length: int = attrs.field(default=1024, validator=attrs.validators.ge(1))
     max_response_length: int = attrs.field(default=256, validator=attrs.validators.ge(1))
     apply_chat_template: bool = True
+    # The key of the reward's options that set model_path (errors name
+    # reward.options.<reward>.<model_key>; checked before Ray starts).
+    model_key: str = "model_path"
 
 
 @attrs.frozen(kw_only=True)

@@ -5,10 +5,11 @@ Driver side: the reward manager and the algorithm (for advantages), each built t
 pool (``nnodes × processes_per_node`` processes) holding every role, colocated in one process
 per device: the policy (``ActorRolloutRefWorker``) and, when the algorithm needs one, the
 critic, the algorithm's extra roles and the batched rewards' generation roles (a judge,
-:mod:`rlcore.trainer.generation_roles`). With ``[resources] placement = { rollout = "gen" }`` the rollout is a worker group of
-its own on ``[resources.pools.gen]`` (:class:`~rlcore.trainer.rollout_worker.RolloutWorker`),
-and ``Workers.policy`` is a :class:`~rlcore.trainer.placement.SplitPolicy` with the policy
-group's methods (docs/placement.md). The specs decide which roles exist; nothing here
+:mod:`rlcore.trainer.generation_roles`). With ``[resources] placement = { rollout = "gen" }``
+the rollout is a worker group of its own on ``[resources.pools.gen]``
+(:class:`~rlcore.trainer.rollout_worker.RolloutWorker`), and ``Workers.policy`` is a
+:class:`~rlcore.trainer.placement.SplitPolicy` with the policy group's methods
+(docs/placement.md). The specs decide which roles exist; nothing here
 branches on a plugin name.
 """
 

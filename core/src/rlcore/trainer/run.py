@@ -74,6 +74,7 @@ def run_training(
     from rlcore.checkpoint import CHECKPOINTS_DIR, CheckpointManager
     from rlcore.config import config_to_dict, dump_toml
     from rlcore.data import build_datasets, build_loaders, load_tokenizer
+    from rlcore.preflight.roles import check_reward_roles
     from rlcore.tracking import Tracker
     from rlcore.trainer.builder import (
         build_algorithm,
@@ -99,6 +100,7 @@ def run_training(
     run_dir = prepare_run_dir(config, resuming=resume_from is not None)
     algorithm = build_algorithm(config, registry)
     check_extra_roles(config, algorithm.needs.extra_roles)  # one line before Ray starts
+    check_reward_roles(config, registry)  # a judge's model folder, likewise
     check_pools_before_ray(config.resources)  # the pools fit this machine (local runs)
     if not ray.is_initialized():
         start_ray(config.resources)

@@ -49,8 +49,9 @@ def test_an_unknown_placeholder_is_one_line(run, capsys, registry, tiny):
 
 
 def test_a_judge_model_path_that_does_not_exist_is_one_line(run, capsys, registry, tmp_path):
+    # A file check (preflight, with model.path's), so the line names no config file.
     missing = tmp_path / "no-judge"
-    case(
+    bi.case(
         run,
         capsys,
         registry,
@@ -71,6 +72,30 @@ def test_a_judge_without_a_model_path_is_one_line(run, capsys, registry):
     )
 
 
+def test_a_judge_folder_without_weights_is_one_line(run, capsys, registry, tiny, tmp_path):
+    empty = bi.model_copy(tiny, tmp_path / "judge")
+    bi.weights_file(empty).unlink()
+    bi.case(
+        run,
+        capsys,
+        registry,
+        _judge(empty),
+        f"reward.options.judge.model_path: {empty} has no weights (*.safetensors or "
+        "pytorch_model*.bin); download or save the model there",
+    )
+
+
+def test_bad_rollout_options_for_the_judge_are_one_line(run, capsys, registry, tiny):
+    overrides = [*_judge(tiny), "reward.options.judge.rollout_options.max_batch_sise=4"]
+    code, err = bi.train_preflight(run, overrides, capsys, registry)
+    assert code == 2
+    assert err.count("\n") == 1
+    assert err.startswith(
+        "error: reward.options.judge.rollout_options.max_batch_sise: unknown key (did you "
+        "mean 'max_batch_size'?)"
+    )
+
+
 @pytest.mark.parametrize(
     ("option", "expected"),
     [
@@ -79,8 +104,9 @@ def test_a_judge_without_a_model_path_is_one_line(run, capsys, registry):
         ({"out_of_range": "wrap"}, 'reward.options.judge.out_of_range: must be one of "unp'),
     ],
 )
-def test_parser_options_are_checked_when_the_config_loads(run, capsys, registry, tiny, option,
-                                                          expected):
+def test_parser_options_are_checked_when_the_config_loads(
+    run, capsys, registry, tiny, option, expected
+):
     code, err = bi.train_preflight(run, _judge(tiny, **option), capsys, registry)
     assert code == 2
     assert err.count("\n") == 1

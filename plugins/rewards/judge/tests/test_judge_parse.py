@@ -74,7 +74,9 @@ def test_hostile_outputs_are_unparseable_never_raise(text):
     assert j.raw is None
 
 
-@pytest.mark.parametrize(("text", "raw"), [("[[11]]", 11.0), ("[[-1]]", -1.0), ("[[99999]]", 99999.0)])
+@pytest.mark.parametrize(
+    ("text", "raw"), [("[[11]]", 11.0), ("[[-1]]", -1.0), ("[[99999]]", 99999.0)]
+)
 def test_out_of_scale_is_unparseable_by_default_and_clamped_on_request(text, raw):
     j = parse(text)
     assert (j.status, j.score, j.raw) == ("out_of_range", 0.0, raw)

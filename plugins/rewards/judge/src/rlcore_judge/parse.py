@@ -176,8 +176,8 @@ class ScoreParser:
 
     def _number(self, text: str) -> str | None:
         found = None
-        for found in self.pattern.finditer(text):
-            pass
+        for match in self.pattern.finditer(text):  # the last one
+            found = match
         if found is not None:
             return found.group(1) if self.pattern.groups else found.group(0)
         if self.last_number:
@@ -198,9 +198,8 @@ class ScoreParser:
         value = float(token)
         if not math.isfinite(value):
             return bad
-        if not self.lo <= value <= self.hi:
-            if self.out_of_range == "unparseable":
-                return Judgement(score=self.unparseable_score, raw=value, status="out_of_range")
+        if not self.lo <= value <= self.hi and self.out_of_range == "unparseable":
+            return Judgement(score=self.unparseable_score, raw=value, status="out_of_range")
         clamped = min(max(value, self.lo), self.hi)
         score = (clamped - self.lo) / (self.hi - self.lo)
         return Judgement(score=score, raw=value, status="ok")

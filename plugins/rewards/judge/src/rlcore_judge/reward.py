@@ -70,15 +70,11 @@ def _pattern(_: Any, __: Any, value: str) -> None:
 
 
 def _model_folder(_: Any, __: Any, value: str) -> None:
-    from rlcore.preflight.model import check_model_folder
-
+    # The folder's files are checked with the run's others, before Ray starts (preflight:
+    # rlcore.preflight.roles.check_reward_roles); `rlcore config validate` checks the config.
     if not value:
         msg = "is required: a local Hugging Face model folder (the judge model)"
         raise ValueError(msg)
-    try:
-        check_model_folder(value, "")
-    except ConfigError as err:  # "<key>: <why>"; the loader names the key itself
-        raise ValueError(str(err).removeprefix(": ")) from None
 
 
 def _scale(_: Any, __: Any, value: tuple[float, float]) -> None:
@@ -104,7 +100,10 @@ class JudgeReward(BaseBatchReward):
         model_path: str = attrs.field(
             default="",
             validator=_model_folder,
-            metadata={"help": "The judge model: a local Hugging Face folder (required)."},
+            metadata={
+                "help": "The judge model: a local Hugging Face folder (required; checked "
+                "before Ray starts)."
+            },
         )
         template: str = attrs.field(
             default=DEFAULT_TEMPLATE,

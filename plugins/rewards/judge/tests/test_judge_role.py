@@ -115,3 +115,37 @@ def test_an_unbound_judge_says_so(tmp_path):
     assert (role.name, role.rollout, role.max_response_length) == ("judge", "hf", 64)
     with pytest.raises(RewardError, match="role 'judge' is not bound"):
         reward.score_batch(_batch(["q"], ["a"], ["1"]))
+
+
+def test_the_prompt_placeholder_is_the_question_not_the_chat_text(tmp_path):
+    import attrs
+    import numpy as np
+
+    from rlcore.protocol import DataProto
+    from rlcore.reward import RewardManager
+    from rlcore.testing.runs import tiny_run_model
+    from rlcore_judge.reward import JudgeReward
+
+    reward = JudgeReward(
+        JudgeReward.Config(
+            model_path=str(tiny_run_model(tmp_path / "m")), template="Q={prompt} A={response}"
+        )
+    )
+    batch = _batch(["user\nWhat is 1 + 2?\nassistant\n"] * 3, ["3", "4", "5"], ["3"] * 3)
+    raw = np.empty(3, dtype=object)
+    raw[:] = [
+        [{"role": "system", "content": "Brief."}, {"role": "user", "content": "What is 1 + 2?"}],
+        "plain text prompt",
+        None,  # none: the decoded prompt
+    ]
+    batch = attrs.evolve(batch, data=DataProto.from_dict(non_tensors={"raw_prompt": raw}))
+    assert reward.prompts(batch) == [
+        "Q=What is 1 + 2? A=3",
+        "Q=plain text prompt A=4",
+        "Q=user\nWhat is 1 + 2?\nassistant\n A=5",
+    ]
+    # The manager collects the roles its scorers declare and refuses a role left unplaced.
+    manager = RewardManager(None, {"judge": reward}, default=["judge"], num_workers=1)
+    assert [r.name for r in manager.roles()] == ["judge"]
+    with pytest.raises(Exception, match=r"reward 'judge': its roles \['judge'\] were not placed"):
+        manager.bind_roles({})

@@ -68,7 +68,9 @@ timeout_s = 120
         assert 0 <= r["reward/scorer/judge/mean"] <= 1
         if unparseable == judged:  # garbage throughout: every row the configured default
             assert r["reward/scorer/judge/mean"] == pytest.approx(0.25)
-        assert "reward/scorer/gsm8k/mean" in r  # the rule reward beside it, by weight
+        if judged == 8:  # every row scored by both: the combined score is the weighted sum
+            expected = r["reward/scorer/gsm8k/mean"] + 0.5 * r["reward/scorer/judge/mean"]
+            assert r["critic/score/mean"] == pytest.approx(expected, abs=1e-6)
         assert "timing_s/reward" in r
     # a random judge does not write "[[n]]": most judgements are unparseable
     total = sum(r["reward/scorer/judge/unparseable"] for r in steps)

@@ -8,7 +8,8 @@ beside the policy in every process of the run's pool and hands the role's worker
 model it started with.
 
 Each step the reward manager gives the rows that select ``judge`` (one call per step). For
-each row the ``template`` is filled with ``{prompt}`` (the decoded prompt), ``{response}``
+each row the ``template`` is filled with ``{prompt}`` (the last user message of the row's
+``raw_prompt``, else the decoded prompt), ``{response}``
 (the policy's answer; required) and ``{ground_truth}``; the prompts go to the role
 ``batch_size`` at a time (at most that many judged at once, split over the role's ranks),
 each call bounded by ``timeout_s`` (past it the run stops with an error naming the role and
@@ -276,7 +277,7 @@ class JudgeReward(BaseBatchReward):
         template = self.config.template
         return [
             render(template, prompt=p, response=r, ground_truth=t)
-            for p, r, t in zip(batch.prompts, batch.responses, batch.ground_truths)
+            for p, r, t in zip(questions(batch), batch.responses, batch.ground_truths)
         ]
 
     def score_batch(self, batch: RewardBatch) -> BatchScores:
@@ -356,6 +357,31 @@ class JudgeReward(BaseBatchReward):
             self.config.unparseable_score,
             first[:200],
         )
+
+
+def questions(batch: RewardBatch) -> list[str]:
+    """Each row's ``{prompt}``: the content of the last user message of the row's
+    ``raw_prompt`` (the data's messages, without the policy's chat-template text), else the
+    decoded prompt."""
+    raw = batch.data.non_tensor_batch.get("raw_prompt")
+    out: list[str] = []
+    for i, decoded in enumerate(batch.prompts):
+        text = decoded
+        messages = raw[i] if raw is not None and i < len(raw) else None
+        if hasattr(messages, "tolist"):
+            messages = messages.tolist()
+        if isinstance(messages, str):
+            text = messages
+        elif isinstance(messages, list):
+            users = [
+                m.get("content")
+                for m in messages
+                if isinstance(m, Mapping) and m.get("role") == "user"
+            ]
+            if users and isinstance(users[-1], str):
+                text = users[-1]
+        out.append(text)
+    return out
 
 
 def _max(values: Any) -> float:

@@ -124,6 +124,7 @@ def test_written_parquet_loads_unfiltered_within_the_config_limits(prepare, mode
         QUICKSTART / "dapo.toml",
         QUICKSTART / "remax.toml",
         QUICKSTART / "distill.toml",
+        QUICKSTART / "judge.toml",
         GSM8K_EXAMPLE / "grpo.toml",
         GSM8K_EXAMPLE / "ppo.toml",
         GSM8K_EXAMPLE / "rloo.toml",

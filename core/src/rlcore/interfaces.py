@@ -84,6 +84,7 @@ __all__ = [
     "EngineSpec",
     "ExtraRole",
     "GenerationResult",
+    "GenerationRole",
     "LossFn",
     "ModelOutputs",
     "OptimConfig",
@@ -368,6 +369,48 @@ class ExtraRole:
     def output_key(self) -> str:
         """The batch key of what the role computes: ``<name>_log_prob``."""
         return f"{self.name}_{self.computes}"
+
+
+@attrs.frozen(kw_only=True)
+class GenerationRole:
+    """A frozen model served by a rollout engine in a worker role of its own, declared by a
+    batched reward (:attr:`BaseBatchReward.roles`): a generative judge.
+
+    The core places one worker per process of the run's pool (colocated with the policy, as
+    an extra role is), builds the ``rollout`` plugin there on ``model_path`` and hands the
+    reward the role's worker group through :meth:`BaseBatchReward.bind_roles`. Its weights
+    are never synced: the policy's updates do not reach it. The group has one method::
+
+        out = group.generate_text(prompts, sampling).get()   # DataProto in, DataProto out
+
+    (non-blocking: the call returns a future whose ``refs`` the caller may wait on with a
+    limit of its own before ``get()``).
+
+    ``prompts.non_tensor_batch["prompt_text"]``: one text per row, which the worker wraps as
+    one user turn of the model's chat template (``apply_chat_template``; else the text is
+    tokenized as it is), keeps the last ``max_prompt_length`` tokens of (counted in
+    ``out.non_tensor_batch["prompt_truncated"]``) and generates from with ``sampling``
+    (:class:`SamplingParams`; ``max_new_tokens`` at most ``max_response_length``);
+    ``out.non_tensor_batch["generated_text"]`` is the decoded answer (special tokens
+    skipped). Rows are split over the group's data-parallel ranks.
+
+    ``name``: the role's name (the worker group's, in logs and errors); ``rollout`` and
+    ``rollout_options``: the rollout plugin and its ``Config`` instance (None: defaults);
+    ``dtype`` None: the run's ``model.dtype``.
+    """
+
+    name: str = attrs.field(validator=attrs.validators.matches_re(r"[a-z][a-z0-9_]*"))
+    model_path: str
+    rollout: str = "hf"
+    rollout_options: Any = None
+    dtype: Dtype | None = None
+    trust_remote_code: bool = False
+    max_prompt_length: int = attrs.field(default=1024, validator=attrs.validators.ge(1))
+    max_response_length: int = attrs.field(default=256, validator=attrs.validators.ge(1))
+    apply_chat_template: bool = True
+    # The key of the reward's options that set model_path (errors name
+    # reward.options.<reward>.<model_key>; checked before Ray starts).
+    model_key: str = "model_path"
 
 
 @attrs.frozen(kw_only=True)
@@ -819,6 +862,19 @@ class BaseBatchReward(abc.ABC):
     @abc.abstractmethod
     def score_batch(self, batch: RewardBatch) -> BatchScores:
         """Score every row of ``batch``: (B,) sequence-level or (B, R) token-level scores."""
+
+    @property
+    def roles(self) -> tuple[GenerationRole, ...]:
+        """The worker roles this scorer needs (a judge model); none by default.
+
+        The core places each (:class:`GenerationRole`) before the first step and hands
+        their worker groups to :meth:`bind_roles`.
+        """
+        return ()
+
+    def bind_roles(self, groups: Mapping[str, Any]) -> None:
+        """Receive the worker group of each declared role, by name, before the first call
+        of :meth:`score_batch`; no-op by default."""
 
     def close(self) -> None:
         """Release what the scorer holds (a client, a model); no-op by default.

@@ -83,9 +83,10 @@ def preflight(config: RunConfig, *, registry: PluginRegistry | None = None) -> P
         and needs.critic
     ):
         check_model_folder(critic_path, "critic.model_path")
-    from rlcore.preflight.roles import check_extra_roles
+    from rlcore.preflight.roles import check_extra_roles, check_reward_roles
 
     check_extra_roles(config, needs.extra_roles)
+    check_reward_roles(config, registry)  # a judge's model folder
     from rlcore.workers.cluster import check_pools_before_ray
 
     check_pools_before_ray(config.resources)  # [resources.pools] fit this machine

@@ -1,8 +1,10 @@
-"""The algorithm's extra roles against ``[roles.<name>]``, before Ray starts.
+"""The roles a run places beside the policy, checked before Ray starts.
 
 A role the algorithm declares (:attr:`BaseAlgorithm.extra_roles`) without a section or a
 ``model.path``, a section no role asks for, and a model folder that does not exist are each
-one line naming the key.
+one line naming the key. So is a batched reward's generation role (a judge,
+:attr:`BaseBatchReward.roles`) whose model folder does not exist
+(``reward.options.<name>.<model_key>``).
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from rlcore.config import RunConfig
-    from rlcore.interfaces import ExtraRole
+    from rlcore.interfaces import ExtraRole, GenerationRole
+    from rlcore.plugins import PluginRegistry
 
-__all__ = ["check_extra_roles"]
+__all__ = ["check_extra_roles", "check_reward_roles", "reward_roles"]
 
 
 def check_extra_roles(config: RunConfig, declared: Sequence[ExtraRole]) -> None:
@@ -43,3 +46,34 @@ def check_extra_roles(config: RunConfig, declared: Sequence[ExtraRole]) -> None:
             )
             raise ConfigError(msg)
         check_model_folder(section.model.path, f"roles.{role.name}.model.path")
+
+
+def reward_roles(
+    config: RunConfig, registry: PluginRegistry | None = None
+) -> list[tuple[str, GenerationRole]]:
+    """``(reward name, role)`` for each generation role of the selected batched rewards;
+    builds each batched reward (its ``__init__`` should stay cheap: models load in roles)."""
+    from rlcore.interfaces import BaseBatchReward
+    from rlcore.plugins import Component
+
+    found: list[tuple[str, GenerationRole]] = []
+    reward = config.reward
+    for name in reward.selected():
+        component = Component(
+            kind="reward", name=name, options=reward.options.get(name), where="[reward]"
+        )
+        if not issubclass(component.resolve(registry), BaseBatchReward):
+            continue
+        scorer: BaseBatchReward = component.build(registry=registry)
+        try:
+            found.extend((name, role) for role in scorer.roles)
+        finally:
+            scorer.close()
+    return found
+
+
+def check_reward_roles(config: RunConfig, registry: PluginRegistry | None = None) -> None:
+    """Every batched reward's generation role has an existing model folder; one line naming
+    ``reward.options.<name>.<model_key>`` otherwise."""
+    for name, role in reward_roles(config, registry):
+        check_model_folder(role.model_path, f"reward.options.{name}.{role.model_key}")

@@ -31,6 +31,7 @@ from rlcore.reward.pool import ScoringPool
 if TYPE_CHECKING:
     import torch
 
+    from rlcore.interfaces import GenerationRole
     from rlcore.protocol import DataProto
 
 __all__ = ["RewardManager"]
@@ -313,6 +314,23 @@ class RewardManager:
             tensors={"token_level_scores": token_level_scores}, non_tensors=non_tensors
         )
         return out, metrics
+
+    def roles(self) -> list[GenerationRole]:
+        """The generation roles the batched scorers declare (:attr:`BaseBatchReward.roles`),
+        in scorer order; the trainer places them and calls :meth:`bind_roles`."""
+        return [role for scorer in self.batch_rewards.values() for role in scorer.roles]
+
+    def bind_roles(self, groups: Mapping[str, Any]) -> None:
+        """Hand each batched scorer the worker groups of the roles it declared."""
+        for name, scorer in self.batch_rewards.items():
+            wanted = [role.name for role in scorer.roles]
+            if not wanted:
+                continue
+            missing = [r for r in wanted if r not in groups]
+            if missing:
+                msg = f"reward {name!r}: its roles {missing} were not placed"
+                raise ConfigError(msg)
+            scorer.bind_roles({r: groups[r] for r in wanted})
 
     def close(self) -> None:
         """Stop the scoring processes, if any were started, and close the batched scorers."""

@@ -4,10 +4,12 @@ Driver side: the reward manager and the algorithm (for advantages), each built t
 :class:`rlcore.plugins.Component`, as the workers build theirs. Worker side: one resource
 pool (``nnodes × processes_per_node`` processes) holding every role, colocated in one process
 per device: the policy (``ActorRolloutRefWorker``) and, when the algorithm needs one, the
-critic. With ``[resources] placement = { rollout = "gen" }`` the rollout is a worker group of
-its own on ``[resources.pools.gen]`` (:class:`~rlcore.trainer.rollout_worker.RolloutWorker`),
-and ``Workers.policy`` is a :class:`~rlcore.trainer.placement.SplitPolicy` with the policy
-group's methods (docs/placement.md). The specs decide which roles exist; nothing here
+critic, the algorithm's extra roles and the batched rewards' generation roles (a judge,
+:mod:`rlcore.trainer.generation_roles`). With ``[resources] placement = { rollout = "gen" }``
+the rollout is a worker group of its own on ``[resources.pools.gen]``
+(:class:`~rlcore.trainer.rollout_worker.RolloutWorker`), and ``Workers.policy`` is a
+:class:`~rlcore.trainer.placement.SplitPolicy` with the policy group's methods
+(docs/placement.md). The specs decide which roles exist; nothing here
 branches on a plugin name.
 """
 
@@ -100,6 +102,8 @@ class Workers:
     critic: RayWorkerGroup | None
     pool: ResourcePool
     roles: dict[str, RayWorkerGroup] = attrs.Factory(dict)  # the algorithm's extra roles
+    # the batched rewards' generation roles (a judge), handed to the reward manager
+    generation_roles: dict[str, RayWorkerGroup] = attrs.Factory(dict)
     rollout_group: RayWorkerGroup | None = None  # the rollout's own group and pool, if any
     rollout_pool: ResourcePool | None = None
 
@@ -124,6 +128,7 @@ def build_workers(config: RunConfig, specs: RunSpecs) -> Workers:
     """
     from rlcore.resources import ResourcePool, ResourcePoolManager
     from rlcore.trainer.extra_roles import ExtraRoleWorker
+    from rlcore.trainer.generation_roles import GenerationRoleWorker
     from rlcore.trainer.roles import ActorRolloutRefWorker, CriticWorker
     from rlcore.workers import ClassWithInitArgs, RayWorkerGroup, create_colocated_worker_cls
 
@@ -148,6 +153,14 @@ def build_workers(config: RunConfig, specs: RunSpecs) -> Workers:
             )
             raise ConfigError(msg)
         roles[name] = ClassWithInitArgs(ExtraRoleWorker, role_spec)
+    for name, gen_spec in specs.generation_roles.items():  # a judge: placed alike, frozen
+        if name in roles:
+            msg = (
+                f"reward role {name!r}: the name is taken by another role ({', '.join(roles)}); "
+                "give the reward's role another name"
+            )
+            raise ConfigError(msg)
+        roles[name] = ClassWithInitArgs(GenerationRoleWorker, gen_spec)
     # Every role shares the one pool (colocated in one process per device), except a
     # rollout placed on a pool of its own (resources.placement).
     pools = {GLOBAL_POOL: pool}
@@ -171,7 +184,7 @@ def build_workers(config: RunConfig, specs: RunSpecs) -> Workers:
         critic = views.get(CRITIC)
         if critic is not None:
             critic.init_model()
-        for name in specs.roles:
+        for name in [*specs.roles, *specs.generation_roles]:
             views[name].init_model()
         # The policy last: its rollout sizes inference memory from what is left.
         views[POLICY].init_model()
@@ -186,7 +199,14 @@ def build_workers(config: RunConfig, specs: RunSpecs) -> Workers:
         " (+ reference)" if specs.policy.ref is not None else "",
     )
     extra = {name: views[name] for name in specs.roles}
-    workers = Workers(group=group, policy=views[POLICY], critic=critic, pool=pool, roles=extra)
+    workers = Workers(
+        group=group,
+        policy=views[POLICY],
+        critic=critic,
+        pool=pool,
+        roles=extra,
+        generation_roles={name: views[name] for name in specs.generation_roles},
+    )
     if rollout_pool is not None:
         try:
             _place_rollout(config, specs, workers, rollout_pool)

@@ -68,11 +68,13 @@ def run_training(
     where the algorithm, rewards and the specs' components are looked up (None: the installed
     plugins); a component of an in-process plugin travels to the workers as its class.
     """
+    import attrs
     import ray
 
     from rlcore.checkpoint import CHECKPOINTS_DIR, CheckpointManager
     from rlcore.config import config_to_dict, dump_toml
     from rlcore.data import build_datasets, build_loaders, load_tokenizer
+    from rlcore.preflight.roles import check_reward_roles
     from rlcore.tracking import Tracker
     from rlcore.trainer.builder import (
         build_algorithm,
@@ -82,6 +84,7 @@ def run_training(
     )
     from rlcore.trainer.extra_roles import check_extra_roles
     from rlcore.trainer.fit import Components, Trainer
+    from rlcore.trainer.generation_roles import build_generation_role_specs
     from rlcore.trainer.plan import build_loop_plan
     from rlcore.trainer.specs import build_specs, worker_settings
     from rlcore.workers.cluster import check_pools_before_ray, start_ray
@@ -97,6 +100,7 @@ def run_training(
     run_dir = prepare_run_dir(config, resuming=resume_from is not None)
     algorithm = build_algorithm(config, registry)
     check_extra_roles(config, algorithm.needs.extra_roles)  # one line before Ray starts
+    check_reward_roles(config, registry)  # a judge's model folder, likewise
     check_pools_before_ray(config.resources)  # the pools fit this machine (local runs)
     if not ray.is_initialized():
         start_ray(config.resources)
@@ -112,7 +116,22 @@ def run_training(
     total_steps = total_training_steps(config, len(train_loader))
     specs = build_specs(config, algorithm, total_steps, registry=registry)
     reward_manager = build_reward_manager(config, tokenizer, registry)
-    workers = build_workers(config, specs)
+    try:
+        # A batched reward's own models (a judge) run in roles beside the policy.
+        specs = attrs.evolve(
+            specs,
+            generation_roles=build_generation_role_specs(
+                config,
+                reward_manager.roles(),
+                settings=worker_settings(config),
+                taken=list(specs.roles),
+                registry=registry,
+            ),
+        )
+        workers = build_workers(config, specs)
+    except BaseException:
+        reward_manager.close()
+        raise
     config_dict = config_to_dict(config)  # for the loggers and the checkpoints' config.toml
     tracker = Tracker(
         run_dir,
@@ -125,6 +144,7 @@ def run_training(
         logger_options=config.trainer.logger_options,
     )
     try:
+        reward_manager.bind_roles(workers.generation_roles)
         trainer = Trainer(
             specs,
             build_loop_plan(config, total_steps, has_validation=val_loader is not None),

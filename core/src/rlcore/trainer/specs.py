@@ -214,6 +214,9 @@ class RunSpecs:
     rollout: RolloutWorkerSpec | None = None
     # trainer.async_mode = "one_step_off": generate batch k+1 while training on batch k
     one_step_off: bool = False
+    # the batched rewards' generation roles (a judge; rlcore.trainer.generation_roles), by
+    # name, each placed beside the policy; set by run_training once the rewards are built
+    generation_roles: dict[str, Any] = attrs.Factory(dict)
 
 
 def worker_settings(config: RunConfig) -> WorkerSettings:

@@ -15,10 +15,10 @@ or a bad data file costs a second, not a cluster start-up and a model load. It c
   the training set holds at least one batch;
 - ``trainer.resume`` given as a path: a complete checkpoint;
 - ``[resources.pools]`` on a private local Ray: the pools together fit this machine's CPUs
-  (and GPUs), :func:`rlcore.workers.cluster.check_local_pools`;
-- each selected engine (per role) and the rollout, by the plugin's own ``preflight``
-  (:mod:`rlcore.preflight.plugins`): tensor parallelism against the processes and the heads,
-  LoRA targets against the model's module names, a tensor-parallel rollout on CPU.
+  (and GPUs), :func:`rlcore.workers.cluster.check_local_pools`.
+
+``rlcore train`` then runs the selected engines' and rollout's own checks
+(:func:`rlcore.trainer.plugin_checks.check_plugins`), also before Ray starts.
 
 The datasets are built exactly as the trainer builds them (:func:`rlcore.data.build_datasets`),
 so what passes here loads there; :class:`Preflight` hands them back for the trainer to reuse
@@ -39,7 +39,7 @@ from rlcore.preflight.model import check_model_files, check_model_folder, check_
 if TYPE_CHECKING:
     from rlcore.config import RunConfig
     from rlcore.data import PromptDataset
-    from rlcore.interfaces import BaseAlgorithm
+    from rlcore.interfaces import AlgorithmNeeds
     from rlcore.plugins import PluginRegistry
 
 log = logging.getLogger(__name__)
@@ -47,15 +47,15 @@ log = logging.getLogger(__name__)
 __all__ = ["Preflight", "check_model_files", "check_model_folder", "check_tokenizer", "preflight"]
 
 
-def _algorithm(config: RunConfig, registry: PluginRegistry) -> BaseAlgorithm:
+def _needs(config: RunConfig, registry: PluginRegistry) -> AlgorithmNeeds:
     from rlcore.plugins import Component
 
     section = config.algorithm
     component = Component(
         kind="algorithm", name=section.name, options=section.options, where="[algorithm]"
     )
-    algorithm: BaseAlgorithm = component.build(registry=registry)
-    return algorithm
+    needs: AlgorithmNeeds = component.build(registry=registry).needs
+    return needs
 
 
 @attrs.frozen(kw_only=True)
@@ -78,8 +78,7 @@ def preflight(config: RunConfig, *, registry: PluginRegistry | None = None) -> P
 
     registry = registry if registry is not None else default_registry(config.plugins.disabled)
     check_model_folder(config.model.path, "model.path")
-    algorithm = _algorithm(config, registry)
-    needs = algorithm.needs
+    needs = _needs(config, registry)
     critic_path = config.critic.model_path
     if (
         critic_path is not None
@@ -93,9 +92,6 @@ def preflight(config: RunConfig, *, registry: PluginRegistry | None = None) -> P
     from rlcore.workers.cluster import check_pools_before_ray
 
     check_pools_before_ray(config.resources)  # [resources.pools] fit this machine
-    from rlcore.preflight.plugins import check_plugins
-
-    check_plugins(config, algorithm, registry)  # each engine's and the rollout's own checks
     tokenizer = check_tokenizer(
         config.model.tokenizer_path,
         chat_template=config.data.apply_chat_template,

@@ -231,6 +231,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
         # it reaches only this process: Ray and the reward pool start with it blocked.
         with sigterm_as_interrupt(), children_shielded_from_sigterm():
             started = _start_ray(start_ray, config)
+            if started:  # a private Ray's processes end with this one, even on SIGKILL
+                from rlcore.workers.reaper import start_reaper
+
+                start_reaper()
             with sigterm_as_interrupt():  # again: ray.init installed its own handler
                 result = run_training(config, prepared, registry=args.registry)
     except KeyboardInterrupt:

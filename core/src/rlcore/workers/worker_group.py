@@ -482,7 +482,11 @@ class RayWorkerGroup:
             return self._timeout_error(method, [ranks[i] for i in left], limit, waited, setting)
 
         waiter = wait_in_completion_order(
-            refs, timeout_s=limit, on_timeout=on_timeout, on_tick=self._on_wait_tick(method, ranks)
+            refs,
+            timeout_s=limit,
+            on_timeout=on_timeout,
+            on_tick=self._on_wait_tick(method, ranks),
+            poll_s=liveness.POLL_S,  # the heartbeats' poll: it bounds a stopped rank's report
         )
         try:
             for i in waiter:

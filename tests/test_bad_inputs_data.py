@@ -186,6 +186,46 @@ def test_overlong_prompts_are_filtered_with_a_logged_count(run, caplog, registry
     assert "filtered 1 of 8 prompts longer than 64 tokens from train.jsonl" in caplog.text
 
 
+def test_all_validation_prompts_longer_than_the_limit(run, capsys, registry):
+    """The validation files follow the same rule as the training files (issue 31: prompts over
+    ``max_prompt_length``): one line naming data.val_files."""
+    file = bi.data_dir(run) / "val.jsonl"
+    rows = [bi.row(i, prompt=[{"role": "user", "content": "x" * 100}]) for i in range(2)]
+    bi.write_jsonl(file, rows)
+    bi.case(
+        run,
+        capsys,
+        registry,
+        [],
+        f"data.val_files: all 2 prompts in {file} are longer than max_prompt_length=64 tokens; "
+        "raise max_prompt_length",
+    )
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_overlong_prompts_truncated_with_a_logged_count(run, caplog, registry, side):
+    """``filter_overlong_prompts = false`` with a truncation: each over-long prompt is cut to
+    ``max_prompt_length`` tokens on that side, and how many were cut is logged."""
+    file = bi.data_dir(run) / "train.jsonl"
+    rows = [bi.row(i) for i in range(8)]
+    rows[5]["prompt"] = [{"role": "user", "content": "x" * 100}]
+    bi.write_jsonl(file, rows)
+    overrides = ["data.filter_overlong_prompts=false", f'data.truncation="{side}"']
+    with caplog.at_level("WARNING", logger="rlcore.data.dataset"):
+        checked = preflight(load_config(run, overrides, registry=registry), registry=registry)
+    assert (
+        f"truncated 1 of 8 prompts longer than 64 tokens from train.jsonl (data.truncation = "
+        f"{side})" in caplog.text
+    )
+    assert len(checked.train_set) == 8
+    kept = checked.train_set[5]["input_ids"]
+    full = checked.tokenizer.apply_chat_template(
+        rows[5]["prompt"], add_generation_prompt=True, tokenize=False
+    )
+    ids = checked.tokenizer(full, add_special_tokens=False)["input_ids"]
+    assert kept == (ids[-64:] if side == "left" else ids[:64])
+
+
 def test_fewer_prompts_than_one_batch(run, capsys, registry):
     bi.write_jsonl(bi.data_dir(run) / "train.jsonl", [bi.row(0), bi.row(1), bi.row(2)])
     bi.case(

@@ -89,3 +89,42 @@ def test_ray_failing_to_start_is_one_line(run, capsys, registry, monkeypatch, tm
     from rlcore.trainer.runlock import acquire_run_lock
 
     acquire_run_lock(run_dir).release()  # freed
+
+
+@pytest.mark.parametrize("where", ["driver", "worker", "torch"])
+def test_a_disk_full_during_a_save_is_one_line(tmp_path, tiny, where):
+    """The trainer's save path when the disk fills up: in the driver's own write (ENOSPC), in
+    a worker's (delivered as a WorkerError carrying it) or as torch's writer says it (no
+    errno, the text only). One line naming the folder, both steps; nothing of the failed save
+    is left and the previous checkpoint verifies (the e2e case on a real tmpfs is in
+    test_save_faults.py)."""
+    import errno
+
+    from rlcore.checkpoint import CheckpointError, CheckpointManager
+    from rlcore.checkpoint.safe_load import verify_checkpoint
+    from rlcore.errors import WorkerError
+
+    first = bi.checkpoint(tmp_path / "run", 1, tiny)
+    root = first.parent
+    full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(root / "x"))
+
+    def write(tmp):
+        (tmp / "partial").write_bytes(b"x" * 100)
+        if where == "driver":
+            raise full
+        if where == "worker":
+            error = WorkerError("role actor_rollout_ref rank 0 failed in save_checkpoint: ...")
+            error.remote_cause = full
+            raise error
+        msg = "[enforce fail at inline_container.cc:664] . unexpected pos 320 vs 214: " + (
+            os.strerror(errno.ENOSPC)
+        )
+        raise RuntimeError(msg)
+
+    with pytest.raises(CheckpointError) as info:
+        CheckpointManager(root).save(2, write)
+    assert str(info.value) == (
+        f"no space left on {root} while saving step 2; the previous checkpoint at step 1 is intact"
+    )
+    assert sorted(p.name for p in root.iterdir()) == ["global_step_1", "latest"]
+    assert verify_checkpoint(first) is None

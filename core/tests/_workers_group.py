@@ -24,6 +24,16 @@ class DistWorker(DispatchWorker):
         return self.rank
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def refuse(self, bad_rank: int) -> int:
+        """What only a worker can check, refused on purpose: a one-line ``ConfigError``."""
+        if self.rank == bad_rank:
+            from rlcore.errors import ConfigError
+
+            msg = f"[actor.engine] some_key = 3 cannot run on rank {self.rank}; set 1"
+            raise ConfigError(msg)
+        return self.rank
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def die(self, rank: int) -> int:
         if self.rank == rank:
             os._exit(1)

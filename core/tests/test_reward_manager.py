@@ -253,6 +253,32 @@ def test_timeouts_and_errors_in_the_driver(tokenizer, caplog):
     assert "2 timeouts, 3 errors in 7 calls" in lines[0]
 
 
+@pytest.mark.parametrize("num_workers", [1, 2], ids=["driver", "pool"])
+def test_a_score_that_is_not_a_finite_number_is_an_error_scored_zero(
+    tokenizer, caplog, num_workers
+):
+    """None, NaN, inf, a string or ``{"score": None}``: the row scores 0 and is counted in
+    ``reward/errors`` with one warning per batch naming the first; the run goes on."""
+    rows = [("q", w, "7", "toy/a") for w in ("NONE", "NAN", "INF", "TEXT", "NULLSCORE")]
+    rows.append(("q", "7", "7", "toy/a"))
+    data, _ = make_batch(tokenizer, rows)
+    with (
+        caplog.at_level(logging.WARNING, logger="rlcore.reward"),
+        manager(tokenizer, num_workers=num_workers, pool_min_batch=1, pool_min_seconds=0.0) as rm,
+    ):
+        rm._seconds_per_task = 1.0  # with workers: everything goes to the pool
+        out, metrics = rm(data)
+    assert list(out.non_tensor_batch["score"]) == [0.0, 0.0, 0.0, 0.0, 0.0, 1.0]
+    assert metrics["reward/errors"] == 5.0
+    assert metrics["reward/timeouts"] == 0.0
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1, lines
+    assert (
+        "0 timeouts, 5 errors in 6 calls; first: reward 'scripted': TypeError: reward score "
+        "must be a number, got NoneType" in lines[0]
+    )
+
+
 def test_pool_enforces_limits_and_replaces_stuck_workers(tokenizer):
     rows = [*TROUBLE, ("q", "STUCK", "1", "toy/a"), ("q", "DIE", "1", "toy/a")]
     rows += [("q", str(k), str(k), "toy/c") for k in range(40)]

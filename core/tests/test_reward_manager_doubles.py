@@ -24,7 +24,8 @@ class ScriptedReward(BaseReward):
     SLEEP sleeps for an hour, BOMB runs a catastrophic regex, RAISE raises, STUCK blocks
     SIGALRM and sleeps (only a kill ends it), CLOOP loops in C for hours holding the GIL
     (``sum(range(10**13))``: no alarm interrupts it), DIE exits the process, NAN returns
-    NaN, TEXT returns a string.
+    NaN, TEXT returns a string, NONE returns None, INF returns inf, NULLSCORE returns
+    ``{"score": None}``.
     """
 
     @attrs.frozen(kw_only=True)
@@ -59,6 +60,12 @@ class ScriptedReward(BaseReward):
             return float("nan")
         if "TEXT" in solution_str:
             return "high"
+        if "NONE" in solution_str:
+            return None
+        if "INF" in solution_str:
+            return float("inf")
+        if "NULLSCORE" in solution_str:
+            return {"score": None, "acc": True}
         hit = solution_str.strip() == str(ground_truth)
         return {
             "score": self.config.value if hit else 0.0,

@@ -62,6 +62,19 @@ def test_remote_exception_names_role_rank_and_traceback(dist_wg):
     assert dist_wg.maybe_fail(-1) == [0, 1]  # the group still works
 
 
+def test_an_rlcore_error_in_a_worker_is_its_one_line(dist_wg):
+    """A condition the worker refuses on purpose (an RlcoreError naming a key) reaches the
+    driver as one line naming role, rank and method, without the remote traceback."""
+    with pytest.raises(WorkerError) as info:
+        dist_wg.refuse(1)
+    assert str(info.value) == (
+        "role actor rank 1 failed in refuse: [actor.engine] some_key = 3 cannot run on rank 1; "
+        "set 1"
+    )
+    assert type(info.value.remote_cause).__name__ == "ConfigError"
+    assert dist_wg.refuse(-1) == [0, 1]
+
+
 def test_all_reduce_across_two_actors(dist_wg):
     # gloo all_reduce: 3*1 + 3*2
     assert dist_wg.all_reduce(3.0) == [9.0, 9.0]

@@ -211,6 +211,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     # Model, tokenizer, data files and the resume path are checked before Ray starts, so a bad
     # input costs a second and one clear line, not a worker traceback minutes later.
     prepared = preflight(config, registry=args.registry)
+    from rlcore.trainer.plugin_checks import check_plugins
+
+    check_plugins(config, args.registry)  # each engine's and the rollout's own (preflight)
     from rlcore.trainer import run_training
     from rlcore.trainer.runlock import acquire_run_lock
     from rlcore.workers.cluster import start_ray, stop_ray
@@ -228,6 +231,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
         # it reaches only this process: Ray and the reward pool start with it blocked.
         with sigterm_as_interrupt(), children_shielded_from_sigterm():
             started = _start_ray(start_ray, config)
+            if started:  # a private Ray's processes end with this one, even on SIGKILL
+                from rlcore.workers.reaper import start_reaper
+
+                start_reaper()
             with sigterm_as_interrupt():  # again: ray.init installed its own handler
                 result = run_training(config, prepared, registry=args.registry)
     except KeyboardInterrupt:

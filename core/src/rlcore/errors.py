@@ -46,7 +46,14 @@ class ResourceError(RlcoreError):
 
 
 class WorkerError(RlcoreError):
-    """A remote worker failed; the message names role, rank and carries the remote traceback."""
+    """A remote worker failed; the message names role and rank. An unexpected exception carries
+    the remote traceback; an :class:`RlcoreError` raised in the worker (a condition the user can
+    act on, e.g. a config key only the worker could check) is its own one line.
+
+    ``remote_cause``: the exception the worker raised, when Ray delivered it (None otherwise).
+    """
+
+    remote_cause: BaseException | None = None
 
 
 class WorkerTimeoutError(WorkerError, TimeoutError):

@@ -468,6 +468,21 @@ class BaseEngine(abc.ABC):
         # None: the plugin's own defaults, so `MyEngine(spec)` works in tests and notebooks.
         self.config = config if config is not None else type(self).Config()
 
+    @classmethod
+    def preflight(
+        cls, spec: EngineSpec, config: BaseEngine.Config, *, world_size: int, where: str
+    ) -> None:
+        """Check ``config`` against the model and the placement before any worker starts.
+
+        ``rlcore train`` calls it for every engine role of the run, before Ray starts, with
+        the role's spec as the driver builds it, ``world_size`` (processes of the role's pool)
+        and ``where`` (the section, e.g. ``[actor.engine]``). Raise
+        :class:`~rlcore.errors.ConfigError` in one line naming the key (tensor parallelism
+        that does not divide the processes or the heads, LoRA targets that match no module).
+        Read the model's ``config.json`` only (build on the meta device at most), never its
+        weights. Default: nothing to check.
+        """
+
     @abc.abstractmethod
     def forward_backward(
         self,
@@ -636,6 +651,17 @@ class BaseRollout(abc.ABC):
         self.spec = spec
         # None: the plugin's own defaults, so `MyRollout(spec)` works in tests and notebooks.
         self.config = config if config is not None else type(self).Config()
+
+    @classmethod
+    def preflight(
+        cls, spec: RolloutSpec, config: BaseRollout.Config, *, world_size: int, where: str
+    ) -> None:
+        """Check ``config`` against the device, the model and the placement before any
+        worker starts (``rlcore train``, before Ray; :meth:`BaseEngine.preflight` says more).
+        ``world_size``: the processes the rollout runs in. Raise
+        :class:`~rlcore.errors.ConfigError` in one line naming the key (e.g. a tensor-parallel
+        size the device cannot run). Default: nothing to check.
+        """
 
     @classmethod
     def traits(cls, config: BaseRollout.Config) -> RolloutTraits:

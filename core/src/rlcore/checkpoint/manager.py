@@ -61,6 +61,7 @@ from rlcore.checkpoint.layout import (
     CheckpointError,
     step_of,
 )
+from rlcore.checkpoint.space import disk_full
 
 log = logging.getLogger(__name__)
 
@@ -191,8 +192,12 @@ class CheckpointManager:
                 self._discard(final)
             os.replace(tmp, final)
         except BaseException as err:
-            # Earlier checkpoints and ``latest`` are untouched: only this attempt goes.
+            # Earlier checkpoints and ``latest`` are untouched: only this attempt goes. A full
+            # disk is told apart before the partial save is removed (which frees the space).
+            full = isinstance(err, Exception) and disk_full(err, tmp if tmp.exists() else self.root)
             shutil.rmtree(tmp, ignore_errors=True)
+            if full:
+                raise self._disk_full_error(step) from err
             if isinstance(err, OSError):
                 raise self._save_error(step, err) from err
             raise
@@ -205,7 +210,18 @@ class CheckpointManager:
         self._prune(keep=final)
         return final
 
+    def _disk_full_error(self, step: int) -> CheckpointError:
+        previous = self.checkpoints()
+        kept = (
+            f"the previous checkpoint at step {step_of(previous[-1])} is intact"
+            if previous
+            else "no checkpoint was saved before"
+        )
+        return CheckpointError(f"no space left on {self.root} while saving step {step}; {kept}")
+
     def _save_error(self, step: int, err: OSError) -> CheckpointError:
+        if disk_full(err, self.root):
+            return self._disk_full_error(step)
         where = err.filename or self.root
         previous = self.checkpoints()
         kept = (

@@ -244,6 +244,15 @@ class PromptDataset:
                 limit,
                 path.name,
             )
+        elif n_over:  # truncated as data.truncation says: counted, as the filtered ones are
+            log.warning(
+                "truncated %d of %d prompts longer than %d tokens from %s (data.truncation = %s)",
+                n_over,
+                len(encoded),
+                limit,
+                path.name,
+                truncation,
+            )
         for i, (row, ids) in enumerate(zip(rows, encoded)):
             if len(ids) > limit:
                 if filter_overlong:

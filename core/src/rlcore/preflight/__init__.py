@@ -17,6 +17,9 @@ or a bad data file costs a second, not a cluster start-up and a model load. It c
 - ``[resources.pools]`` on a private local Ray: the pools together fit this machine's CPUs
   (and GPUs), :func:`rlcore.workers.cluster.check_local_pools`.
 
+``rlcore train`` then runs the selected engines' and rollout's own checks
+(:func:`rlcore.trainer.plugin_checks.check_plugins`), also before Ray starts.
+
 The datasets are built exactly as the trainer builds them (:func:`rlcore.data.build_datasets`),
 so what passes here loads there; :class:`Preflight` hands them back for the trainer to reuse
 (tokenizing GSM8K-sized data takes seconds on two cores).

@@ -177,6 +177,11 @@ def run_training(
                 raise ExportUnsupportedError(msg)
             log.info("final actor exported to %s", export_dir)
         tracker.log_files(_plot(run_dir))
+    except BaseException as err:
+        # When the run ended, apart from the shutdown that follows (tests/test_liveness.py
+        # times the two; the error itself is printed once everything has stopped).
+        log.info("run ending (%s): stopping the workers and Ray", type(err).__name__)
+        raise
     finally:
         tracker.close()
         reward_manager.close()

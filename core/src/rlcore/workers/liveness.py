@@ -8,15 +8,23 @@ worker computes (torch and gloo release the GIL), and stops when the process is 
 
 While the driver waits for a call (``RayWorkerGroup._gather``), it looks at the counters of
 the ranks still running whenever nothing finished for :data:`POLL_S` seconds (the group's
-wait poll, ``rlcore.workers.waiting.DEFAULT_POLL_S``; :func:`check_ranks`). A counter that has
-not moved for ``resources.heartbeat_timeout_s`` seconds (default 30, the group's
+wait poll for its calls; :func:`check_ranks`: one key-value read per pending rank). A counter
+that has not moved for ``resources.heartbeat_timeout_s`` seconds (default 30, the group's
 ``heartbeat_timeout_s``; by the driver's clock, so clocks of other nodes do not matter) ends the
 run with one line::
 
     role actor rank 1 (node 127.0.0.1, pid 4242) stopped responding in update_actor: no
     heartbeat for 31 s (resources.heartbeat_timeout_s = 30); the process is stopped or wedged
 
-So a stopped worker is reported within ``timeout + POLL_S`` seconds of its last beat.
+The bound, from the moment a worker stops: its last beat was at most :data:`BEAT_S` earlier;
+the driver sees that last value change at its next poll, at most ``BEAT_S + POLL_S`` after the
+beat, and reports once the value has been still for more than the timeout, at the first poll
+after that. So the error comes at most ``timeout + BEAT_S + 2 * POLL_S`` seconds after the stop
+(32 s + a poll's own time with the defaults, 30 + 1 + 2 x 0.5); ``rlcore train`` then stops the
+workers and Ray and prints the line as it exits. ``tests/test_liveness.py`` times both: with the
+default timeout the run ended 30 s after the stop and the driver exited 17 s later, on a 2-core
+machine at load average ~75. Issue 31 measured 43 s to the exit with the 5 s poll of then
+(30 + 1 + 2 x 5 = 41 s at most before the shutdown).
 
 A collective can give up first: with ``resources.collective_timeout_s`` shorter than the heartbeat
 timeout, the *healthy* rank waiting for the stopped one fails ("timed out" in gloo). Before
@@ -50,7 +58,9 @@ __all__ = [
 
 TIMEOUT_KEY = "resources.heartbeat_timeout_s"
 BEAT_S = 1.0
-POLL_S = 5.0  # rlcore.workers.waiting.DEFAULT_POLL_S (not imported: it imports this module)
+# How often a waiting call reads the pending ranks' counters (the group passes it as the wait's
+# poll): a read per pending rank per poll is cheap next to the bound it tightens (see above).
+POLL_S = 0.5
 CONFIRM_S = 2.5 * BEAT_S  # a counter still for this long, while its peers beat, is stopped
 _NAMESPACE = "rlcore_heartbeat"
 _started = threading.Event()

@@ -13,7 +13,9 @@ actor's environment and torch pinned to the actor's CPU share. Every method mark
 
 A failure in a worker reaches the driver as one ``WorkerError`` whose first line reads
 ``role actor rank 1 failed in compute_log_prob: ValueError: ...`` followed by the remote
-traceback; a dead actor gives ``role actor rank 1 (node 10.0.0.2, pid 123) died in ...``.
+traceback; an :class:`~rlcore.errors.RlcoreError` raised in a worker (what only the worker can
+check, named by its key) stays one line, ``role actor rank 1 failed in init_model: <its
+message>``; a dead actor gives ``role actor rank 1 (node 10.0.0.2, pid 123) died in ...``.
 
 For colocated roles (``create_colocated_worker_cls``), methods appear as ``<role>_<method>``
 and ``wg.spawn()`` returns ``{role: view}`` with each role's methods under their own names.
@@ -70,7 +72,7 @@ from rlcore.dispatch import (
     get_dispatch_mode,
     get_method_spec,
 )
-from rlcore.errors import WorkerError, WorkerGroupError, WorkerTimeoutError
+from rlcore.errors import RlcoreError, WorkerError, WorkerGroupError, WorkerTimeoutError
 from rlcore.resources import ResourcePool
 from rlcore.workers import liveness
 from rlcore.workers._group_util import (
@@ -480,7 +482,11 @@ class RayWorkerGroup:
             return self._timeout_error(method, [ranks[i] for i in left], limit, waited, setting)
 
         waiter = wait_in_completion_order(
-            refs, timeout_s=limit, on_timeout=on_timeout, on_tick=self._on_wait_tick(method, ranks)
+            refs,
+            timeout_s=limit,
+            on_timeout=on_timeout,
+            on_tick=self._on_wait_tick(method, ranks),
+            poll_s=liveness.POLL_S,  # the heartbeats' poll: it bounds a stopped rank's report
         )
         try:
             for i in waiter:
@@ -596,11 +602,21 @@ class RayWorkerGroup:
             # The raised object is Ray's dual class RayTaskError(Cause); str() holds the
             # remote traceback, .cause the original exception.
             cause = getattr(err, "cause", None)
+            if isinstance(cause, RlcoreError):
+                # Raised on purpose, naming what to fix (a key only the worker could check, a
+                # full disk): its one line. The remote traceback is for --debug.
+                log.debug("%s failed in %s; remote traceback:\n%s", who, method, _plain(err))
+                error = WorkerError(f"{who} failed in {method}: {_first_line(str(cause))}")
+                error.remote_cause = cause
+                return error
             if isinstance(cause, BaseException):
                 kind, text = type(cause).__name__, str(cause)
             else:
                 kind, text = type(err).__name__, _first_line(str(err))
             msg = f"{who} failed in {method}: {kind}: {text}\nremote traceback:\n{_plain(err)}"
+            error = WorkerError(msg)
+            error.remote_cause = cause if isinstance(cause, BaseException) else None
+            return error
         elif isinstance(err, RayActorError):
             plain = _plain(err)
             msg = f"{who}{where} died in {method}: {_death_cause(plain)}\n{plain}"

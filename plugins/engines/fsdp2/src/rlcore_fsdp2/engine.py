@@ -185,6 +185,27 @@ class FSDP2Engine(GuardedSteps, BaseEngine):
                 msg = f"fsdp_size must be -1 (all ranks) or >= 1, got {value}"
                 raise ValueError(msg)
 
+    @classmethod
+    def preflight(
+        cls, spec: EngineSpec, config: BaseEngine.Config, *, world_size: int, where: str
+    ) -> None:
+        """Before Ray starts: ``fsdp_size`` against the processes, LoRA targets against the
+        model's modules (built on the meta device: :func:`rlcore_fsdp2.lora.check_lora_targets`)."""
+        if not isinstance(config, FSDP2Engine.Config):
+            return
+        size = config.fsdp_size
+        if size not in (-1, world_size) and world_size % size:
+            msg = (
+                f"{where.strip('[]')}.fsdp_size = {size} must divide the number of processes "
+                f"({world_size}: resources.nnodes x resources.processes_per_node); -1: all"
+            )
+            raise ConfigError(msg)
+        settings = config.lora if spec.role != "ref" else None
+        if settings is not None:
+            from rlcore_fsdp2.lora import check_lora_targets
+
+            check_lora_targets(spec, settings, where=where)
+
     def __init__(self, spec: EngineSpec, config: FSDP2Engine.Config | None = None) -> None:
         super().__init__(spec, config)
         self.config: FSDP2Engine.Config

@@ -25,7 +25,9 @@ of sharded parameters is needed and the engine's own weights never change.
 
 from __future__ import annotations
 
+import json
 import logging
+import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -47,6 +49,7 @@ __all__ = [
     "LoraAdapter",
     "LoraSettings",
     "apply_lora",
+    "check_lora_targets",
     "hf_name",
     "is_adapter_name",
     "merge_stream",
@@ -112,6 +115,52 @@ def apply_lora(model: torch.nn.Module, settings: LoraSettings, *, where: str, **
         msg = f"{where}.target_modules = {settings.target_modules!r}: {err}"
         raise ConfigError(msg) from err
     return wrapped
+
+
+def _shown(value: str | tuple[str, ...]) -> str:
+    return json.dumps(value if isinstance(value, str) else list(value))
+
+
+def check_lora_targets(spec: EngineSpec, settings: LoraSettings, *, where: str) -> None:
+    """Before any worker starts: the adapter can be applied to ``spec``'s model, built on the
+    meta device from its ``config.json`` (no weights read, no memory). One line naming
+    ``<section>.target_modules`` (or ``lora_rank`` for a critic) otherwise."""
+    key = where.strip("[]")
+    if spec.value_head:
+        msg = (
+            f"{key}.lora_rank = {settings.rank}: LoRA for the critic (value head) is not "
+            f"supported yet; set lora_rank = 0 in {where}"
+        )
+        raise ConfigError(msg)
+    _peft()  # the install line first, when peft is missing
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:
+        hf_config = AutoConfig.from_pretrained(
+            spec.model_path, trust_remote_code=spec.trust_remote_code
+        )
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(
+                hf_config, trust_remote_code=spec.trust_remote_code
+            )
+    except (OSError, ValueError) as err:  # the worker's load reports it, with the model key
+        log.debug("LoRA targets not checked before start: %s", err)
+        return
+    try:
+        with warnings.catch_warnings():  # peft's and transformers' notes about a throwaway model
+            warnings.simplefilter("ignore")
+            apply_lora(model, settings, where=where, base_model_path=spec.model_path)
+    except ConfigError:
+        modules = model.named_modules()
+        linear = sorted(
+            {n.rsplit(".", 1)[-1] for n, m in modules if isinstance(m, torch.nn.Linear)}
+        )
+        msg = (
+            f"{key}.target_modules = {_shown(settings.target_modules)} matches no module of "
+            f"the model at {spec.model_path} ({type(model).__name__}); its linear layers are "
+            f'{", ".join(linear)} (or use "all-linear")'
+        )
+        raise ConfigError(msg) from None
 
 
 def is_adapter_name(name: str) -> bool:

@@ -25,6 +25,7 @@ import contextlib
 import importlib.util
 import json
 import logging
+import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -178,6 +179,50 @@ class MegatronEngine(GuardedSteps, BaseEngine):
             if value and self.tensor_parallel == 1:
                 msg = "sequence_parallel needs tensor_parallel > 1"
                 raise ValueError(msg)
+
+    @classmethod
+    def preflight(
+        cls, spec: EngineSpec, config: BaseEngine.Config, *, world_size: int, where: str
+    ) -> None:
+        """Before Ray starts: ``tensor_parallel * pipeline_parallel`` against the role's
+        processes, and ``tensor_parallel`` against the heads, KV heads and MLP width of the
+        model's ``config.json`` (``pipeline_parallel`` against its layers)."""
+        if not isinstance(config, MegatronEngine.Config):
+            return
+        key = where.strip("[]")
+        tp, pp = config.tensor_parallel, config.pipeline_parallel
+        trains = spec.optim is not None and spec.role != "ref"
+        if tp * pp > 1 and not trains and world_size == 1:
+            return  # runs unsharded (see __init__)
+        if world_size % (tp * pp):
+            msg = (
+                f"{key}.tensor_parallel * pipeline_parallel = {tp} * {pp} = {tp * pp} must divide "
+                f"the number of processes ({world_size}: resources.nnodes x "
+                "resources.processes_per_node)"
+            )
+            raise ConfigError(msg)
+        try:
+            raw = json.loads((Path(spec.model_path) / "config.json").read_text(encoding="utf-8"))
+            hf_config = types.SimpleNamespace(**raw)
+            try:
+                dims = ModelDims.from_hf_config(hf_config, value_head=spec.value_head)
+            except MappingError as err:  # the model itself (its type), whatever the layout
+                raise ConfigError(f"{key} (model {spec.model_path}): {err}") from None
+            try:
+                ModelDims.from_hf_config(hf_config, tp=tp, value_head=spec.value_head)
+            except MappingError as err:
+                what = str(err).removeprefix(f"tensor_parallel={tp} ")
+                msg = f"{key}.tensor_parallel = {tp} {what} of the model at {spec.model_path}"
+                raise ConfigError(msg) from None
+        except (OSError, ValueError, TypeError, AttributeError) as err:
+            log.debug("%s: model dimensions not checked before start: %s", where, err)
+            return
+        if dims.layers % pp:
+            msg = (
+                f"{key}.pipeline_parallel = {pp} must divide the model's num_hidden_layers "
+                f"({dims.layers}): stages hold equal numbers of layers"
+            )
+            raise ConfigError(msg)
 
     def __init__(self, spec: EngineSpec, config: MegatronEngine.Config | None = None) -> None:
         super().__init__(spec, config)

@@ -39,9 +39,17 @@ def _world() -> tuple[int, int]:
 
 
 def check_tensor_parallel(
-    tp: int, *, on_cpu: bool, async_engine: bool, multiprocessing: bool | None = None
+    tp: int,
+    *,
+    on_cpu: bool,
+    async_engine: bool,
+    multiprocessing: bool | None = None,
+    world: int | None = None,
 ) -> None:
-    """One line naming ``[rollout] tensor_parallel_size`` when this run cannot use it."""
+    """One line naming ``[rollout] tensor_parallel_size`` when this run cannot use it.
+
+    ``world``: the policy workers (None: this process's ``torch.distributed`` world); the
+    driver's check before Ray starts passes the config's."""
     if tp == 1:
         return
     if on_cpu:
@@ -64,7 +72,8 @@ def check_tensor_parallel(
             "rank runs vLLM in-process in its policy worker; leave multiprocessing unset"
         )
         raise ConfigError(msg)
-    _, world = _world()
+    if world is None:
+        _, world = _world()
     if world % tp:
         msg = (
             f"[rollout] tensor_parallel_size = {tp} must divide the number of policy workers "

@@ -218,6 +218,27 @@ class VLLMRollout(BaseRollout):
         tp = config.tensor_parallel_size if isinstance(config, VLLMRollout.Config) else 1
         return RolloutTraits(cheap_log_probs=True, ranks_per_engine=tp)
 
+    @classmethod
+    def preflight(
+        cls, spec: RolloutSpec, config: BaseRollout.Config, *, world_size: int, where: str
+    ) -> None:
+        """Before Ray starts (vLLM itself not imported): ``tensor_parallel_size`` against the
+        device, the engine mode and the policy workers; on CPU, the model's head size."""
+        if not isinstance(config, VLLMRollout.Config):
+            return
+        on_cpu = spec.device == "cpu"
+        tp = config.tensor_parallel_size
+        default_async = not on_cpu and tp == 1
+        check_tensor_parallel(
+            tp,
+            on_cpu=on_cpu,
+            async_engine=default_async if config.async_engine is None else config.async_engine,
+            multiprocessing=config.multiprocessing,
+            world=world_size,
+        )
+        if on_cpu:
+            check_cpu_head_size(spec, model_config(spec))
+
     def dispatch_info(self) -> DispatchInfo | None:
         """With tensor parallelism, this rank's TP group is its data-parallel place (one
         engine per group, its first rank's responses kept); None otherwise."""

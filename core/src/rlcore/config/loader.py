@@ -300,7 +300,11 @@ def _extract_choices(
     problems: list[Problem] = []
     given = {
         section: _take_options(raw, section, key, problems)
-        for section, key in (("reward", "options"), ("trainer", "logger_options"))
+        for section, key in (
+            ("reward", "options"),
+            ("trainer", "logger_options"),
+            ("agent", "options"),
+        )
     }
     return choices, given, problems
 
@@ -395,20 +399,40 @@ def _logger_configs(
 # --- rules across keys ------------------------------------------------------------------------
 
 
-def _tool_problems(registry: PluginRegistry, agent: AgentConfig | None) -> list[Problem]:
-    """Every ``[agent] tools`` name must resolve to an installed tool plugin whose default
-    ``Config`` validates (a tool's validator may check what it needs, e.g. a sandbox binary),
-    so that the workers do not find out after Ray started."""
-    problems: list[Problem] = []
+def _tool_configs(
+    registry: PluginRegistry, agent: AgentConfig | None, given: dict[str, Any]
+) -> tuple[dict[str, Any], list[Problem]]:
+    """Each ``[agent] tools`` name's ``Config``, typed from ``[agent.options.NAME]`` (its
+    defaults when absent): the name must resolve to an installed tool plugin and its options
+    validate (a tool's validator may check what it needs, e.g. a sandbox binary), so that the
+    workers do not find out after Ray started."""
+    wanted: dict[str, Path] = {}
     for i, name in enumerate(agent.tools if agent is not None else ()):
+        wanted.setdefault(name, ("agent", "tools", i))
+    for name in given:
+        if name not in wanted:
+            msg = f"options for tool {name!r}, which [agent] tools does not select"
+            return {}, [(("agent", "options", name), msg)]
+    problems: list[Problem] = []
+    configs: dict[str, Any] = {}
+    for name, where in wanted.items():
         try:
             cls = registry.resolve("tool", name, where="[agent] tools")
         except PluginError as err:
-            problems.append((("agent", "tools", i), str(err)))
+            problems.append((where, str(err)))
             continue
-        _, found = structure({}, cls.Config, ("agent", "tools", i))  # type: ignore[attr-defined]
-        problems.extend((("agent", "tools", i), f"tool {name!r}: {msg}") for _, msg in found)
-    return problems
+        if name not in given:  # defaults: a problem is the tool's, named where it is selected
+            config, found = structure({}, cls.Config, where)  # type: ignore[attr-defined]
+            problems.extend((where, f"tool {name!r}: {msg}") for _, msg in found)
+        elif isinstance(given[name], dict):
+            path: Path = ("agent", "options", name)
+            config, found = structure(given[name], cls.Config, path)  # type: ignore[attr-defined]
+            problems.extend(found)
+        else:
+            problems.append((("agent", "options", name), "expected a table"))
+            continue
+        configs[name] = config
+    return configs, problems
 
 
 def _micro_rule(section: str, cfg: Any) -> list[Problem]:
@@ -612,7 +636,8 @@ def _build_config(
         sections["agent"] = None  # no [agent] section: single-turn generation
     sections[ROLES], found = _roles(data.get(ROLES, {}))
     problems.extend(found)
-    problems.extend(_tool_problems(registry, sections["agent"]))
+    tool_configs, found = _tool_configs(registry, sections["agent"], given["agent"])
+    problems.extend(found)
 
     # Each selected plugin validates its own keys, even where a core key was wrong.
     for choice in choices:
@@ -645,6 +670,8 @@ def _build_config(
     lines.extend(f"{render_path(p)}: {m}" if p else m for p, m in problems)
     if lines:
         raise ConfigValidationError(source, lines)
+    if sections["agent"] is not None:
+        sections["agent"] = attrs.evolve(sections["agent"], options=tool_configs)
     return _resolved(sections, reward_configs, logger_configs)
 
 

@@ -626,6 +626,13 @@ class AgentConfig:
         validator=_pos,
         metadata={"help": "Characters of a tool's answer kept in the conversation."},
     )
+    options: dict[str, Any] = attrs.field(
+        factory=dict,
+        metadata={
+            "help": "[agent.options.NAME]: each selected tool's own options (listed per "
+            "plugin below); the tool is built with them."
+        },
+    )
 
 
 @attrs.frozen(kw_only=True)

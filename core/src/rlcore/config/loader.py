@@ -17,6 +17,7 @@ from typing import Any
 
 import attrs
 
+from rlcore.agent.parsers import BUILTIN_TURNS
 from rlcore.config.convert import Path, Problem, render_path, structure, unknown_key
 from rlcore.config.schema import (
     GLOBAL_POOL,
@@ -449,6 +450,13 @@ def _cross_checks(s: dict[str, Any]) -> list[Problem]:
             problems.extend(_micro_rule(section, s[section]))
     for name, role in (s.get(ROLES) or {}).items():
         problems.extend(_micro_rule(f"{ROLES}.{name}", role))
+    agent: AgentConfig | None = s.get("agent")
+    if agent is not None and agent.turns() == "hermes" and agent.tool_parser not in BUILTIN_TURNS:
+        msg = (
+            f"tool_parser {agent.tool_parser!r} has no fixed tool-turn text; set "
+            'tool_turns = "chat_template" (or "auto")'
+        )
+        problems.append((("agent", "tool_turns"), msg))
     trainer: TrainerConfig | None = s.get("trainer")
     if trainer is not None and trainer.total_steps is not None and trainer.total_epochs:
         problems.append((("trainer", "total_steps"), "set total_steps or total_epochs, not both"))

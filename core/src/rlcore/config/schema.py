@@ -588,8 +588,24 @@ class AgentConfig:
     )
     tool_parser: str = attrs.field(
         default="hermes",
-        validator=v.in_(("hermes", "qwen")),
-        metadata={"help": "How tool calls are read from the model's text (verl's format)."},
+        validator=v.in_(("hermes", "qwen", "qwen3", "llama3_json", "glm45")),
+        metadata={
+            "help": "How tool calls are read from the model's text (verl's format): hermes/qwen "
+            "(<tool_call>{json}</tool_call>), qwen3 (the same after <think>...</think>), "
+            'llama3_json (the turn is {"name": ..., "parameters": {...}}), glm45 '
+            "(<tool_call>NAME<arg_key>..</arg_key><arg_value>..</arg_value></tool_call>)."
+        },
+    )
+    tool_turns: str = attrs.field(
+        default="auto",
+        validator=v.in_(("auto", "chat_template", "hermes")),
+        metadata={
+            "help": "How the tools and tool turns are written: chat_template (the tokenizer's "
+            "template with tools=: the tool schemas in the prompt, each tool turn as the "
+            "template renders role 'tool'); hermes (Qwen2.5's fixed text, tool schemas left "
+            "to the data's system prompt); auto: hermes for tool_parser hermes/qwen, else "
+            "chat_template."
+        },
     )
     max_turns: int = attrs.field(
         default=4,
@@ -633,6 +649,12 @@ class AgentConfig:
             "plugin below); the tool is built with them."
         },
     )
+
+    def turns(self) -> str:
+        """``tool_turns`` with ``auto`` resolved: ``"chat_template"`` or ``"hermes"``."""
+        if self.tool_turns != "auto":
+            return self.tool_turns
+        return "hermes" if self.tool_parser in ("hermes", "qwen") else "chat_template"
 
 
 @attrs.frozen(kw_only=True)

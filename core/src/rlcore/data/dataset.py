@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -120,6 +120,8 @@ class PromptDataset:
     ``filter_overlong_prompts`` (the count is logged); otherwise ``truncation`` decides:
     ``"error"`` raises, ``"left"`` keeps the end of the prompt, ``"right"`` its start.
     ``max_samples``: keep only the first N rows (after filtering), e.g. a quick validation set.
+    ``tools``: OpenAI-style tool descriptions the chat template renders into every prompt
+    (``[agent] tool_turns = "chat_template"``; :func:`rlcore.agent.template.tool_schemas`).
     """
 
     def __init__(
@@ -134,6 +136,7 @@ class PromptDataset:
         apply_chat_template: bool = True,
         max_samples: int | None = None,
         name: str = "train",
+        tools: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         if max_prompt_length <= 0:
             msg = f"max_prompt_length must be > 0, got {max_prompt_length}"
@@ -147,6 +150,7 @@ class PromptDataset:
             raise DataError(msg)
         self.name = name
         self.tokenizer = tokenizer
+        self.tools = [dict(t) for t in tools] or None  # the chat template's ``tools``
         self.max_prompt_length = max_prompt_length
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else None
         if pad is None:
@@ -206,7 +210,7 @@ class PromptDataset:
                 messages = _as_messages(prompt, path, i, prompt_key)
                 texts.append(
                     self.tokenizer.apply_chat_template(
-                        messages, add_generation_prompt=True, tokenize=False
+                        messages, tools=self.tools, add_generation_prompt=True, tokenize=False
                     )
                 )
             elif isinstance(prompt, str):

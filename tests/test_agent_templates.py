@@ -139,7 +139,7 @@ def test_a_tool_conversation_is_token_exact_with_the_chat_template(family):
 
 
 def test_the_tools_are_in_the_prompt(family):
-    fam, tok = family
+    _, tok = family
     from rlcore_calculator.tool import CalculatorTool
 
     text = tok.apply_chat_template(
@@ -192,7 +192,8 @@ def test_llama3_json_calls():
 
 def test_qwen3_calls_after_thinking():
     p = Qwen3ToolParser()
-    text = '<think>maybe <tool_call>{"name": "no"}</tool_call></think>\n<tool_call>{"name": "yes"}</tool_call>'
+    text = '<think>maybe <tool_call>{"name": "no"}</tool_call></think>\n'
+    text += '<tool_call>{"name": "yes"}</tool_call>'
     assert [c.name for c in p.parse(text)[0]] == ["yes"]
     assert p.parse('<think>still <tool_call>{"name": "no"}</tool_call>') == ([], [])
 

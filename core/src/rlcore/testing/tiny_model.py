@@ -115,7 +115,7 @@ def build_tiny_model(
         token_to_id.setdefault(token, len(token_to_id))
     unknown = [t for t in (eos_token, *stop_tokens) if t not in token_to_id]
     if unknown:
-        msg = f"build_tiny_model: {unknown} are not special tokens; add them to extra_special_tokens"
+        msg = f"build_tiny_model: {unknown} are not in extra_special_tokens"
         raise ValueError(msg)
     specials = ["<|im_start|>", *(t for t in extra_special_tokens if t != eos_token)]
     if eos_token != "<|im_end|>":

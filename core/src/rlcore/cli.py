@@ -218,6 +218,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     # algorithm): a missing plugin is reported with how to install it before Ray starts.
     config = _load_config(args)
     from rlcore.preflight import preflight
+    from rlcore.preflight.hub import resolve_hub_names
+
+    config = resolve_hub_names(config)  # Hub names -> local cache folders, or one line
 
     # Model, tokenizer, data files and the resume path are checked before Ray starts, so a bad
     # input costs a second and one clear line, not a worker traceback minutes later.

@@ -29,6 +29,7 @@ __all__ = [
     "ActorConfig",
     "AgentConfig",
     "AlgorithmConfig",
+    "ColumnsConfig",
     "CriticConfig",
     "DataConfig",
     "ModelConfig",
@@ -126,16 +127,54 @@ class PluginSection:
 
 
 @attrs.frozen(kw_only=True)
+class ColumnsConfig:
+    """``[data.columns]``: rows without verl's columns (a Hub data set as published) mapped
+    onto them; unset keys leave the row's own columns."""
+
+    prompt: str | None = attrs.field(
+        default=None,
+        metadata={
+            "help": "Column holding the prompt (text, or chat messages), read as data.prompt_key."
+        },
+    )
+    ground_truth: str | None = attrs.field(
+        default=None,
+        metadata={"help": "Column holding the answer, read as reward_model.ground_truth."},
+    )
+    data_source: str | None = attrs.field(
+        default=None,
+        metadata={
+            "help": "data_source of every row (names its reward and metrics); unset: the "
+            "row's own data_source column."
+        },
+    )
+
+    def active(self) -> bool:
+        return any(v is not None for v in (self.prompt, self.ground_truth, self.data_source))
+
+
+@attrs.frozen(kw_only=True)
 class DataConfig:
     """``[data]``: prompt files and batch sizes (in prompts, before ``rollout.n``)."""
 
     train_files: tuple[str, ...] = attrs.field(
         validator=_nonempty,
-        metadata={"help": "Training prompts: .parquet or .jsonl files, concatenated in order."},
+        metadata={
+            "help": "Training prompts: .parquet or .jsonl files, concatenated in order, or Hub "
+            'data sets "org/name[@revision][:split]" (split default train; e.g. '
+            '"openai/gsm8k:main/train"), read from the Hugging Face cache.'
+        },
     )
     val_files: tuple[str, ...] = attrs.field(
         default=(),
-        metadata={"help": "Validation prompts (.parquet/.jsonl); empty: no validation."},
+        metadata={
+            "help": "Validation prompts (.parquet/.jsonl, or a Hub data set, split default "
+            "test); empty: no validation."
+        },
+    )
+    columns: ColumnsConfig = attrs.field(
+        factory=lambda: ColumnsConfig(),
+        metadata={"help": "Map a data set's own columns onto rlcore's row (see [data.columns])."},
     )
     prompt_key: str = attrs.field(
         default="prompt",
@@ -213,7 +252,18 @@ class ModelConfig:
 
     path: str = attrs.field(
         validator=_nonempty,
-        metadata={"help": "Local Hugging Face folder of the policy (config, weights, tokenizer)."},
+        metadata={
+            "help": "The policy: a local Hugging Face folder (config, weights, tokenizer), or a "
+            'Hub name "org/name" resolved through the Hugging Face cache (HF_HOME; nothing is '
+            "downloaded with HF_HUB_OFFLINE=1)."
+        },
+    )
+    revision: str | None = attrs.field(
+        default=None,
+        metadata={
+            "help": "Hub revision (branch, tag or commit) of a model.path given as a Hub name; "
+            "unset: main."
+        },
     )
     tokenizer_path: str = attrs.field(
         default=RESOLVED,

@@ -85,6 +85,7 @@ def _build_dataset(
             max_samples=data.val_max_samples if name == "val" else None,
             name=name,
             tools=prompt_tools(config),
+            columns=data.columns,
         )
     except DataError as err:
         msg = f"{key}: {err}"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from rlcore.cli import main
-from rlcore.scaffold import KINDS
+from rlcore.testing.scaffold import KINDS
 
 pytestmark = pytest.mark.slow
 

@@ -203,7 +203,7 @@ def _cmd_from_verl(args: argparse.Namespace) -> int:
 
 
 def _cmd_new_plugin(args: argparse.Namespace) -> int:
-    from rlcore.scaffold import write_plugin
+    from rlcore.testing.scaffold import write_plugin
 
     files = write_plugin(args.kind, args.name, args.dir)
     root = files[0].parent

@@ -13,6 +13,8 @@ from typing import Any, Final
 
 import attrs
 
+from rlcore.config.schema import BUILTIN_TOOL_TURNS
+
 __all__ = [
     "BUILTIN_TURNS",
     "MAX_CALL_CHARS",
@@ -335,9 +337,8 @@ PARSERS: Final[dict[str, type[ToolCallParser]]] = {
     "llama3_json": Llama3JsonToolParser,
     "glm45": Glm45ToolParser,
 }
-# The formats whose tool turn has a fixed text of its own (Qwen2.5's template's), usable
-# without the tokenizer's chat template ([agent] tool_turns = "hermes").
-BUILTIN_TURNS: Final = frozenset({"hermes", "qwen", "qwen3"})
+# The formats whose tool turn has a fixed text of its own ([agent] tool_turns = "hermes").
+BUILTIN_TURNS: Final = BUILTIN_TOOL_TURNS
 
 
 def get_parser(name: str, schemas: Sequence[Mapping[str, Any]] = ()) -> ToolCallParser:

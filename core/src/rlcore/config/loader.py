@@ -17,9 +17,9 @@ from typing import Any
 
 import attrs
 
-from rlcore.agent.parsers import BUILTIN_TURNS
 from rlcore.config.convert import Path, Problem, render_path, structure, unknown_key
 from rlcore.config.schema import (
+    BUILTIN_TOOL_TURNS,
     GLOBAL_POOL,
     PLACEABLE_ROLES,
     ActorConfig,
@@ -451,7 +451,8 @@ def _cross_checks(s: dict[str, Any]) -> list[Problem]:
     for name, role in (s.get(ROLES) or {}).items():
         problems.extend(_micro_rule(f"{ROLES}.{name}", role))
     agent: AgentConfig | None = s.get("agent")
-    if agent is not None and agent.turns() == "hermes" and agent.tool_parser not in BUILTIN_TURNS:
+    fixed = agent is not None and agent.turns() == "hermes"
+    if agent is not None and fixed and agent.tool_parser not in BUILTIN_TOOL_TURNS:
         msg = (
             f"tool_parser {agent.tool_parser!r} has no fixed tool-turn text; set "
             'tool_turns = "chat_template" (or "auto")'

@@ -16,7 +16,7 @@ environment variables onto these keys (``rlcore.cli.ENV_KEYS``), nothing else re
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import attrs
 from attrs import validators as v
@@ -620,6 +620,11 @@ class AlgorithmConfig:
         metadata={"help": "The algorithm plugin (advantages and losses; `rlcore plugins`)."},
     )
     options: Any = attrs.field(default=None, metadata=_FLATTEN)
+
+
+# The tool-call formats whose tool turn has a fixed text of its own (Qwen2.5's template's),
+# usable without the tokenizer's chat template ([agent] tool_turns = "hermes").
+BUILTIN_TOOL_TURNS: Final = frozenset({"hermes", "qwen", "qwen3"})
 
 
 @attrs.frozen(kw_only=True)

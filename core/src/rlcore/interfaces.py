@@ -964,8 +964,11 @@ class ToolError(RlcoreError):
 class BaseTool(abc.ABC):
     """A function the model may call by name with JSON arguments; returns text.
 
-    ``schema()`` is the OpenAI/Hermes function description put in the system prompt and
-    used by the agent loop to find the tool by ``schema()["name"]``. ``call`` is synchronous
+    ``schema()`` is the OpenAI/Hermes function description: with ``[agent] tool_turns =
+    "chat_template"`` it is rendered into every prompt by the tokenizer's chat template
+    (``apply_chat_template(tools=...)``, :mod:`rlcore.agent.template`); with ``"hermes"`` the
+    data's own system prompt describes the tool. The agent loop finds the tool by
+    ``schema()["name"]``; its ``Config`` is set in ``[agent.options.NAME]``. ``call`` is synchronous
     and is run by the loop in a process of its own per call, killed at ``[agent]
     tool_timeout_s`` (:mod:`rlcore.agent.tool_processes`), so the tool must pickle; it must
     not ``eval``/``exec`` model output in-process (``rlcore-code``'s ``code_interpreter`` runs

@@ -385,3 +385,18 @@ def test_alarm_never_fires_inside_an_import(tmp_path, monkeypatch):
         status, *_ = call_reward({"imp": _ImportingReward()}, task, 0.02)
     assert status == "timeout"
     assert sys.modules["rlcore_slow_reward_import"].DONE is True
+
+
+def test_numeric_extras_reach_the_metrics_per_source(tokenizer):
+    rows = [("q", "7", "7", "toy"), ("q", "88", "7", "toy"), ("q", "nan", "1", "toy")]
+    rows += [("q", "5", "5", "other")]
+    data, _ = make_batch(tokenizer, rows)
+    rm = manager(tokenizer, rewards={"x": doubles.ExtrasReward()}, default="x")
+    out, metrics = rm(data)
+    assert list(out.non_tensor_batch["pred"]) == ["7", "88", "nan", "5"]
+    assert metrics["reward/toy/used_tool"] == pytest.approx(1 / 3)
+    assert metrics["reward/toy/length"] == pytest.approx(1.5)  # the NaN row gives none
+    assert metrics["reward/other/used_tool"] == 1.0
+    assert metrics["reward/other/length"] == 1.0
+    assert not any(k.endswith("/pred") for k in metrics)  # strings are not averaged
+    rm.close()

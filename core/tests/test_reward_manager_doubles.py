@@ -110,3 +110,21 @@ class ReasonReward(BaseReward):
             return 0.0
         hit = solution_str.strip() == str(ground_truth)
         return {"score": float(hit), "reason": "pass" if hit else "fail"}
+
+
+class ExtrasReward(BaseReward):
+    """Exact match with extras: a bool, a number, a string, and a NaN on "nan" responses."""
+
+    def score(
+        self,
+        data_source: str,
+        solution_str: str,
+        ground_truth: str,
+        extra_info: dict[str, Any] | None = None,
+    ) -> Any:
+        text = solution_str.strip()
+        hit = text == str(ground_truth)
+        out = {"score": float(hit), "used_tool": hit, "length": len(text), "pred": text}
+        if text == "nan":
+            out["length"] = float("nan")
+        return out

@@ -202,11 +202,25 @@ def _cmd_from_verl(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_new_plugin(args: argparse.Namespace) -> int:
+    from rlcore.testing.scaffold import write_plugin
+
+    files = write_plugin(args.kind, args.name, args.dir)
+    root = files[0].parent
+    for path in files:
+        print(f"wrote {path}")
+    print(f"next: pip install -e {root} && rlcore plugins && pytest {root}")
+    return 0
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     # Validates every section and resolves every selected plugin (engine, rollout, rewards,
     # algorithm): a missing plugin is reported with how to install it before Ray starts.
     config = _load_config(args)
     from rlcore.preflight import preflight
+    from rlcore.preflight.hub import resolve_hub_names
+
+    config = resolve_hub_names(config)  # Hub names -> local cache folders, or one line
 
     # Model, tokenizer, data files and the resume path are checked before Ray starts, so a bad
     # input costs a second and one clear line, not a worker traceback minutes later.
@@ -308,6 +322,16 @@ def _build_parser() -> argparse.ArgumentParser:
 
     plugins = sub.add_parser("plugins", help="list installed plugins and their status")
     plugins.set_defaults(func=_cmd_plugins)
+
+    new_plugin = sub.add_parser(
+        "new-plugin", help="write a plugin package skeleton that passes its conformance check"
+    )
+    new_plugin.add_argument(
+        "kind", metavar="KIND", choices=("engine", "rollout", "reward", "algorithm", "tool")
+    )
+    new_plugin.add_argument("name", metavar="NAME", help="plugin and package name, e.g. my_reward")
+    new_plugin.add_argument("--dir", default=".", help="where the NAME folder is written")
+    new_plugin.set_defaults(func=_cmd_new_plugin)
 
     config = sub.add_parser("config", help="validate or show a configuration")
     config_sub = config.add_subparsers(dest="config_command", required=True, metavar="ACTION")

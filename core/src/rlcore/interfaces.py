@@ -497,7 +497,8 @@ class BaseEngine(abc.ABC):
         Splits ``batch`` into micro-batches (``spec.micro_batch_size`` rows, or
         ``spec.max_tokens_per_micro_batch``), computes :class:`BatchTotals` over the whole
         mini-batch on all ranks, and for each micro-batch runs the forward pass with logits
-        divided by ``temperature`` (the rollout sampled from ``softmax(logits / T)``), then
+        divided by ``temperature`` (the rollout sampled from ``softmax(logits / T)``; 0, greedy,
+        scores the unscaled logits), then
         ``loss_fn(outputs, micro_batch, totals)`` and backward. ``with_entropy``: fill
         ``outputs.entropy`` (of the tempered distribution) *with* gradient (an entropy bonus);
         otherwise it may be None or detached. Returns the metrics averaged over micro-batches.
@@ -506,7 +507,11 @@ class BaseEngine(abc.ABC):
 
     @abc.abstractmethod
     def optimizer_step(self, *, lr: float) -> float:
-        """Clip gradients to ``spec.grad_clip``, step AdamW at ``lr``, zero grads.
+        """Clip gradients to ``spec.grad_clip``, step the optimizer at ``lr``, zero grads.
+
+        The optimizer is the engine's choice (AdamW from ``spec.optim`` for the core's
+        engines; SGD or another is fine): ``check_engine`` only asks that ``lr`` is applied as
+        given (``lr = 0`` changes nothing; ``2 lr`` moves twice as far as ``lr``).
 
         Returns the grad norm (before clipping). A non-finite norm skips the update (grads are
         zeroed, the optimizer state is untouched) and is returned as is, so the worker can
@@ -519,6 +524,10 @@ class BaseEngine(abc.ABC):
         self, batch: DataProto, *, temperature: float, with_entropy: bool = False
     ) -> ModelOutputs:
         """Log-probabilities of ``responses`` under ``softmax(logits / temperature)``, no grad.
+
+        Temperature 0 is greedy sampling: it scores the unscaled logits, exactly as
+        temperature 1 (divide by ``temperature`` only when it is neither 0 nor 1); the same
+        holds in :meth:`forward_backward`.
 
         ``with_entropy`` adds the entropy of the same distribution. Returns (B, R) tensors
         for this rank's rows, on CPU.
@@ -1067,8 +1076,11 @@ class ToolError(RlcoreError):
 class BaseTool(abc.ABC):
     """A function the model may call by name with JSON arguments; returns text.
 
-    ``schema()`` is the OpenAI/Hermes function description put in the system prompt and
-    used by the agent loop to find the tool by ``schema()["name"]``. ``call`` is synchronous
+    ``schema()`` is the OpenAI/Hermes function description: with ``[agent] tool_turns =
+    "chat_template"`` it is rendered into every prompt by the tokenizer's chat template
+    (``apply_chat_template(tools=...)``, :mod:`rlcore.agent.template`); with ``"hermes"`` the
+    data's own system prompt describes the tool. The agent loop finds the tool by
+    ``schema()["name"]``; its ``Config`` is set in ``[agent.options.NAME]``. ``call`` is synchronous
     and is run by the loop in a process of its own per call, killed at ``[agent]
     tool_timeout_s`` (:mod:`rlcore.agent.tool_processes`), so the tool must pickle; it must
     not ``eval``/``exec`` model output in-process (``rlcore-code``'s ``code_interpreter`` runs

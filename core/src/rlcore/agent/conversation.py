@@ -25,6 +25,7 @@ class Conversation:
     tool_timeouts: int = 0  # calls killed at tool_timeout_s (in tool_errors too)
     truncated: bool = False
     generation_timeout: bool = False
+    template_mismatch: bool = False  # its ids differ from the chat template's (checked ones)
     messages: list[dict[str, str]] = attrs.Factory(list)
 
     def append(self, ids: Sequence[int], *, model: bool, log_probs: Sequence[float] | None) -> None:
@@ -53,7 +54,9 @@ def agent_metrics(conversations: Sequence[Conversation]) -> dict[str, float]:
     (fraction cut by the token or turn budget), ``agent/tool_use_rate`` (fraction with at
     least one successful call); counts over the batch: ``agent/generation_timeouts``,
     ``agent/malformed_calls`` (calls the parser could not read) and ``agent/tool_timeouts``
-    (calls killed at ``tool_timeout_s``)."""
+    (calls killed at ``tool_timeout_s``), ``agent/template_mismatches`` (finished
+    conversations whose token ids differ from the chat template's rendering of their
+    messages; checked with ``[agent] tool_turns = "chat_template"``)."""
     n = max(1, len(conversations))
     return {
         "agent/turns": sum(c.turns for c in conversations) / n,
@@ -64,4 +67,5 @@ def agent_metrics(conversations: Sequence[Conversation]) -> dict[str, float]:
         "agent/generation_timeouts": float(sum(c.generation_timeout for c in conversations)),
         "agent/malformed_calls": float(sum(c.malformed_calls for c in conversations)),
         "agent/tool_timeouts": float(sum(c.tool_timeouts for c in conversations)),
+        "agent/template_mismatches": float(sum(c.template_mismatch for c in conversations)),
     }

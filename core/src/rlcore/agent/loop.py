@@ -38,6 +38,7 @@ import attrs
 
 from rlcore.agent.conversation import Conversation, agent_metrics
 from rlcore.agent.parsers import ToolCall, get_parser
+from rlcore.agent.template import ChatTemplateTurns, tool_schemas
 from rlcore.agent.tool_processes import TIMEOUT, TOOL_ERROR, ToolProcesses
 from rlcore.interfaces import BaseTool
 
@@ -94,10 +95,18 @@ class AgentLoop:
     def __init__(self, tokenizer: Any, tools: Sequence[BaseTool], config: AgentConfig) -> None:
         self.tokenizer = tokenizer
         self.config = config
-        self.parser = get_parser(config.tool_parser)
         self.tools: dict[str, BaseTool] = {}
         for tool in tools:
             self.tools[tool.name] = tool
+        schemas = [t.schema() for t in self.tools.values()]
+        self.parser = get_parser(config.tool_parser, schemas)
+        # The tool turns from the tokenizer's chat template, or Qwen2.5's fixed text.
+        self.turns = (
+            ChatTemplateTurns(tokenizer, tool_schemas(list(self.tools.values())))
+            if config.turns() == "chat_template"
+            else None
+        )
+        self.special_ids = {int(t) for t in getattr(tokenizer, "all_special_ids", ()) or ()}
         self.processes = ToolProcesses(self.tools)  # pickles each tool once: fails here
         pad = getattr(tokenizer, "pad_token_id", None)
         self.pad_token_id = int(pad if pad is not None else tokenizer.eos_token_id)
@@ -137,6 +146,20 @@ class AgentLoop:
                 await self._converse(rollout, conv, sampling)
 
         await asyncio.gather(*(one(c) for c in conversations))
+        if self.turns is not None:
+            for conv in conversations:
+                if not conv.truncated:  # a cut conversation has no template rendering to match
+                    conv.template_mismatch = self.turns.mismatch(
+                        conv.token_ids, conv.messages, self.special_ids
+                    )
+            mismatched = sum(c.template_mismatch for c in conversations)
+            if mismatched:
+                log.warning(
+                    "agent: %d of %d conversations differ from the chat template's tokens "
+                    "(agent/template_mismatches); check [agent] tool_parser and the template",
+                    mismatched,
+                    len(conversations),
+                )
         return conversations
 
     # --- one conversation -----------------------------------------------------------------
@@ -205,7 +228,12 @@ class AgentLoop:
                 )
             for r in results:
                 conv.messages.append({"role": "tool", "content": r})
-            tool_ids = self._encode(self.parser.format_responses(results))
+            if self.turns is not None:
+                stop = tokens[-1] if tokens and not cut and tokens[-1] in self.special_ids else None
+                stop_text = None if stop is None else self.tokenizer.decode([stop])
+                tool_ids = self._encode(self.turns.tool_turn(results, stop_text=stop_text))
+            else:
+                tool_ids = self._encode(self.parser.format_responses(results))
             room = budget - len(conv.token_ids)
             if len(tool_ids) >= room:
                 # No room left for the model to answer after the tool turn: cut and flag.

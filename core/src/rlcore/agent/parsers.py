@@ -8,21 +8,28 @@ out of the loss). Selected by ``[agent] tool_parser``.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import attrs
 
+from rlcore.config.schema import BUILTIN_TOOL_TURNS
+
 __all__ = [
+    "BUILTIN_TURNS",
     "MAX_CALL_CHARS",
     "MAX_CALL_DEPTH",
     "MAX_NUMBER_DIGITS",
     "PARSERS",
+    "Glm45ToolParser",
     "HermesToolParser",
+    "Llama3JsonToolParser",
+    "Qwen3ToolParser",
     "ToolCall",
     "ToolCallParser",
     "get_parser",
     "json_bounds_problem",
+    "strip_thinking",
 ]
 
 
@@ -161,11 +168,182 @@ class HermesToolParser(ToolCallParser):
         return f"\n<|im_start|>user\n{blocks}<|im_end|>\n<|im_start|>assistant\n"
 
 
+_THINK_OPEN: Final = "<think>"
+_THINK_CLOSE: Final = "</think>"
+
+
+def strip_thinking(text: str) -> str:
+    """``text`` without its ``<think>...</think>`` blocks; an unclosed block (the model was
+    still thinking when the turn ended) is dropped to the end: no call is read from thought."""
+    out: list[str] = []
+    pos = 0
+    while True:
+        start = text.find(_THINK_OPEN, pos)
+        if start < 0:
+            out.append(text[pos:])
+            break
+        out.append(text[pos:start])
+        end = text.find(_THINK_CLOSE, start + len(_THINK_OPEN))
+        if end < 0:
+            break
+        pos = end + len(_THINK_CLOSE)
+    return "".join(out)
+
+
+class Qwen3ToolParser(HermesToolParser):
+    """Qwen3 (thinking): Hermes ``<tool_call>`` blocks after the ``<think>...</think>`` part;
+    calls written inside the thinking are not calls."""
+
+    def parse(self, text: str) -> tuple[list[ToolCall], list[str]]:
+        return super().parse(strip_thinking(text))
+
+
+class Llama3JsonToolParser(ToolCallParser):
+    """Llama 3.1 / 3.2 JSON tool calling: the whole turn is ``{"name": ..., "parameters":
+    {...}}`` (``"arguments"`` accepted too), optionally after ``<|python_tag|>``, several
+    calls separated by ``;``. A turn that does not start with ``{`` is an answer, not a call.
+    """
+
+    _TAG: Final = "<|python_tag|>"
+
+    def parse(self, text: str) -> tuple[list[ToolCall], list[str]]:
+        body = text.strip()
+        if body.startswith(self._TAG):
+            body = body[len(self._TAG) :].lstrip()
+        if not body.startswith("{"):
+            return [], []
+        problem = json_bounds_problem(body)
+        if problem is not None:
+            return [], [f"tool call {problem}"]
+        decoder = json.JSONDecoder()
+        calls: list[ToolCall] = []
+        errors: list[str] = []
+        pos = 0
+        while pos < len(body):
+            try:
+                data, end = decoder.raw_decode(body, pos)
+            except json.JSONDecodeError as err:
+                errors.append(f"tool call is not valid JSON: {err.msg} at char {err.pos}")
+                break
+            except (ValueError, RecursionError) as err:
+                errors.append(f"tool call is not valid JSON ({type(err).__name__})")
+                break
+            call, error = self._one(data)
+            if call is not None:
+                calls.append(call)
+            else:
+                errors.append(error)
+            pos = end
+            while pos < len(body) and body[pos] in " \t\r\n;":
+                pos += 1
+        return calls, errors
+
+    @staticmethod
+    def _one(data: Any) -> tuple[ToolCall | None, str]:
+        if not isinstance(data, dict) or not isinstance(data.get("name"), str):
+            return None, 'tool call must be a JSON object with a string "name"'
+        name = data["name"]
+        args = data.get("parameters", data.get("arguments", {}))
+        if isinstance(args, str):
+            args, problem = _loads(args)
+            if problem is not None:
+                return None, f"parameters of {name!r:.100} are not a JSON object ({problem})"
+        if not isinstance(args, dict):
+            return None, f"parameters of {name!r:.100} must be a JSON object"
+        return ToolCall(name=name, arguments=args), ""
+
+    def format_responses(self, results: Sequence[str]) -> str:
+        msg = "llama3_json tool turns come from the chat template ([agent] tool_turns)"
+        raise NotImplementedError(msg)
+
+
+class Glm45ToolParser(ToolCallParser):
+    """GLM-4.5 / 4.6 XML calls: ``<tool_call>NAME\n<arg_key>K</arg_key>\n<arg_value>V
+    </arg_value>...</tool_call>`` (thinking stripped first). A value is kept as text where the
+    tool's schema declares the parameter a string (GLM's template writes strings raw), and read
+    as JSON otherwise (numbers, booleans, objects), falling back to the text."""
+
+    def __init__(self, schemas: Sequence[Mapping[str, Any]] = ()) -> None:
+        self.string_params: dict[str, set[str]] = {}
+        for schema in schemas:
+            props = (schema.get("parameters") or {}).get("properties") or {}
+            self.string_params[str(schema.get("name"))] = {
+                k for k, v in props.items() if isinstance(v, Mapping) and v.get("type") == "string"
+            }
+
+    def parse(self, text: str) -> tuple[list[ToolCall], list[str]]:
+        text = strip_thinking(text)
+        calls: list[ToolCall] = []
+        errors: list[str] = []
+        pos = 0
+        while True:
+            start = text.find(_OPEN_TAG, pos)
+            if start < 0:
+                break
+            end = text.find(_CLOSE_TAG, start + len(_OPEN_TAG))
+            if end < 0:
+                errors.append(f"tool call without a closing {_CLOSE_TAG}")
+                break
+            body = text[start + len(_OPEN_TAG) : end]
+            pos = end + len(_CLOSE_TAG)
+            if len(body) > MAX_CALL_CHARS:
+                errors.append(f"tool call is longer than {MAX_CALL_CHARS} characters")
+                continue
+            call, error = self._one(body)
+            if call is not None:
+                calls.append(call)
+            else:
+                errors.append(error)
+        return calls, errors
+
+    def _one(self, body: str) -> tuple[ToolCall | None, str]:
+        cut = body.find("<arg_key>")
+        name = (body if cut < 0 else body[:cut]).strip()
+        if not name or "\n" in name or "<" in name:
+            return None, "tool call must start with the tool's name"
+        strings = self.string_params.get(name, set())
+        args: dict[str, Any] = {}
+        rest = "" if cut < 0 else body[cut:]
+        while rest.strip():
+            rest = rest.lstrip()
+            if not rest.startswith("<arg_key>"):
+                return None, f"arguments of {name!r:.100}: expected <arg_key>"
+            k_end = rest.find("</arg_key>")
+            v_start = rest.find("<arg_value>", max(k_end, 0))
+            v_end = rest.find("</arg_value>", max(v_start, 0))
+            if k_end < 0 or v_start < 0 or v_end < 0:
+                return None, f"arguments of {name!r:.100}: unclosed <arg_key>/<arg_value>"
+            if rest[k_end + len("</arg_key>") : v_start].strip():
+                return None, f"arguments of {name!r:.100}: text between </arg_key> and <arg_value>"
+            key = rest[len("<arg_key>") : k_end].strip()
+            raw = rest[v_start + len("<arg_value>") : v_end]
+            rest = rest[v_end + len("</arg_value>") :]
+            if key in strings:
+                args[key] = raw
+                continue
+            value, problem = _loads(raw)
+            args[key] = raw if problem is not None else value
+        return ToolCall(name=name, arguments=args), ""
+
+    def format_responses(self, results: Sequence[str]) -> str:
+        msg = "glm45 tool turns come from the chat template ([agent] tool_turns)"
+        raise NotImplementedError(msg)
+
+
 PARSERS: Final[dict[str, type[ToolCallParser]]] = {
     "hermes": HermesToolParser,
     "qwen": HermesToolParser,
+    "qwen3": Qwen3ToolParser,
+    "llama3_json": Llama3JsonToolParser,
+    "glm45": Glm45ToolParser,
 }
+# The formats whose tool turn has a fixed text of its own ([agent] tool_turns = "hermes").
+BUILTIN_TURNS: Final = BUILTIN_TOOL_TURNS
 
 
-def get_parser(name: str) -> ToolCallParser:
+def get_parser(name: str, schemas: Sequence[Mapping[str, Any]] = ()) -> ToolCallParser:
+    """The parser of ``[agent] tool_parser``; ``schemas``: the tools' ``schema()`` (GLM's
+    format reads parameter types from them)."""
+    if name == "glm45":
+        return Glm45ToolParser(schemas)
     return PARSERS[name]()

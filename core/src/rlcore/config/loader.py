@@ -19,6 +19,7 @@ import attrs
 
 from rlcore.config.convert import Path, Problem, render_path, structure, unknown_key
 from rlcore.config.schema import (
+    BUILTIN_TOOL_TURNS,
     GLOBAL_POOL,
     PLACEABLE_ROLES,
     ActorConfig,
@@ -300,7 +301,11 @@ def _extract_choices(
     problems: list[Problem] = []
     given = {
         section: _take_options(raw, section, key, problems)
-        for section, key in (("reward", "options"), ("trainer", "logger_options"))
+        for section, key in (
+            ("reward", "options"),
+            ("trainer", "logger_options"),
+            ("agent", "options"),
+        )
     }
     return choices, given, problems
 
@@ -395,20 +400,40 @@ def _logger_configs(
 # --- rules across keys ------------------------------------------------------------------------
 
 
-def _tool_problems(registry: PluginRegistry, agent: AgentConfig | None) -> list[Problem]:
-    """Every ``[agent] tools`` name must resolve to an installed tool plugin whose default
-    ``Config`` validates (a tool's validator may check what it needs, e.g. a sandbox binary),
-    so that the workers do not find out after Ray started."""
-    problems: list[Problem] = []
+def _tool_configs(
+    registry: PluginRegistry, agent: AgentConfig | None, given: dict[str, Any]
+) -> tuple[dict[str, Any], list[Problem]]:
+    """Each ``[agent] tools`` name's ``Config``, typed from ``[agent.options.NAME]`` (its
+    defaults when absent): the name must resolve to an installed tool plugin and its options
+    validate (a tool's validator may check what it needs, e.g. a sandbox binary), so that the
+    workers do not find out after Ray started."""
+    wanted: dict[str, Path] = {}
     for i, name in enumerate(agent.tools if agent is not None else ()):
+        wanted.setdefault(name, ("agent", "tools", i))
+    for name in given:
+        if name not in wanted:
+            msg = f"options for tool {name!r}, which [agent] tools does not select"
+            return {}, [(("agent", "options", name), msg)]
+    problems: list[Problem] = []
+    configs: dict[str, Any] = {}
+    for name, where in wanted.items():
         try:
             cls = registry.resolve("tool", name, where="[agent] tools")
         except PluginError as err:
-            problems.append((("agent", "tools", i), str(err)))
+            problems.append((where, str(err)))
             continue
-        _, found = structure({}, cls.Config, ("agent", "tools", i))  # type: ignore[attr-defined]
-        problems.extend((("agent", "tools", i), f"tool {name!r}: {msg}") for _, msg in found)
-    return problems
+        if name not in given:  # defaults: a problem is the tool's, named where it is selected
+            config, found = structure({}, cls.Config, where)  # type: ignore[attr-defined]
+            problems.extend((where, f"tool {name!r}: {msg}") for _, msg in found)
+        elif isinstance(given[name], dict):
+            path: Path = ("agent", "options", name)
+            config, found = structure(given[name], cls.Config, path)  # type: ignore[attr-defined]
+            problems.extend(found)
+        else:
+            problems.append((("agent", "options", name), "expected a table"))
+            continue
+        configs[name] = config
+    return configs, problems
 
 
 def _micro_rule(section: str, cfg: Any) -> list[Problem]:
@@ -425,6 +450,14 @@ def _cross_checks(s: dict[str, Any]) -> list[Problem]:
             problems.extend(_micro_rule(section, s[section]))
     for name, role in (s.get(ROLES) or {}).items():
         problems.extend(_micro_rule(f"{ROLES}.{name}", role))
+    agent: AgentConfig | None = s.get("agent")
+    fixed = agent is not None and agent.turns() == "hermes"
+    if agent is not None and fixed and agent.tool_parser not in BUILTIN_TOOL_TURNS:
+        msg = (
+            f"tool_parser {agent.tool_parser!r} has no fixed tool-turn text; set "
+            'tool_turns = "chat_template" (or "auto")'
+        )
+        problems.append((("agent", "tool_turns"), msg))
     trainer: TrainerConfig | None = s.get("trainer")
     if trainer is not None and trainer.total_steps is not None and trainer.total_epochs:
         problems.append((("trainer", "total_steps"), "set total_steps or total_epochs, not both"))
@@ -612,7 +645,8 @@ def _build_config(
         sections["agent"] = None  # no [agent] section: single-turn generation
     sections[ROLES], found = _roles(data.get(ROLES, {}))
     problems.extend(found)
-    problems.extend(_tool_problems(registry, sections["agent"]))
+    tool_configs, found = _tool_configs(registry, sections["agent"], given["agent"])
+    problems.extend(found)
 
     # Each selected plugin validates its own keys, even where a core key was wrong.
     for choice in choices:
@@ -645,6 +679,8 @@ def _build_config(
     lines.extend(f"{render_path(p)}: {m}" if p else m for p, m in problems)
     if lines:
         raise ConfigValidationError(source, lines)
+    if sections["agent"] is not None:
+        sections["agent"] = attrs.evolve(sections["agent"], options=tool_configs)
     return _resolved(sections, reward_configs, logger_configs)
 
 

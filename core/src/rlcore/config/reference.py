@@ -76,6 +76,12 @@ SLOTS: tuple[Slot, ...] = (
         default=None,
     ),
     Slot(
+        kind="tool",
+        table="agent.options.{name}",
+        selected_by="agent.tools",
+        default=None,
+    ),
+    Slot(
         kind="logger",
         table="trainer.logger_options.{name}",
         selected_by="trainer.loggers",

@@ -16,7 +16,7 @@ environment variables onto these keys (``rlcore.cli.ENV_KEYS``), nothing else re
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import attrs
 from attrs import validators as v
@@ -29,6 +29,7 @@ __all__ = [
     "ActorConfig",
     "AgentConfig",
     "AlgorithmConfig",
+    "ColumnsConfig",
     "CriticConfig",
     "DataConfig",
     "ModelConfig",
@@ -126,15 +127,44 @@ class PluginSection:
 
 
 @attrs.frozen(kw_only=True)
+class ColumnsConfig:
+    """``[data.columns]``: rows without verl's columns (a Hub data set as published) mapped
+    onto them; unset keys leave the row's own columns."""
+
+    prompt: str | None = key(
+        None, "Column holding the prompt (text, or chat messages), read as data.prompt_key."
+    )
+    ground_truth: str | None = key(
+        None, "Column holding the answer, read as reward_model.ground_truth."
+    )
+    data_source: str | None = key(
+        None,
+        "data_source of every row (names its reward and metrics); unset: the "
+        "row's own data_source column.",
+    )
+
+    def active(self) -> bool:
+        return any(v is not None for v in (self.prompt, self.ground_truth, self.data_source))
+
+
+@attrs.frozen(kw_only=True)
 class DataConfig:
     """``[data]``: prompt files and batch sizes (in prompts, before ``rollout.n``)."""
 
     train_files: tuple[str, ...] = key(
-        help="Training prompts: .parquet or .jsonl files, concatenated in order.",
+        help="Training prompts: .parquet or .jsonl files, concatenated in order, or Hub "
+        'data sets "org/name[@revision][:split]" (split default train; e.g. '
+        '"openai/gsm8k:main/train"), read from the Hugging Face cache.',
         validator=_nonempty,
     )
     val_files: tuple[str, ...] = key(
-        (), "Validation prompts (.parquet/.jsonl); empty: no validation."
+        (),
+        "Validation prompts (.parquet/.jsonl, or a Hub data set, split default test); empty: "
+        "no validation.",
+    )
+    columns: ColumnsConfig = key(
+        factory=lambda: ColumnsConfig(),
+        help="Map a data set's own columns onto rlcore's row (see [data.columns]).",
     )
     prompt_key: str = key(
         "prompt",
@@ -190,8 +220,14 @@ class ModelConfig:
     """``[model]``: the policy's local Hugging Face folder."""
 
     path: str = key(
-        help="Local Hugging Face folder of the policy (config, weights, tokenizer).",
+        help="The policy: a local Hugging Face folder (config, weights, tokenizer), or a "
+        'Hub name "org/name" resolved through the Hugging Face cache (HF_HOME; nothing is '
+        "downloaded with HF_HUB_OFFLINE=1).",
         validator=_nonempty,
+    )
+    revision: str | None = key(
+        None,
+        "Hub revision (branch, tag or commit) of a model.path given as a Hub name; unset: main.",
     )
     tokenizer_path: str = key(RESOLVED, "Folder of the tokenizer.", shown_default="model.path")
     dtype: Dtype = key(
@@ -466,6 +502,11 @@ class AlgorithmConfig:
     options: Any = attrs.field(default=None, metadata=_FLATTEN)
 
 
+# The tool-call formats whose tool turn has a fixed text of its own (Qwen2.5's template's),
+# usable without the tokenizer's chat template ([agent] tool_turns = "hermes").
+BUILTIN_TOOL_TURNS: Final = frozenset({"hermes", "qwen", "qwen3"})
+
+
 @attrs.frozen(kw_only=True)
 class AgentConfig:
     """``[agent]``: multi-turn rollouts with tools (:mod:`rlcore.agent`); absent: single-turn.
@@ -480,8 +521,20 @@ class AgentConfig:
     tools: tuple[str, ...] = key((), "Tool plugins the model may call (`rlcore plugins`).")
     tool_parser: str = key(
         "hermes",
-        "How tool calls are read from the model's text (verl's format).",
-        validator=v.in_(("hermes", "qwen")),
+        "How tool calls are read from the model's text (verl's format): hermes/qwen "
+        "(<tool_call>{json}</tool_call>), qwen3 (the same after <think>...</think>), "
+        'llama3_json (the turn is {"name": ..., "parameters": {...}}), glm45 '
+        "(<tool_call>NAME<arg_key>..</arg_key><arg_value>..</arg_value></tool_call>).",
+        validator=v.in_(("hermes", "qwen", "qwen3", "llama3_json", "glm45")),
+    )
+    tool_turns: str = key(
+        "auto",
+        "How the tools and tool turns are written: chat_template (the tokenizer's "
+        "template with tools=: the tool schemas in the prompt, each tool turn as the "
+        "template renders role 'tool'); hermes (Qwen2.5's fixed text, tool schemas left "
+        "to the data's system prompt); auto: hermes for tool_parser hermes/qwen, else "
+        "chat_template.",
+        validator=v.in_(("auto", "chat_template", "hermes")),
     )
     max_turns: int = key(
         4, "Model turns per conversation (verl's max_assistant_turns).", validator=_pos
@@ -502,6 +555,19 @@ class AgentConfig:
     max_tool_response_length: int = key(
         1000, "Characters of a tool's answer kept in the conversation.", validator=_pos
     )
+    options: dict[str, Any] = attrs.field(
+        factory=dict,
+        metadata={
+            "help": "[agent.options.NAME]: each selected tool's own options (listed per "
+            "plugin below); the tool is built with them."
+        },
+    )
+
+    def turns(self) -> str:
+        """``tool_turns`` with ``auto`` resolved: ``"chat_template"`` or ``"hermes"``."""
+        if self.tool_turns != "auto":
+            return self.tool_turns
+        return "hermes" if self.tool_parser in ("hermes", "qwen") else "chat_template"
 
 
 @attrs.frozen(kw_only=True)

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from rlcore.data.dataset import PromptDataset
     from rlcore.data.loader import PromptDataLoader
 
-__all__ = ["build_datasets", "build_loaders"]
+__all__ = ["build_datasets", "build_loaders", "prompt_tools"]
 
 
 def _check_file(file: str, key: str) -> None:
@@ -47,6 +47,23 @@ def _utf8_culprit(files: tuple[str, ...]) -> tuple[str, UnicodeDecodeError] | No
     return None
 
 
+def prompt_tools(config: RunConfig) -> list[dict[str, Any]]:
+    """The tool descriptions the chat template renders into the prompts: those of ``[agent]
+    tools`` (built with their ``[agent.options.NAME]``) when ``tool_turns`` is
+    ``chat_template``; none otherwise (the data's own system prompt describes them)."""
+    agent = config.agent
+    if agent is None or not agent.tools or agent.turns() != "chat_template":
+        return []
+    from rlcore.agent.template import tool_schemas
+    from rlcore.plugins import Component
+
+    tools = [
+        Component(kind="tool", name=n, options=agent.options.get(n), where="[agent] tools").build()
+        for n in agent.tools
+    ]
+    return tool_schemas(tools)
+
+
 def _build_dataset(
     config: RunConfig, tokenizer: Any, files: tuple[str, ...], key: str, name: str
 ) -> PromptDataset:
@@ -67,6 +84,8 @@ def _build_dataset(
             apply_chat_template=data.apply_chat_template,
             max_samples=data.val_max_samples if name == "val" else None,
             name=name,
+            tools=prompt_tools(config),
+            columns=data.columns,
         )
     except DataError as err:
         msg = f"{key}: {err}"

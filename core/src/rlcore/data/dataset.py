@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -120,6 +120,10 @@ class PromptDataset:
     ``filter_overlong_prompts`` (the count is logged); otherwise ``truncation`` decides:
     ``"error"`` raises, ``"left"`` keeps the end of the prompt, ``"right"`` its start.
     ``max_samples``: keep only the first N rows (after filtering), e.g. a quick validation set.
+    ``columns``: a :class:`~rlcore.config.schema.ColumnsConfig` mapping the files' own
+    columns onto the prompt, ``reward_model.ground_truth`` and ``data_source``.
+    ``tools``: OpenAI-style tool descriptions the chat template renders into every prompt
+    (``[agent] tool_turns = "chat_template"``; :func:`rlcore.agent.template.tool_schemas`).
     """
 
     def __init__(
@@ -134,6 +138,8 @@ class PromptDataset:
         apply_chat_template: bool = True,
         max_samples: int | None = None,
         name: str = "train",
+        tools: Sequence[Mapping[str, Any]] = (),
+        columns: Any = None,
     ) -> None:
         if max_prompt_length <= 0:
             msg = f"max_prompt_length must be > 0, got {max_prompt_length}"
@@ -147,6 +153,8 @@ class PromptDataset:
             raise DataError(msg)
         self.name = name
         self.tokenizer = tokenizer
+        self.tools = [dict(t) for t in tools] or None  # the chat template's ``tools``
+        self.columns = columns if columns is not None and columns.active() else None
         self.max_prompt_length = max_prompt_length
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else None
         if pad is None:
@@ -198,6 +206,8 @@ class PromptDataset:
         if not rows:
             msg = f"data file {path} has no rows"
             raise DataError(msg)
+        if self.columns is not None:
+            rows = [_mapped(row, self.columns, prompt_key, path, i) for i, row in enumerate(rows)]
         texts: list[str] = []
         for i, row in enumerate(rows):
             _check_row(row, i, path, prompt_key)
@@ -206,7 +216,7 @@ class PromptDataset:
                 messages = _as_messages(prompt, path, i, prompt_key)
                 texts.append(
                     self.tokenizer.apply_chat_template(
-                        messages, add_generation_prompt=True, tokenize=False
+                        messages, tools=self.tools, add_generation_prompt=True, tokenize=False
                     )
                 )
             elif isinstance(prompt, str):
@@ -310,3 +320,28 @@ def _as_messages(prompt: Any, path: Path, i: int, prompt_key: str) -> list[dict[
         "{'role': ..., 'content': ...} messages"
     )
     raise DataError(msg)
+
+
+def _mapped(
+    row: dict[str, Any], columns: Any, prompt_key: str, path: Path, i: int
+) -> dict[str, Any]:
+    """``row`` with ``[data.columns]`` applied (a missing column is one line naming the key)."""
+    out = dict(row)
+    for key, target in (("prompt", prompt_key), ("ground_truth", None)):
+        column = getattr(columns, key)
+        if column is None:
+            continue
+        if column not in row:
+            have = ", ".join(sorted(row)[:8])
+            msg = f"{path} row {i}: no column {column!r} (data.columns.{key}); columns: {have}"
+            raise DataError(msg)
+        if target is not None:
+            out[target] = row[column]
+        else:
+            out["reward_model"] = {
+                **dict(row.get("reward_model") or {}),
+                "ground_truth": row[column],
+            }
+    if columns.data_source is not None:
+        out["data_source"] = columns.data_source
+    return out

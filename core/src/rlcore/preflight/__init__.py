@@ -75,7 +75,9 @@ def preflight(config: RunConfig, *, registry: PluginRegistry | None = None) -> P
     """
     from rlcore.checkpoint import CHECKPOINTS_DIR, CheckpointManager, find_checkpoint
     from rlcore.plugins import default_registry
+    from rlcore.preflight.hub import resolve_hub_names
 
+    config = resolve_hub_names(config)  # the one place Hub names become local folders
     registry = registry if registry is not None else default_registry(config.plugins.disabled)
     check_model_folder(config.model.path, "model.path")
     needs = _needs(config, registry)

@@ -80,6 +80,9 @@ class RewardManager:
       (the first of the row's rewards that gives one, else ``score > 0``), ``pred`` and any
       other extra a reward returns (None where a row's rewards gave none), and
       ``score/<name>`` per reward when there are several (unweighted; NaN where not used);
+    - metrics ``reward/<data_source>/<extra>``: the mean of each numeric (or boolean) extra
+      other than ``score``, ``acc`` and ``count`` over the source's rows that give it (the
+      calculator's ``used_tool``, a length, a sub-score);
     - metrics ``reward/timeouts``, ``reward/errors``, ``reward/empty_responses`` (counts in
       this batch), ``reward/<data_source>/score``, ``.../acc`` (means), ``.../count``,
       ``reward/scorer/<name>/mean`` (each scorer's own, unweighted score over the rows it
@@ -304,6 +307,7 @@ class RewardManager:
             metrics[f"reward/{ds}/score"] = float(scores[sel].mean())
             metrics[f"reward/{ds}/acc"] = float(acc[sel].mean())
             metrics[f"reward/{ds}/count"] = float(sel.sum())
+            metrics.update(extra_means(extras, sel, ds))
         for name, arr in values.items():  # each scorer's own score, over the rows it scored
             scored = arr[~np.isnan(arr)]
             if scored.size:
@@ -532,3 +536,24 @@ def _ground_truth(reward_model: Any, row: int) -> Any:
         return reward_model["ground_truth"]
     msg = f"reward manager: row {row} has no reward_model.ground_truth (got {reward_model!r})"
     raise DataError(msg)
+
+
+_NOT_EXTRA_METRICS = frozenset({"score", "acc", "count"})
+
+
+def extra_means(
+    extras: Sequence[Mapping[str, Any]], sel: Any, ds: str, prefix: str = "reward"
+) -> dict[str, float]:
+    """``<prefix>/<ds>/<key>``: the mean of every numeric or boolean extra over the selected
+    rows that give a finite one (strings such as ``pred`` or ``reason`` are not averaged)."""
+    sums: dict[str, list[float]] = {}
+    for extra, chosen in zip(extras, sel):
+        if not chosen:
+            continue
+        for key, value in extra.items():
+            if key in _NOT_EXTRA_METRICS or not isinstance(value, int | float | np.number):
+                continue
+            number = float(value)
+            if math.isfinite(number):
+                sums.setdefault(key, []).append(number)
+    return {f"{prefix}/{ds}/{key}": sum(vals) / len(vals) for key, vals in sorted(sums.items())}

@@ -21,6 +21,7 @@ torch and transformers are imported inside the function: importing this module i
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 __all__ = ["CHAT_TEMPLATE", "SPECIAL_TOKENS", "build_tiny_model", "char_vocab"]
@@ -75,6 +76,10 @@ def build_tiny_model(
     seed: int = 0,
     tie_word_embeddings: bool = False,
     max_position_embeddings: int = 2048,
+    chat_template: str | None = None,
+    extra_special_tokens: Sequence[str] = (),
+    eos_token: str = "<|im_end|>",
+    stop_tokens: Sequence[str] = (),
 ) -> Path:
     """Build and save a random ``Qwen2ForCausalLM`` plus its tokenizer under ``path``.
 
@@ -82,6 +87,11 @@ def build_tiny_model(
     attention paths); the intermediate size is ``2 * hidden``. Weights are float32, drawn with
     ``torch.manual_seed(seed)``, so the same arguments give bit-identical folders. Returns
     ``Path(path)``. ``vocab`` selects the tokenizer; only ``"chars"`` exists today.
+
+    Another model family's chat layout: ``chat_template`` (default: ChatML), its
+    ``extra_special_tokens`` (appended to the vocabulary, each one token: ``<|eot_id|>``,
+    ``<|observation|>``, ...), ``eos_token`` (one of the special tokens) and ``stop_tokens``
+    (more tokens that end a generation, in ``generation_config.eos_token_id``).
     """
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen2Tokenizer
@@ -101,21 +111,31 @@ def build_tiny_model(
 
     # --- tokenizer: byte-level BPE without merges (one token per ASCII character)
     token_to_id = char_vocab()
+    for token in extra_special_tokens:
+        token_to_id.setdefault(token, len(token_to_id))
+    unknown = [t for t in (eos_token, *stop_tokens) if t not in token_to_id]
+    if unknown:
+        msg = f"build_tiny_model: {unknown} are not in extra_special_tokens"
+        raise ValueError(msg)
+    specials = ["<|im_start|>", *(t for t in extra_special_tokens if t != eos_token)]
+    if eos_token != "<|im_end|>":
+        specials.append("<|im_end|>")
     hf_tok = Qwen2Tokenizer(
         vocab=token_to_id,
         merges=[],
-        eos_token="<|im_end|>",
+        eos_token=eos_token,
         pad_token="<|endoftext|>",
         unk_token="<|endoftext|>",
         padding_side="left",
         clean_up_tokenization_spaces=False,
-        additional_special_tokens=["<|im_start|>"],
+        additional_special_tokens=specials,
     )
-    hf_tok.chat_template = CHAT_TEMPLATE
+    hf_tok.chat_template = chat_template if chat_template is not None else CHAT_TEMPLATE
     hf_tok.save_pretrained(out)
 
     # --- model
-    pad_id, eos_id = token_to_id["<|endoftext|>"], token_to_id["<|im_end|>"]
+    pad_id, eos_id = token_to_id["<|endoftext|>"], token_to_id[eos_token]
+    stop_ids = [eos_id, *(token_to_id[t] for t in stop_tokens if token_to_id[t] != eos_id)]
     config = Qwen2Config(
         vocab_size=len(token_to_id),
         hidden_size=hidden,
@@ -132,7 +152,7 @@ def build_tiny_model(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = Qwen2ForCausalLM(config)
-    model.generation_config.eos_token_id = eos_id
+    model.generation_config.eos_token_id = eos_id if len(stop_ids) == 1 else stop_ids
     model.generation_config.pad_token_id = pad_id
     model.generation_config.bos_token_id = pad_id
     model.save_pretrained(out, safe_serialization=True)

@@ -305,6 +305,9 @@ class Trainer:
         accs: list[float] = []
         lengths: list[float] = []
         agent: dict[str, list[float]] = {}  # [agent] runs: tool use under validation sampling
+        from rlcore.reward.manager import extra_means
+
+        extras: list[dict[str, Any]] = []  # the rewards' other extras, per row
         with timed("validate", timing):
             for batch in val_loader:
                 batch = batch.repeat(self.specs.val_n, interleave=True)
@@ -318,6 +321,7 @@ class Trainer:
                 sources += [str(s) for s in batch.non_tensor_batch["data_source"]]
                 scores += [float(s) for s in out.non_tensor_batch["score"]]
                 accs += [float(bool(a)) for a in out.non_tensor_batch["acc"]]
+                extras += _row_extras(out.non_tensor_batch, len(out))
                 lengths += batch.batch["response_mask"].sum(-1).float().tolist()
         src = np.asarray(sources, dtype=object)
         score_arr, acc_arr = np.asarray(scores), np.asarray(accs)
@@ -326,6 +330,7 @@ class Trainer:
             sel = src == ds
             metrics[f"val/{ds}/score"] = float(score_arr[sel].mean())
             metrics[f"val/{ds}/acc"] = float(acc_arr[sel].mean())
+            metrics.update(extra_means(extras, sel, ds, prefix="val"))
         if lengths:
             metrics["val/response_length/mean"] = float(np.mean(lengths))
         for key, values in agent.items():
@@ -392,3 +397,9 @@ def _deferred_interrupt() -> Iterator[threading.Event]:
         for sig, handler in previous.items():
             if handler is not None:  # None: the handler was not installed from Python
                 signal.signal(sig, handler)
+
+
+def _row_extras(non_tensors: Mapping[str, Any], rows: int) -> list[dict[str, Any]]:
+    """Each row's reward extras (``used_tool``, ...) from the reward manager's columns."""
+    keys = [k for k in non_tensors if k not in ("score", "acc") and not k.startswith("score/")]
+    return [{k: non_tensors[k][i] for k in keys} for i in range(rows)]

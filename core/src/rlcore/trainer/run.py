@@ -74,6 +74,7 @@ def run_training(
     from rlcore.checkpoint import CHECKPOINTS_DIR, CheckpointManager
     from rlcore.config import config_to_dict, dump_toml
     from rlcore.data import build_datasets, build_loaders, load_tokenizer
+    from rlcore.preflight.hub import resolve_hub_names
     from rlcore.preflight.roles import check_reward_roles
     from rlcore.tracking import Tracker
     from rlcore.trainer.builder import (
@@ -90,6 +91,7 @@ def run_training(
     from rlcore.workers.cluster import check_pools_before_ray, start_ray
     from rlcore.workers.worker import pin_torch_threads
 
+    config = resolve_hub_names(config)  # Hub names to local folders, before Ray starts
     worker_settings(config).apply()  # the driver's own switches, as every worker's
     # The driver scores rewards and advantages: one thread is plenty.
     pin_torch_threads(config.resources.driver_num_threads)

@@ -256,7 +256,9 @@ def _agent_spec(config: RunConfig, registry: PluginRegistry | None) -> AgentSpec
     if agent is None:
         return None
     tools = tuple(
-        Component(kind="tool", name=name, where="[agent] tools").pinned(registry)
+        Component(
+            kind="tool", name=name, options=agent.options.get(name), where="[agent] tools"
+        ).pinned(registry)
         for name in agent.tools
     )
     return AgentSpec(

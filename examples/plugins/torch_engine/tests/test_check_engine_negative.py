@@ -96,3 +96,44 @@ def test_the_undecorated_config_really_drops_its_field():
 def test_critic_check_fails_an_engine_without_a_value_head(tiny_path):
     with pytest.raises(AssertionError, match="must implement compute_values"):
         check_engine(TorchEngine, model_path=tiny_path, critic=True)
+
+
+class SGDEngine(TorchEngine):
+    """A correct engine on plain SGD (with momentum): its step is lr x gradient, not ~lr."""
+
+    def __init__(self, spec, config=None):
+        super().__init__(spec, config)
+        if self.optimizer is not None:
+            self.optimizer = torch.optim.SGD(
+                self.model.parameters(), lr=spec.optim.lr, momentum=0.9
+            )
+            self.guard = type(self.guard)(self.optimizer, role=spec.role, max_norm=spec.grad_clip)
+
+
+def test_an_sgd_engine_passes(tiny_path):
+    check_engine(SGDEngine, model_path=tiny_path)
+
+
+class TwoDefects(IgnoresTemperature, OwnSchedule):
+    """Temperature ignored and an LR schedule of its own: both rules are reported."""
+
+
+def test_every_broken_rule_is_reported_not_only_the_first(tiny_path):
+    with pytest.raises(AssertionError) as info:
+        check_engine(TwoDefects, model_path=tiny_path)
+    message = str(info.value)
+    assert "rules broken" in message, message
+    assert "temperature must not be ignored" in message, message
+    assert "must apply exactly the lr it is given" in message, message
+
+
+class DividesByZeroTemperature(TorchEngine):
+    def _forward(self, mb, temperature, entropy) -> ModelOutputs:
+        if temperature == 0.0:
+            temperature = 1e-6  # a greedy sample scored as a near-one-hot distribution
+        return super()._forward(mb, temperature, entropy)
+
+
+def test_temperature_zero_must_score_the_unscaled_logits(tiny_path):
+    with pytest.raises(AssertionError, match=r"temperature=0\) must"):
+        check_engine(DividesByZeroTemperature, model_path=tiny_path)

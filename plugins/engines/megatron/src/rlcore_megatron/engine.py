@@ -455,7 +455,7 @@ class MegatronEngine(GuardedSteps, BaseEngine):
         if self.spec.value_head:
             return ModelOutputs(values=response_slice(out, r)[..., 0].float())
         logits = response_slice(out, r)[..., : self.dims.vocab].float()
-        if temperature != 1.0:
+        if temperature not in (0.0, 1.0):  # 0: greedy sampling scores the unscaled logits
             # Sampling used logits / T; log-probs of the same distribution need the same scaling.
             logits = logits / temperature
         picked = torch.gather(logits, -1, responses.unsqueeze(-1)).squeeze(-1)

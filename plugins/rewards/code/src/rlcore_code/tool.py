@@ -32,9 +32,16 @@ class CodeInterpreterTool(BaseTool):
     class Config(BaseTool.Config):
         """Options of the ``code_interpreter`` tool."""
 
-        name: str = "code_interpreter"
+        name: str = attrs.field(
+            default="code_interpreter",
+            metadata={"help": "The name the model calls the tool by (its schema's name)."},
+        )
         sandbox: SandboxOptions = attrs.field(factory=SandboxOptions)
-        max_chars: int = attrs.field(default=4000, validator=attrs.validators.gt(0))
+        max_chars: int = attrs.field(
+            default=4000,
+            validator=attrs.validators.gt(0),
+            metadata={"help": "Characters of the program's output shown to the model."},
+        )
 
     def __init__(self, config: CodeInterpreterTool.Config | None = None) -> None:
         super().__init__(config)

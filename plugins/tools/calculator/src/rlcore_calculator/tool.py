@@ -20,7 +20,10 @@ class CalculatorTool(BaseTool):
     class Config(BaseTool.Config):
         """Options of the ``calculator`` tool."""
 
-        name: str = "calculator"
+        name: str = attrs.field(
+            default="calculator",
+            metadata={"help": "The name the model calls the tool by (its schema's name)."},
+        )
 
     def __init__(self, config: CalculatorTool.Config | None = None) -> None:
         super().__init__(config)

@@ -1,0 +1,92 @@
+"""``rlcore new-plugin KIND NAME``: each kind's package installs (pip, from its generated
+pyproject), is listed by ``rlcore plugins`` through its entry point, and its generated test
+(the kind's conformance check) passes as written."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from rlcore.cli import main
+from rlcore.testing.scaffold import KINDS
+
+pytestmark = pytest.mark.slow
+
+NAMES = {kind: f"scaffold_{kind}" for kind in KINDS}
+
+
+def _install(packages: list[Path], site: Path) -> None:
+    """``pip install --no-deps`` into ``site`` (a folder put on PYTHONPATH, so the test's own
+    interpreter is left as it was); without setuptools here (pip builds offline, from the
+    interpreter's own backend), a ``.dist-info`` written from the generated pyproject."""
+    if importlib.util.find_spec("setuptools") is not None:
+        cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index"]
+        cmd += ["--no-build-isolation", "--target", str(site), *map(str, packages)]
+        subprocess.run(cmd, check=True, timeout=300)
+        return
+    for pkg in packages:
+        project = tomllib.loads((pkg / "pyproject.toml").read_text())["project"]
+        info = site / f"{project['name'].replace('-', '_')}-{project['version']}.dist-info"
+        info.mkdir(parents=True)
+        meta = f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project['version']}\n"
+        (info / "METADATA").write_text(meta)
+        points = project["entry-points"]["rlcore"]
+        lines = "".join(f"{k} = {v}\n" for k, v in points.items())
+        (info / "entry_points.txt").write_text(f"[rlcore]\n{lines}")
+
+
+def test_each_kind_installs_is_listed_and_passes_its_generated_test(tmp_path, capsys):
+    out = tmp_path / "plugins"
+    for kind, name in NAMES.items():
+        assert main(["new-plugin", kind, name, "--dir", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert f"pip install -e {out / NAMES['tool']}" in printed
+    text = (out / NAMES["reward"] / "src" / NAMES["reward"] / "plugin.py").read_text()
+    assert "contract_version = 2" in text
+
+    site = tmp_path / "site"
+    site.mkdir()
+    _install([out / name for name in NAMES.values()], site)
+    path = os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONPATH": path}
+    if importlib.util.find_spec("setuptools") is None:  # the dist-infos' packages, by path
+        sources = [str(out / n / "src") for n in NAMES.values()]
+        env["PYTHONPATH"] += os.pathsep + os.pathsep.join(sources)
+    listed = subprocess.run(
+        [sys.executable, "-m", "rlcore.cli", "plugins"],
+        capture_output=True, text=True, env=env, timeout=120, check=True,
+    ).stdout  # fmt: skip
+    for kind, name in NAMES.items():
+        line = next((ln for ln in listed.splitlines() if f" {name} " in ln), "")
+        words = line.split()
+        assert words[:1] == [kind], listed
+        assert words[-1] == "ok", listed
+
+    tests = [str(out / name / "tests") for name in NAMES.values()]
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=500, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert "10 passed" in run.stdout, run.stdout[-2000:]
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["reward", "My-Reward"], "is not a lower-case Python identifier"),
+        (["reward", "taken"], "exists already"),
+    ],
+)
+def test_bad_names_are_one_line(tmp_path, capsys, args, expected):
+    (tmp_path / "taken").mkdir()
+    assert main(["new-plugin", *args, "--dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert expected in err
+    assert err.count("\n") == 1

@@ -92,3 +92,48 @@ def test_tensor_parallel_on_gpu_needs_whole_groups_of_policy_workers():
     # One process here (no torch.distributed world): 1 worker is not a whole TP group of 2.
     with pytest.raises(ConfigError, match=r"must divide the number of policy workers \(1"):
         check_tensor_parallel(2, on_cpu=False, async_engine=False)
+
+
+def test_tensor_parallel_engine_kwargs_disable_custom_all_reduce(model_path):
+    """Each worker sees one GPU, so vLLM's custom all-reduce (a P2P probe over ordinals
+    0..tp-1 of this process) must be off for TP > 1, as verl does; TP 1 leaves vLLM's default."""
+    from rlcore_vllm.parallel import external_launcher_kwargs
+
+    assert external_launcher_kwargs(2)["disable_custom_all_reduce"] is True
+    spec = RolloutSpec(model_path=model_path, device="cuda", dtype="bfloat16")
+    kwargs = {}
+    for tp in (1, 2):
+        # The kwargs of a GPU engine, without starting one (no GPU here): the engine's own method.
+        rollout = object.__new__(VLLMRollout)
+        rollout.spec, rollout.config = spec, VLLMRollout.Config(tensor_parallel_size=tp)
+        rollout.on_cpu, rollout.dtype, rollout.max_model_len, rollout.seed = False, "bf16", 64, 0
+        kwargs[tp] = rollout._engine_kwargs()
+    assert kwargs[2]["disable_custom_all_reduce"] is True
+    assert kwargs[2]["distributed_executor_backend"] == "external_launcher"
+    assert "disable_custom_all_reduce" not in kwargs[1]
+    try:
+        from vllm.engine.arg_utils import EngineArgs
+    except ImportError:
+        return  # the name check below runs where vLLM is installed (scripts/test_vllm.sh)
+    import dataclasses
+
+    fields = {f.name for f in dataclasses.fields(EngineArgs)}
+    assert set(kwargs[2]) <= fields, sorted(set(kwargs[2]) - fields)
+
+
+def test_the_gpu_extra_bounds_vllm_to_the_minor_release_it_was_written_for():
+    import tomllib
+    from pathlib import Path
+
+    from packaging.requirements import Requirement
+
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    extras = tomllib.loads(pyproject.read_text())["project"]["optional-dependencies"]
+    (req,) = [Requirement(r) for r in extras["gpu"]]
+    assert req.name == "vllm"
+    assert [v in req.specifier for v in ("0.32.0", "0.33.0", "0.33.9", "0.34.0")] == [
+        False,
+        True,
+        True,
+        False,
+    ]

@@ -138,12 +138,13 @@ def main() -> int:
             actor.forward_backward(batch, ppo_loss, temperature=1.0)
             actor.optimizer_step(lr=1e-2)
             memory.mark(f"step {step}: actor trained")
-            # --- sync: vLLM wakes, takes the new weights; then the actor leaves the device
+            # --- sync (verl's order): vLLM's weights wake (update_weights does it), take the
+            # new weights; the actor leaves the device; the KV cache wakes at generate
             if not args.break_sync:
                 rollout.update_weights(actor.named_parameters_for_sync())
             else:
-                rollout.wake_up()
-            memory.mark(f"step {step}: synced (both resident)")
+                rollout.wake_up_weights()
+            memory.mark(f"step {step}: synced (weights only woken)")
             actor.offload()
             memory.mark(f"step {step}: actor offloaded")
             # --- generate with vLLM's own log-probs, then the trainer recomputes them

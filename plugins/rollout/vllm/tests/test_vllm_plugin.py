@@ -137,3 +137,37 @@ def test_the_gpu_extra_bounds_vllm_to_the_minor_release_it_was_written_for():
         True,
         False,
     ]
+
+
+def test_wake_up_weights_then_the_kv_cache(model_path):
+    """The calls rlcore makes to vLLM's sleep API around a colocated sync (verl's order):
+    ``wake_up(tags=["weights"])`` first, the rest (``kv_cache``) later. A recorder stands in
+    for ``vllm.LLM`` here; the real engine runs it in scripts/gpu_check_sync.py on a GPU."""
+    calls = []
+
+    class Recorder:
+        def sleep(self, level):
+            calls.append(("sleep", level))
+
+        def wake_up(self, tags=None):
+            calls.append(("wake_up", tags))
+
+    rollout = object.__new__(VLLMRollout)
+    rollout.spec = RolloutSpec(model_path=model_path, device="cuda")
+    rollout.config = VLLMRollout.Config()
+    rollout.on_cpu, rollout._asleep, rollout.llm = False, set(), Recorder()
+    rollout.sleep()
+    rollout.wake_up_weights()
+    rollout.wake_up_weights()  # idempotent
+    rollout.wake_up()
+    rollout.wake_up()
+    rollout.sleep()
+    rollout.wake_up()  # everything asleep: one plain wake_up, as before
+    level = rollout.config.sleep_level
+    assert calls == [
+        ("sleep", level),
+        ("wake_up", ["weights"]),
+        ("wake_up", ["kv_cache"]),
+        ("sleep", level),
+        ("wake_up", None),
+    ]

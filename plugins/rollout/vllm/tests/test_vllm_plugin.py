@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
+import torch
 
 from rlcore.config.convert import render_path, structure
 from rlcore.errors import ConfigError
@@ -123,7 +125,6 @@ def test_tensor_parallel_engine_kwargs_disable_custom_all_reduce(model_path):
 
 def test_the_gpu_extra_bounds_vllm_to_the_minor_release_it_was_written_for():
     import tomllib
-    from pathlib import Path
 
     from packaging.requirements import Requirement
 
@@ -171,3 +172,21 @@ def test_wake_up_weights_then_the_kv_cache(model_path):
         ("sleep", level),
         ("wake_up", None),
     ]
+
+
+def test_buckets_leave_shared_memory_that_cannot_hold_them(tmp_path):
+    """A bucket larger than half of what /dev/shm has free is written to disk instead (Docker's
+    default /dev/shm is 64 MiB: ENOSPC or SIGBUS for a real model's bucket)."""
+    import shutil
+
+    from rlcore_vllm.weights import bucket_directory, save_bucket
+
+    free = shutil.disk_usage(tmp_path).free
+    assert bucket_directory(1 << 20, shm=str(tmp_path)) == str(tmp_path)
+    assert bucket_directory(free, shm=str(tmp_path)) is None
+    assert bucket_directory(1, shm=str(tmp_path / "absent")) is None
+    path = save_bucket([("w", torch.ones(4))])
+    try:
+        assert Path(path).is_file()
+    finally:
+        Path(path).unlink()

@@ -584,7 +584,9 @@ class _keep_sigterm:
         return None
 
     def __exit__(self, *exc: object) -> None:
-        if not self.main or signal.getsignal(signal.SIGTERM) is self.before:
+        if not self.main or self.before is None:  # None: a handler set outside Python
+            return
+        if signal.getsignal(signal.SIGTERM) is self.before:
             return
         # No loop handler to remove (another loop installed it): put ours back all the same.
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):

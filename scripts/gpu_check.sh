@@ -1,58 +1,127 @@
 #!/usr/bin/env bash
-# GPU check for the FSDP2 engine (NCCL, bf16), the HF rollout, the Megatron engine (where
-# megatron-core is installed) and, where SGLang is installed, the SGLang rollout
-# (plugins/rollout/sglang/gpu_check.py), without Ray or an install; then the vLLM rollout
-# (scripts/gpu_check_vllm.py) where vLLM is importable:
-#   bash scripts/gpu_check.sh [--steps N]
-# Exits 0 with a note where no CUDA device exists; skips the vLLM step, saying how to get vLLM
-# (a lent GPU machine has none preinstalled), where it is missing. Needs torch (CUDA),
-# transformers, numpy and
-# attrs; where attrs is not installed, a folder ./.gpu_deps holding it (copied from a dev venv's
-# site-packages) is put on PYTHONPATH.
-set -euo pipefail
+# GPU check: every GPU path of rlcore on one CUDA machine, one PASS / FAIL / SKIP line per check
+# and a summary table; exits 1 on any FAIL. A check SKIPs where its device or framework is
+# missing; --require turns every SKIP into a FAIL, so a run that tested nothing cannot pass.
+#
+#   bash scripts/gpu_check.sh [--require] [--steps N]
+#
+# Checks (each bounded by CHECK_TIMEOUT_S, 300 s by default; about 6 minutes in all on an H100-
+# class GPU with a tiny model):
+#   fsdp2_hf_grpo     FSDP2 + HF rollout GRPO steps, NCCL, bf16 mixed precision, offload,
+#                     checkpoint, export                              (scripts/gpu_check.py)
+#   device_pick       a rank-1 worker with one visible GPU trains on device 0 (same script)
+#   megatron          megatron-core engine, NCCL, one rank: logits vs HF, steps, sync, checkpoint
+#                     (plugins/engines/megatron/scripts/gpu_check.py; TP > 1 needs two GPUs:
+#                     NCCL refuses two ranks on one device)
+#   sglang_rollout    SGLang conformance (float32), sleep -> wake_up -> re-sync, generate_one
+#                     from a foreign event loop            (plugins/rollout/sglang/gpu_check.py)
+#   vllm_rollout      vLLM generate, log-probs vs HF, update_weights, sleep/wake
+#                                                                     (scripts/gpu_check_vllm.py)
+#   fsdp2_vllm_sync   FSDP2 -> vLLM weight sync, vLLM's log-probs against the trainer's, in the
+#                     colocated memory order (peak device memory per phase printed)
+#                                                                     (scripts/gpu_check_sync.py)
+#
+# Offline, with a 64 MiB carry (the device tool): the GPU machine brings its own CUDA torch;
+# the pure-Python rest is carried as wheels in ./.gpu_deps/wheels (made here with
+# `pip download --no-deps -d .gpu_deps/wheels attrs cattrs pluggy safetensors transformers
+# tokenizers huggingface-hub megatron-core==0.16.1`, checked under 64 MiB with `du -sh` before
+# carrying; megatron-core's wheel is small) and installed on the GPU machine with
+# `pip install --no-index --no-deps --target .gpu_deps .gpu_deps/wheels/*`, which this script
+# puts on PYTHONPATH. vLLM (hundreds of MiB) and SGLang do not fit: their checks SKIP unless
+# the machine has them; --require makes that a FAIL.
+set -uo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
-
-if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
-    echo "no CUDA device: skipping GPU check"
-    echo "skipped: SGLang rollout step (no CUDA device)"
-    exit 0
-fi
+REQUIRE=0
+ARGS=()
+for arg in "$@"; do
+    if [ "$arg" = "--require" ]; then REQUIRE=1; else ARGS+=("$arg"); fi
+done
+TIMEOUT="${CHECK_TIMEOUT_S:-300}"
 if [ -d .gpu_deps ]; then
     export PYTHONPATH="$PWD/.gpu_deps${PYTHONPATH:+:$PYTHONPATH}"
 fi
-missing=$("$PY" - <<'PYEOF'
-import importlib.util
-print(" ".join(m for m in ("transformers", "numpy", "attrs", "safetensors") if importlib.util.find_spec(m) is None))
-PYEOF
-)
-if [ -n "$missing" ]; then
-    echo "GPU check needs: $missing (pip install $missing, or copy them into ./.gpu_deps)" >&2
-    exit 1
-fi
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-4}"
-"$PY" scripts/gpu_check.py --device cuda "$@"
-# The multi-GPU device pick: a rank-1 worker that Ray shows one GPU (LOCAL_RANK=1, one visible
-# device) must train on device 0 instead of failing with "invalid device ordinal".
+
+NAMES=()
+RESULTS=()
+NOTES=()
+record() {  # name, PASS|FAIL|SKIP, note
+    local status=$2
+    if [ "$status" = "SKIP" ] && [ "$REQUIRE" = 1 ]; then status=FAIL; fi
+    NAMES+=("$1")
+    RESULTS+=("$status")
+    NOTES+=("$3")
+    printf '%s %s: %s\n' "$status" "$1" "$3"
+}
+
+has_module() {
+    "$PY" -c "import importlib.util as u, sys; sys.exit(u.find_spec('$1') is None)" 2>/dev/null
+}
+
+if "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+    CUDA=1
+else
+    CUDA=0
+fi
+MISSING=""
+for mod in transformers numpy attrs safetensors; do
+    has_module "$mod" || MISSING="$MISSING $mod"
+done
+
+# run_check NAME NEEDS_MODULE COMMAND...: SKIP without CUDA or the module, else PASS/FAIL by
+# the exit status (124: it ran past CHECK_TIMEOUT_S).
+run_check() {
+    local name=$1 needs=$2
+    shift 2
+    if [ "$CUDA" = 0 ]; then
+        record "$name" SKIP "no CUDA device"
+        return
+    fi
+    if [ -n "$MISSING" ]; then
+        record "$name" FAIL "missing:$MISSING (carry them in ./.gpu_deps)"
+        return
+    fi
+    if [ -n "$needs" ] && ! has_module "$needs"; then
+        record "$name" SKIP "$needs is not installed for $PY"
+        return
+    fi
+    echo "=== $name: $*"
+    local start=$SECONDS rc=0
+    timeout "$TIMEOUT" "$@" || rc=$?
+    local took=$((SECONDS - start))
+    if [ "$rc" = 0 ]; then
+        record "$name" PASS "${took} s"
+    elif [ "$rc" = 124 ]; then
+        record "$name" FAIL "ran past CHECK_TIMEOUT_S=${TIMEOUT} s"
+    else
+        record "$name" FAIL "exit $rc after ${took} s (output above)"
+    fi
+}
+
 first_gpu="${CUDA_VISIBLE_DEVICES:-0}"
 first_gpu="${first_gpu%%,*}"
-echo "device pick: LOCAL_RANK=1, CUDA_VISIBLE_DEVICES=$first_gpu"
-CUDA_VISIBLE_DEVICES="$first_gpu" "$PY" scripts/gpu_check.py --device cuda --steps 1 --local-rank 1
-# Megatron engine step (megatron-core 0.16.1: `pip install megatron-core==0.16.1 --no-deps`,
-# or its wheel installed with --target into ./.gpu_deps); skipped with a note where absent.
-if "$PY" -c "import megatron.core" 2>/dev/null; then
-    "$PY" plugins/engines/megatron/scripts/gpu_check.py --device cuda "$@"
-else
-    echo "megatron-core not importable: skipping the Megatron engine step"
-fi
-# SGLang rollout: prints "skipped: ..." and exits 0 where SGLang is not installed.
-"$PY" plugins/rollout/sglang/gpu_check.py
+run_check fsdp2_hf_grpo "" "$PY" scripts/gpu_check.py --device cuda "${ARGS[@]}"
+run_check device_pick "" env CUDA_VISIBLE_DEVICES="$first_gpu" \
+    "$PY" scripts/gpu_check.py --device cuda --steps 1 --local-rank 1
+run_check megatron megatron.core "$PY" plugins/engines/megatron/scripts/gpu_check.py \
+    --device cuda "${ARGS[@]}"
+run_check sglang_rollout sglang "$PY" plugins/rollout/sglang/gpu_check.py
+run_check vllm_rollout vllm "$PY" scripts/gpu_check_vllm.py --device cuda
+run_check fsdp2_vllm_sync vllm "$PY" scripts/gpu_check_sync.py --device cuda
 
-# --- vLLM rollout: generate, log-probs, weight sync, sleep/wake ------------------------------
-if "$PY" -c "import importlib.util as u, sys; sys.exit(u.find_spec('vllm') is None)"; then
-    exec "$PY" scripts/gpu_check_vllm.py --device cuda
+echo
+printf '%-16s %-5s %s\n' check result note
+printf '%-16s %-5s %s\n' ---------------- ----- ----
+failed=0
+for i in "${!NAMES[@]}"; do
+    printf '%-16s %-5s %s\n' "${NAMES[$i]}" "${RESULTS[$i]}" "${NOTES[$i]}"
+    [ "${RESULTS[$i]}" = FAIL ] && failed=$((failed + 1))
+done
+if [ "$failed" -gt 0 ]; then
+    echo "GPU check: $failed FAIL$([ "$REQUIRE" = 1 ] && echo ' (--require: SKIP counts as FAIL)')"
+    exit 1
 fi
-echo "vLLM is not installed for $PY: skipping the vLLM step. To run it, install the CUDA build"
-echo "in its own environment (it pins a CUDA torch), e.g.:"
-echo "  python3 -m venv .venv-vllm-gpu && .venv-vllm-gpu/bin/pip install 'vllm>=0.33' attrs cattrs pluggy"
-echo "  PYTHON=.venv-vllm-gpu/bin/python bash scripts/gpu_check.sh"
+skipped=$(printf '%s\n' "${RESULTS[@]}" | grep -c '^SKIP$')
+echo "GPU check: passed, $skipped of ${#NAMES[@]} skipped"
+exit 0

@@ -240,3 +240,55 @@ def test_an_engine_without_export_is_a_reason_not_a_traceback(policy, tmp_path, 
     monkeypatch.undo()
     assert policy.export_hf(str(tmp_path / "hf")) is None
     assert (tmp_path / "hf" / "config.json").is_file()
+
+
+def test_colocated_memory_order(policy, monkeypatch):
+    """Item 6 of the GPU readiness issue, in the order of calls (offload/onload are no-ops on
+    CPU, so the numbers are unchanged): the rollout is built with actor and reference offloaded;
+    a sync wakes the rollout's weights only, loads the actor, copies, offloads the actor, and
+    only then wakes the rest (KV cache); the reference is on the device for its pass only."""
+    from rlcore.trainer.roles import ActorRolloutRefWorker
+
+    calls: list[tuple[str, str]] = []
+
+    def spy(cls, name, who):
+        original = getattr(cls, name)
+
+        def wrapper(self, *args, **kwargs):
+            calls.append((who(self), name))
+            return original(self, *args, **kwargs)
+
+        monkeypatch.setattr(cls, name, wrapper)
+
+    for name in ("offload", "onload"):
+        spy(type(policy.actor), name, lambda self: self.spec.role)
+    for name in ("__init__", "wake_up", "wake_up_weights", "update_weights"):
+        spy(type(policy.rollout), name, lambda self: "rollout")
+    worker = ActorRolloutRefWorker(policy.specs.policy)
+    worker.init_model()
+
+    def at(call, last=False):
+        found = [i for i, c in enumerate(calls) if c == call]
+        assert found, f"{call} not called: {calls}"
+        return found[-1] if last else found[0]
+
+    built = at(("rollout", "__init__"))
+    assert at(("actor", "offload")) < built
+    assert at(("ref", "offload")) < built
+    assert (
+        built
+        < at(("rollout", "wake_up_weights"))
+        < at(("actor", "onload"))
+        < at(("rollout", "update_weights"))
+        < at(("actor", "offload"), last=True)
+        < at(("rollout", "wake_up"), last=True)
+    )
+    calls.clear()
+    rows = _prompts(policy.config)
+    gen = worker.generate_sequences(rows, policy.specs.val_sampling)
+    worker.compute_ref_log_prob(
+        gen.select(
+            batch_keys=["input_ids", "attention_mask", "position_ids", "responses", "response_mask"]
+        )
+    )
+    assert at(("ref", "onload")) < at(("ref", "offload"), last=True)

@@ -745,6 +745,15 @@ class BaseRollout(abc.ABC):
     def wake_up(self) -> None:
         """Undo :meth:`sleep`; called by the worker before weight sync and generation."""
 
+    def wake_up_weights(self) -> None:
+        """Restore only what a weight sync needs (the weights), the KV cache still asleep.
+
+        The colocated worker syncs in verl's order: ``wake_up_weights()`` -> weights in ->
+        actor offloaded -> ``wake_up()`` (the KV cache), so the KV cache never shares the
+        device with the actor. Default: :meth:`wake_up` (a rollout that cannot split them).
+        """
+        self.wake_up()
+
 
 def _generate_one_via_batch(
     rollout: BaseRollout, prompt_ids: list[int], sampling: SamplingParams

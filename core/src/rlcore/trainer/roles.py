@@ -15,9 +15,10 @@ run config; engines, rollout and algorithm are built from their
 name. Both classes stay undecorated (the worker group applies ``ray.remote``) and importable
 from this module, as Ray needs for classes touching torch.distributed.
 
-Around training the policy worker drives the rollout's memory: ``wake_up()`` before weight
-sync and generation, ``sleep()`` after generation; the actor engine is ``offload()``-ed while
-the rollout generates and ``onload()``-ed after.
+Around training the policy worker drives the rollout's memory: ``wake_up_weights()`` before
+weight sync, ``wake_up()`` (the KV cache) once the actor is offloaded, ``sleep()`` after
+generation; the actor engine is ``offload()``-ed while the rollout generates and
+``onload()``-ed after; the reference is onloaded only for its own forward pass.
 
 Every engine declares its data-parallel place in a mesh of its own (``actor``, ``ref``,
 ``critic``; :meth:`BaseEngine.dispatch_info`, default: purely data-parallel), and the methods
@@ -230,6 +231,11 @@ class ActorRolloutRefWorker(WeightBridgeEnd):
         if spec.rollout_pool is not None:  # the rollout is a worker group of its own
             log.info("rank %d: actor%s ready (rollout on %s)", self.rank, ref, spec.rollout_pool)
             return
+        # The rollout is built with the actor (and reference) off the device: an inference
+        # engine checks and sizes its memory against what is free when it starts.
+        self.actor.offload()
+        if self.ref is not None:
+            self.ref.offload()
         self.rollout, self.agent_loop = build_rollout(self, spec)
         self._sync_weights()
         log.info("rank %d: actor%s and rollout ready", self.rank, ref)
@@ -243,9 +249,13 @@ class ActorRolloutRefWorker(WeightBridgeEnd):
         if self.spec.rollout_pool is not None:
             return
         actor, rollout, _, _ = self._parts()
-        rollout.wake_up()
+        # verl's order: the rollout's weights back, the actor's in, the actor off the device,
+        # then the rollout's KV cache: the KV cache and the actor are never resident together.
+        rollout.wake_up_weights()
+        actor.onload()
         push_weights(actor, rollout)
         actor.offload()  # the rollout generates next
+        rollout.wake_up()
 
     def _parts(self) -> tuple[BaseEngine, BaseRollout, BaseAlgorithm, RoleTrainer]:
         actor, algorithm, trainer = self._trainer_parts()
@@ -377,7 +387,9 @@ class ActorRolloutRefWorker(WeightBridgeEnd):
             raise RuntimeError(msg)
         else:
             with clock(timing, "ref_forward"):
+                self.ref.onload()  # offloaded since the rollout was built (no-op otherwise)
                 outputs = self.ref.compute_log_prob(data, temperature=self.spec.temperature)
+                self.ref.offload()
         return DataProto.from_dict(
             tensors={"ref_log_prob": _required(outputs.log_probs, "log_probs")},
             meta_info={"metrics": summed(timing)},

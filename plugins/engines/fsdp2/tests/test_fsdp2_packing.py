@@ -399,3 +399,26 @@ def test_token_budget_counts_a_shared_prompt_once():
             share_prompts=True,
         )
         assert packed.input_ids.shape[1] <= 50
+
+
+def test_flex_packed_attention_matches_the_per_row_path_and_cpu_keeps_per_row():
+    """The GPU path (one FlexAttention kernel, rlcore_fsdp2.flex) computes what the per-row
+    path does: checked here with FlexAttention's eager reference on CPU. On CPU the engine
+    never takes it: varlen_sdpa_attention stays the per-row path, bit for bit."""
+    from types import SimpleNamespace
+
+    from rlcore_fsdp2.flex import flex_ready, packed_flex_attention, per_row_attention
+    from rlcore_fsdp2.packing import varlen_sdpa_attention
+
+    gen = torch.Generator().manual_seed(0)
+    bounds = [5, 17, 1, 9]
+    n = sum(bounds)
+    q, k, v = (torch.randn(1, 2, n, 16, generator=gen) for _ in range(3))
+    cu = torch.tensor([0, *torch.tensor(bounds).cumsum(0).tolist()], dtype=torch.int32)
+    reference = per_row_attention(q, k, v, cu, None)
+    flex = packed_flex_attention(q, k, v, cu, None, compiled=False)
+    torch.testing.assert_close(flex, reference, rtol=0, atol=1e-5)
+    assert flex_ready(torch.device("cpu")) is False
+    module = SimpleNamespace(num_key_value_groups=1)
+    out, _ = varlen_sdpa_attention(module, q, k, v, None, cu_seq_lens_q=cu)
+    assert torch.equal(out, reference.transpose(1, 2).contiguous())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import sys
 from pathlib import Path
@@ -194,17 +193,8 @@ def test_layout_is_validated_against_the_process_count(tiny_path):
         ConfigError, match=r"\[actor.engine\]: tensor_parallel \* pipeline_parallel"
     ):
         MegatronEngine(spec(tiny_path), MegatronEngine.Config(tensor_parallel=2))
-    with pytest.raises(ValueError, match="sequence_parallel needs tensor_parallel > 1"):
-        MegatronEngine.Config(sequence_parallel=True)
     with pytest.raises(ValueError, match="pipeline_parallel must be >= 1"):
         MegatronEngine.Config(pipeline_parallel=0)
-    if importlib.util.find_spec("apex") is None:
-        with pytest.raises(
-            ConfigError, match=r"\[actor.engine\] sequence_parallel = true needs apex"
-        ):
-            MegatronEngine(
-                spec(tiny_path), MegatronEngine.Config(tensor_parallel=2, sequence_parallel=True)
-            )
     # token budgets split micro-batches through the core's helper
     budget = MegatronEngine(spec(tiny_path, micro_batch_size=None, max_tokens_per_micro_batch=24))
     assert len(budget._micro_batches(make_batch())) > 1
@@ -214,3 +204,29 @@ def test_conformance(tiny_path):
     from rlcore.testing.conformance import check_engine
 
     check_engine(MegatronEngine, model_path=tiny_path, atol=1e-5)
+
+
+def test_sequence_parallel_is_refused_in_one_line_because_the_local_spec_norm_refuses_it():
+    """megatron-core's local spec takes RMSNorm from LocalSpecProvider.layer_norm: torch's norm
+    (WrappedTorchNorm), which asserts ``not sequence_parallel`` -- with or without apex. The
+    rlcore check used to pass where apex was installed and the model build failed later."""
+    from types import SimpleNamespace
+
+    from megatron.core.models.backends import LocalSpecProvider
+    from megatron.core.transformer.torch_norm import WrappedTorchNorm
+
+    norm = LocalSpecProvider().layer_norm(rms_norm=True, for_qk=False)
+    assert norm is WrappedTorchNorm
+    config = SimpleNamespace(
+        layernorm_zero_centered_gamma=False,
+        persist_layer_norm=False,
+        sequence_parallel=True,
+        memory_efficient_layer_norm=False,
+        normalization="RMSNorm",
+    )
+    with pytest.raises(AssertionError, match="sequence parallel not supported"):
+        norm(config=config, hidden_size=8)
+    for tp in (1, 2):
+        with pytest.raises(ValueError, match="sequence_parallel = true is not supported") as err:
+            MegatronEngine.Config(tensor_parallel=tp, sequence_parallel=True)
+        assert "\n" not in str(err.value)

@@ -161,3 +161,38 @@ def test_the_critic_role_sends_each_data_parallel_shard_once(critic_group):
         assert [c["method"] for c in calls] == ["compute_values", "update_critic"]
         assert [c["rows"] for c in calls] == [rows, laid.batch["input_ids"][:, 0].tolist()]
         assert [c["bytes"] for c in calls] == [model_bytes, update_bytes]
+
+
+def test_gradient_all_reduce_flattens_at_most_one_bucket_at_a_time(monkeypatch):
+    """Data-parallel gradients are summed in buckets: the extra buffer is bounded by the
+    bucket, not the model (one buffer of every gradient doubled gradient memory at 7B)."""
+    import torch
+    import torch.distributed as dist
+
+    from rlcore_megatron import parallel
+
+    own = not dist.is_initialized()
+    if own:
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        sizes: list[int] = []
+        original = dist.all_reduce
+
+        def spy(tensor, *args, **kwargs):
+            sizes.append(tensor.numel())
+            return original(tensor, *args, **kwargs)
+
+        monkeypatch.setattr(parallel.dist, "all_reduce", spy)
+        grads = [torch.full((n,), float(n)) for n in (3, 5, 40, 2, 2)]
+        expected = [g.clone() for g in grads]
+        parallel._all_reduce_coalesced(grads, dist.group.WORLD, bucket_bytes=8 * 4)
+        # buckets of <= 8 floats: [3, 5], [40] alone (in place), [2, 2]
+        assert sizes == [8, 40, 4]
+        for got, want in zip(grads, expected, strict=True):
+            assert torch.equal(got, want)  # one rank: the sum is the gradient itself
+        sizes.clear()
+        parallel._all_reduce_coalesced(grads, dist.group.WORLD)  # default: one bucket here
+        assert sizes == [52]
+    finally:
+        if own:
+            dist.destroy_process_group()

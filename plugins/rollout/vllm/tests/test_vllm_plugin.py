@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
+import torch
 
 from rlcore.config.convert import render_path, structure
 from rlcore.errors import ConfigError
@@ -92,3 +94,99 @@ def test_tensor_parallel_on_gpu_needs_whole_groups_of_policy_workers():
     # One process here (no torch.distributed world): 1 worker is not a whole TP group of 2.
     with pytest.raises(ConfigError, match=r"must divide the number of policy workers \(1"):
         check_tensor_parallel(2, on_cpu=False, async_engine=False)
+
+
+def test_tensor_parallel_engine_kwargs_disable_custom_all_reduce(model_path):
+    """Each worker sees one GPU, so vLLM's custom all-reduce (a P2P probe over ordinals
+    0..tp-1 of this process) must be off for TP > 1, as verl does; TP 1 leaves vLLM's default."""
+    from rlcore_vllm.parallel import external_launcher_kwargs
+
+    assert external_launcher_kwargs(2)["disable_custom_all_reduce"] is True
+    spec = RolloutSpec(model_path=model_path, device="cuda", dtype="bfloat16")
+    kwargs = {}
+    for tp in (1, 2):
+        # The kwargs of a GPU engine, without starting one (no GPU here): the engine's own method.
+        rollout = object.__new__(VLLMRollout)
+        rollout.spec, rollout.config = spec, VLLMRollout.Config(tensor_parallel_size=tp)
+        rollout.on_cpu, rollout.dtype, rollout.max_model_len, rollout.seed = False, "bf16", 64, 0
+        kwargs[tp] = rollout._engine_kwargs()
+    assert kwargs[2]["disable_custom_all_reduce"] is True
+    assert kwargs[2]["distributed_executor_backend"] == "external_launcher"
+    assert "disable_custom_all_reduce" not in kwargs[1]
+    try:
+        from vllm.engine.arg_utils import EngineArgs
+    except ImportError:
+        return  # the name check below runs where vLLM is installed (scripts/test_vllm.sh)
+    import dataclasses
+
+    fields = {f.name for f in dataclasses.fields(EngineArgs)}
+    assert set(kwargs[2]) <= fields, sorted(set(kwargs[2]) - fields)
+
+
+def test_the_gpu_extra_bounds_vllm_to_the_minor_release_it_was_written_for():
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    extras = tomllib.loads(pyproject.read_text())["project"]["optional-dependencies"]
+    (req,) = [Requirement(r) for r in extras["gpu"]]
+    assert req.name == "vllm"
+    assert [v in req.specifier for v in ("0.32.0", "0.33.0", "0.33.9", "0.34.0")] == [
+        False,
+        True,
+        True,
+        False,
+    ]
+
+
+def test_wake_up_weights_then_the_kv_cache(model_path):
+    """The calls rlcore makes to vLLM's sleep API around a colocated sync (verl's order):
+    ``wake_up(tags=["weights"])`` first, the rest (``kv_cache``) later. A recorder stands in
+    for ``vllm.LLM`` here; the real engine runs it in scripts/gpu_check_sync.py on a GPU."""
+    calls = []
+
+    class Recorder:
+        def sleep(self, level):
+            calls.append(("sleep", level))
+
+        def wake_up(self, tags=None):
+            calls.append(("wake_up", tags))
+
+    rollout = object.__new__(VLLMRollout)
+    rollout.spec = RolloutSpec(model_path=model_path, device="cuda")
+    rollout.config = VLLMRollout.Config()
+    rollout.on_cpu, rollout._asleep, rollout.llm = False, set(), Recorder()
+    rollout.sleep()
+    rollout.wake_up_weights()
+    rollout.wake_up_weights()  # idempotent
+    rollout.wake_up()
+    rollout.wake_up()
+    rollout.sleep()
+    rollout.wake_up()  # everything asleep: one plain wake_up, as before
+    level = rollout.config.sleep_level
+    assert calls == [
+        ("sleep", level),
+        ("wake_up", ["weights"]),
+        ("wake_up", ["kv_cache"]),
+        ("sleep", level),
+        ("wake_up", None),
+    ]
+
+
+def test_buckets_leave_shared_memory_that_cannot_hold_them(tmp_path):
+    """A bucket larger than half of what /dev/shm has free is written to disk instead (Docker's
+    default /dev/shm is 64 MiB: ENOSPC or SIGBUS for a real model's bucket)."""
+    import shutil
+
+    from rlcore_vllm.weights import bucket_directory, save_bucket
+
+    free = shutil.disk_usage(tmp_path).free
+    assert bucket_directory(1 << 20, shm=str(tmp_path)) == str(tmp_path)
+    assert bucket_directory(free, shm=str(tmp_path)) is None
+    assert bucket_directory(1, shm=str(tmp_path / "absent")) is None
+    path = save_bucket([("w", torch.ones(4))])
+    try:
+        assert Path(path).is_file()
+    finally:
+        Path(path).unlink()

@@ -32,6 +32,7 @@ import attrs
 import torch
 
 from rlcore.engine_utils import prompt_group_starts
+from rlcore_fsdp2.flex import flex_ready, packed_flex_attention
 
 # The transformers attention implementation name under which varlen_sdpa_attention runs.
 VARLEN_SDPA = "rlcore_varlen_sdpa"
@@ -252,6 +253,15 @@ def varlen_sdpa_attention(
         value = value.repeat_interleave(groups, dim=1)
     if rlcore_prompt_groups is not None:
         return _shared_prompt_attention(query, key, value, rlcore_prompt_groups, dropout, scaling)
+    if (
+        cu_seq_lens_q is not None
+        and query.shape[0] == 1
+        and dropout == 0.0
+        and query.is_cuda
+        and flex_ready(query.device)
+    ):  # one kernel on a GPU that passed the probe (rlcore_fsdp2.flex); CPU: per row below
+        out = packed_flex_attention(query, key, value, cu_seq_lens_q, scaling)
+        return out.transpose(1, 2).contiguous(), None
     if cu_seq_lens_q is None or query.shape[0] != 1:
         bounds = [query.shape[2]]
         parts_q, parts_k, parts_v = [query], [key], [value]

@@ -107,7 +107,8 @@ def gather_bucket(
             flat[offset : offset + local.numel()].copy_(local)  # the pad tail stays unset
             offset += padded
         gathered = torch.empty(ws * total, dtype=target, device=device)
-        dist.all_gather_single(gathered, flat, group=group)
+        # all_gather_into_tensor: in every allowed torch (all_gather_single only since 2.13).
+        dist.all_gather_into_tensor(gathered, flat, group=group)
         per_rank = gathered.view(ws, total)
         offset = 0
         for i, padded in items:

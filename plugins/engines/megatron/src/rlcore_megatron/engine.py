@@ -22,7 +22,6 @@ calls; on GPU it does not.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import logging
 import types
@@ -138,7 +137,9 @@ class MegatronEngine(GuardedSteps, BaseEngine):
         sequence_parallel: bool = key(
             False,
             "Shard activations of norms/dropout along the sequence over the "
-            "tensor-parallel group; needs tensor_parallel > 1.",
+            "tensor-parallel group; not supported yet (megatron-core's local spec uses "
+            "torch's RMSNorm): must stay false.",
+            allowed="false",
         )
 
         # Not supported: set, they fail validation with LORA_UNSUPPORTED (see _LORA_OFF).
@@ -176,8 +177,17 @@ class MegatronEngine(GuardedSteps, BaseEngine):
 
         @sequence_parallel.validator
         def _check_sequence_parallel(self, attribute: Any, value: bool) -> None:
-            if value and self.tensor_parallel == 1:
-                msg = "sequence_parallel needs tensor_parallel > 1"
+            # megatron-core 0.16.1's local layer spec (the one model.py builds) takes its RMSNorm
+            # from LocalSpecProvider.layer_norm, always WrappedTorchNorm
+            # (megatron/core/models/backends.py:104-111), which asserts
+            # `not config.sequence_parallel` (megatron/core/transformer/torch_norm.py:32);
+            # apex does not help: its FusedLayerNorm is LayerNorm only
+            # (megatron/core/fusions/fused_layer_norm.py:66-68).
+            if value:
+                msg = (
+                    "sequence_parallel = true is not supported: megatron-core's local layer spec "
+                    "uses torch's RMSNorm, which refuses sequence parallelism; set it to false"
+                )
                 raise ValueError(msg)
 
     @classmethod
@@ -246,14 +256,6 @@ class MegatronEngine(GuardedSteps, BaseEngine):
                 where,
                 spec.dtype,
             )
-        if cfg.sequence_parallel and importlib.util.find_spec("apex") is None:
-            # megatron-core's local layer spec falls back to torch norms without apex, and
-            # those refuse sequence parallelism.
-            msg = (
-                f"{where} sequence_parallel = true needs apex (megatron-core's fused norms); "
-                "install apex or set sequence_parallel = false"
-            )
-            raise ConfigError(msg)
         self._cpu = spec.device == "cpu"
         self.device, self.layout = init_parallel(
             spec.device, tp=cfg.tensor_parallel, pp=cfg.pipeline_parallel, where=where

@@ -90,18 +90,46 @@ def init_parallel(
     return dev, layout
 
 
-def _all_reduce_coalesced(grads: list[torch.Tensor], group: dist.ProcessGroup) -> None:
-    """Sum ``grads`` over ``group`` with one collective per dtype (gloo pays per call)."""
+# Bytes of gradients flattened per all-reduce: one collective for a small model (gloo pays per
+# call), a bounded extra buffer for a large one (one buffer of every gradient doubled the
+# gradient memory: out of memory at 7B).
+REDUCE_BUCKET_BYTES = 256 << 20
+
+
+def _all_reduce_coalesced(
+    grads: list[torch.Tensor],
+    group: dist.ProcessGroup,
+    bucket_bytes: int = REDUCE_BUCKET_BYTES,
+) -> None:
+    """Sum ``grads`` over ``group``, one collective per dtype and bucket of ``bucket_bytes``
+    (a gradient larger than a bucket goes alone, reduced in place)."""
     by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
     for g in grads:
         by_dtype.setdefault(g.dtype, []).append(g)
     for same in by_dtype.values():
-        flat = torch.cat([g.reshape(-1) for g in same])
-        dist.all_reduce(flat, group=group)
-        offset = 0
+        bucket: list[torch.Tensor] = []
+        size = 0
         for g in same:
-            g.copy_(flat[offset : offset + g.numel()].view_as(g))
-            offset += g.numel()
+            nbytes = g.numel() * g.element_size()
+            if bucket and size + nbytes > bucket_bytes:
+                _reduce_bucket(bucket, group)
+                bucket, size = [], 0
+            bucket.append(g)
+            size += nbytes
+        if bucket:
+            _reduce_bucket(bucket, group)
+
+
+def _reduce_bucket(bucket: list[torch.Tensor], group: dist.ProcessGroup) -> None:
+    if len(bucket) == 1 and bucket[0].is_contiguous():
+        dist.all_reduce(bucket[0], group=group)
+        return
+    flat = torch.cat([g.reshape(-1) for g in bucket])
+    dist.all_reduce(flat, group=group)
+    offset = 0
+    for g in bucket:
+        g.copy_(flat[offset : offset + g.numel()].view_as(g))
+        offset += g.numel()
 
 
 def reduce_gradients(model: torch.nn.Module, layout: Layout, *, tied_output: bool) -> None:

@@ -18,8 +18,10 @@ Written against SGLang 0.5.23 (the PyPI wheel ``sglang-0.5.23``; paths below are
 - ``Engine.async_generate(input_ids=..., sampling_params=..., return_logprob=...)``
   (``engine.py:545``; the same arguments as ``Engine.generate``, ``engine.py:433``), run on the
   engine's own loop ``Engine.loop`` (``engine.py:396``) under ``asyncio.wait_for`` so that the
-  wait is bounded; ``generate_one`` awaits it on that same loop (SGLang's tokenizer manager
-  serves the first loop that sends it a request, ``srt/managers/tokenizer_manager.py:2440``).
+  wait is bounded; ``generate_one``, awaited on any loop (the agent loop's own), hands the
+  request to that same loop run in a thread of ours (SGLang's tokenizer manager serves the
+  first loop that sends it a request, ``srt/managers/tokenizer_manager.py:2440``; see
+  ``SGLangRollout._serve_loop``).
   Output shape and finish reasons: see :mod:`rlcore_sglang.translate`.
 - ``Engine.begin_weight_update()`` / ``Engine.end_weight_update()`` (``engine.py:1643``,
   ``:1650``): since 0.5.23 ``update_weights_from_tensor`` fails outside such a session
@@ -39,7 +41,11 @@ Written against SGLang 0.5.23 (the PyPI wheel ``sglang-0.5.23``; paths below are
   (``engine.py:1831``, ``:1837``), tags ``"weights"``, ``"kv_cache"``, ``"cuda_graph"``
   (``srt/constants.py:2-4``; ``None`` means all, ``weight_updater.py:345``; resuming a tag that
   was not released fails, so the released set is tracked here).
-- ``Engine.shutdown()`` (``engine.py:1450``) in :meth:`SGLangRollout.close`.
+- ``Engine.shutdown()`` (``engine.py:1450``) in :meth:`SGLangRollout.close`, only where every
+  child of the process is SGLang's (it kills them all, ``engine.py:1491``); otherwise SGLang's
+  own processes (``Engine.get_all_child_pids``, ``engine.py:398``) are stopped by pid. SGLang's
+  SIGTERM handler (added on the first request in the main thread,
+  ``tokenizer_manager.py:2451-2455``) is taken off again: the worker's own stays.
 
 No SGLang engine has run this code: SGLang has no CPU build, and the CI machines have no GPU.
 What is tested on CPU is everything around the engine: the translation functions against
@@ -55,8 +61,13 @@ generation restores the rest.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import logging
+import os
+import signal
+import threading
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -231,9 +242,20 @@ class SGLangRollout(BaseRollout):
         self.device = torch.device("cuda", torch.cuda.current_device() if gpu is None else gpu)
         kwargs = self.server_kwargs(spec, self.config, base_gpu_id=self.device.index or 0)
         _check_server_arg_names(self.config.server_args, sglang.__version__)
+        self._init_state()
+        before = _child_pids()
         self.engine = sglang.Engine(**kwargs)
+        self._sglang_pids = _child_pids() - before
+
+    def _init_state(self) -> None:
+        """Bookkeeping set before the engine exists (tests build the rollout around a
+        stand-in engine through this)."""
         self._calls = 0
         self._released: set[str] = set()
+        self._loop_thread: threading.Thread | None = None
+        self._loop_lock = threading.Lock()
+        self._resume_lock = threading.Lock()
+        self._sglang_pids: set[int] = set()  # children that appeared while SGLang started
 
     @staticmethod
     def server_kwargs(
@@ -274,17 +296,64 @@ class SGLangRollout(BaseRollout):
         ]
 
     def _run(self, coro: Any, what: str) -> Any:
+        self._park_loop()
         loop = getattr(self.engine, "loop", None) or asyncio.get_event_loop()
         try:
-            return loop.run_until_complete(
-                asyncio.wait_for(coro, timeout=self.config.request_timeout_s)
-            )
+            with _keep_sigterm(loop):
+                return loop.run_until_complete(
+                    asyncio.wait_for(coro, timeout=self.config.request_timeout_s)
+                )
         except TimeoutError as err:
             msg = (
                 f"SGLang did not answer {what} within rollout.request_timeout_s="
                 f"{self.config.request_timeout_s:g} s"
             )
             raise RlcoreError(msg) from err
+
+    # --- SGLang's event loop ----------------------------------------------------------------
+    # SGLang's tokenizer manager binds its output-handling task to the loop of the first
+    # request (``auto_create_handle_loop``, managers/tokenizer_manager.py:2440-2449, called by
+    # ``generate_request`` at :900) and answers requests only while that loop runs. The Engine's
+    # loop (``Engine.loop``, entrypoints/engine.py:396, from ``_ensure_event_loop`` at
+    # :1404-1414) runs only inside the Engine's own sync calls (``loop.run_until_complete``,
+    # e.g. :1507, :1833, :1839). So every request goes to ``Engine.loop``: the batch path runs
+    # it with ``run_until_complete``; ``generate_one`` awaited on another loop (the agent
+    # loop's, rlcore/agent/loop.py) hands the request to it with ``run_coroutine_threadsafe``
+    # while a thread of ours runs it (:meth:`_serve_loop`), and every sync call parks that
+    # thread first (:meth:`_park_loop`), since ``run_until_complete`` refuses a running loop.
+
+    def _serve_loop(self) -> asyncio.AbstractEventLoop:
+        """Run ``Engine.loop`` in a thread of ours (idempotent); return it once it runs."""
+        loop: asyncio.AbstractEventLoop = self.engine.loop
+        with self._loop_lock:
+            if self._loop_thread is None:
+
+                def serve() -> None:
+                    asyncio.set_event_loop(loop)
+                    loop.run_forever()
+
+                thread = threading.Thread(target=serve, name="rlcore-sglang-loop", daemon=True)
+                thread.start()
+                self._loop_thread = thread
+            deadline = time.monotonic() + _LOOP_WAIT_S
+            while not loop.is_running():
+                if time.monotonic() > deadline or not self._loop_thread.is_alive():
+                    msg = f"SGLang's event loop did not start in a thread within {_LOOP_WAIT_S} s"
+                    raise RlcoreError(msg)
+                time.sleep(0.001)
+        return loop
+
+    def _park_loop(self) -> None:
+        """Stop the thread of :meth:`_serve_loop`, if any, so sync Engine calls can run."""
+        with self._loop_lock:
+            thread, self._loop_thread = self._loop_thread, None
+            if thread is None:
+                return
+            self.engine.loop.call_soon_threadsafe(self.engine.loop.stop)
+            thread.join(_LOOP_WAIT_S)
+            if thread.is_alive():
+                msg = f"SGLang's event loop did not stop within {_LOOP_WAIT_S} s"
+                raise RlcoreError(msg)
 
     def generate(self, prompts: DataProto, sampling: SamplingParams) -> DataProto:
         """One response per row (see :class:`BaseRollout` for the layout)."""
@@ -333,32 +402,36 @@ class SGLangRollout(BaseRollout):
     ) -> GenerationResult:
         """One request (agent loops): ``GenerationResult(token_ids, log_probs, finish_reason)``.
 
-        Must be awaited on the engine's event loop, ``rollout.engine.loop`` (for instance
-        ``rollout.engine.loop.run_until_complete(agent_loop())``): SGLang's tokenizer manager
-        serves the first loop that sent it a request, and a request from another loop would
-        never be answered. Concurrent calls are batched by SGLang.
+        Awaitable on any event loop (the agent loop runs its own): the request itself always
+        runs on SGLang's loop, ``rollout.engine.loop`` (see :meth:`_serve_loop`). Concurrent
+        calls are batched by SGLang.
         """
-        if asyncio.get_running_loop() is not getattr(self.engine, "loop", None):
-            msg = (
-                "SGLangRollout.generate_one must be awaited on the engine's event loop "
-                "(rollout.engine.loop.run_until_complete(...)); SGLang serves one loop"
-            )
-            raise RlcoreError(msg)
-        self._resume(_ALL_TAGS)
+        engine_loop = self.engine.loop
+        on_engine_loop = asyncio.get_running_loop() is engine_loop
+        if not on_engine_loop and self._released:
+            # Sync Engine calls cannot run under a running loop: from a thread of their own.
+            await asyncio.to_thread(self._resume, _ALL_TAGS)
         call = self._calls
         self._calls += 1
         seed = request_seed(self.spec.seed, call, 0) if self.config.deterministic else None
+        request = self.engine.async_generate(
+            input_ids=list(prompt_ids),
+            sampling_params=sampling_params_dict(
+                sampling, stop_token_ids=self.eos_token_ids, seed=seed
+            ),
+            return_logprob=sampling.return_log_probs,
+        )
         try:
-            out = await asyncio.wait_for(
-                self.engine.async_generate(
-                    input_ids=list(prompt_ids),
-                    sampling_params=sampling_params_dict(
-                        sampling, stop_token_ids=self.eos_token_ids, seed=seed
-                    ),
-                    return_logprob=sampling.return_log_probs,
-                ),
-                timeout=self.config.request_timeout_s,
-            )
+            if on_engine_loop:
+                out = await asyncio.wait_for(request, timeout=self.config.request_timeout_s)
+            else:
+                future = asyncio.run_coroutine_threadsafe(request, self._serve_loop())
+                try:
+                    out = await asyncio.wait_for(
+                        asyncio.wrap_future(future), timeout=self.config.request_timeout_s
+                    )
+                finally:
+                    future.cancel()  # a timeout or a cancelled conversation: drop the request
         except TimeoutError as err:
             msg = (
                 "SGLang did not answer generate_one within rollout.request_timeout_s="
@@ -386,6 +459,7 @@ class SGLangRollout(BaseRollout):
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Send the streamed (HF name, full tensor) pairs to SGLang in buckets, then flush
         the prefix cache once (its entries were computed with the old weights)."""
+        self._park_loop()
         self._resume(("weights",))
         dtype = dtype_from_name(self.spec.dtype)
         bucket_bytes = self.config.update_weights_bucket_mb << 20
@@ -396,31 +470,34 @@ class SGLangRollout(BaseRollout):
                 target = dtype if tensor.is_floating_point() else tensor.dtype
                 yield name, tensor.detach().to(self.device, target).contiguous()
 
-        begin = getattr(self.engine, "begin_weight_update", None)
-        if begin is not None:
-            _check(begin(), "begin_weight_update")
-        sent = 0
-        try:
-            for bucket in bucket_named_tensors(on_device(), bucket_bytes):
-                result = self.engine.update_weights_from_tensor(
-                    named_tensors=bucket, flush_cache=False
-                )
-                _check(result, f"update_weights_from_tensor ({bucket[0][0]!r} ...)")
-                sent += len(bucket)
-        finally:
-            end = getattr(self.engine, "end_weight_update", None)
-            if begin is not None and end is not None:
-                _check(end(), "end_weight_update")
-        _check(self.engine.flush_cache(), "flush_cache after the weight update")
+        with _keep_sigterm(self.engine.loop):
+            begin = getattr(self.engine, "begin_weight_update", None)
+            if begin is not None:
+                _check(begin(), "begin_weight_update")
+            sent = 0
+            try:
+                for bucket in bucket_named_tensors(on_device(), bucket_bytes):
+                    result = self.engine.update_weights_from_tensor(
+                        named_tensors=bucket, flush_cache=False
+                    )
+                    _check(result, f"update_weights_from_tensor ({bucket[0][0]!r} ...)")
+                    sent += len(bucket)
+            finally:
+                end = getattr(self.engine, "end_weight_update", None)
+                if begin is not None and end is not None:
+                    _check(end(), "end_weight_update")
+            _check(self.engine.flush_cache(), "flush_cache after the weight update")
         log.debug("weight sync: %d tensors sent to SGLang", sent)
 
     def sleep(self) -> None:
         """Release SGLang's GPU memory (weights, KV cache, CUDA graphs) while training runs."""
         if not self.config.enable_memory_saver:
             return
+        self._park_loop()
         awake = [t for t in _ALL_TAGS if t not in self._released]
         if awake:
-            self.engine.release_memory_occupation(tags=awake)
+            with _keep_sigterm(self.engine.loop):
+                self.engine.release_memory_occupation(tags=awake)
             self._released.update(awake)
 
     def wake_up(self) -> None:
@@ -429,20 +506,111 @@ class SGLangRollout(BaseRollout):
 
     def _resume(self, tags: Iterable[str]) -> None:
         # Resuming a tag SGLang did not release fails in its scheduler: send only released ones.
-        wanted = [t for t in tags if t in self._released]
-        if wanted:
-            self.engine.resume_memory_occupation(tags=wanted)
-            self._released.difference_update(wanted)
+        with self._resume_lock:  # concurrent generate_one calls resume once
+            wanted = [t for t in tags if t in self._released]
+            if wanted:
+                self._park_loop()
+                with _keep_sigterm(self.engine.loop):
+                    self.engine.resume_memory_occupation(tags=wanted)
+                self._released.difference_update(wanted)
 
     def close(self) -> None:
-        """Stop SGLang's scheduler and detokenizer processes."""
+        """Stop SGLang's scheduler and detokenizer processes, and no other child of ours.
+
+        ``Engine.shutdown`` ends with ``kill_process_tree(os.getpid(), include_parent=False)``
+        (entrypoints/engine.py:1491): SIGKILL to every descendant of this process, SGLang's or
+        not (utils/common.py:2533-2543). It is called only where every child of this process is
+        SGLang's; otherwise SGLang's own processes (``Engine.get_all_child_pids``,
+        engine.py:398, and the children that appeared while the engine started) get SIGTERM,
+        then SIGKILL after a bounded wait, and the rest are left alone.
+        """
         engine = getattr(self, "engine", None)
-        if engine is not None:
+        if engine is None:
+            return
+        self._park_loop()
+        self.engine = None
+        ours = set(self._sglang_pids)
+        get_pids = getattr(engine, "get_all_child_pids", None)
+        if get_pids is not None:
+            ours.update(int(p) for p in get_pids())
+        others = _child_pids() - ours
+        if not others:
             engine.shutdown()
-            self.engine = None
+            return
+        log.info(
+            "SGLang shutdown: stopping its processes %s only (other children: %s)",
+            sorted(ours),
+            sorted(others),
+        )
+        _stop_trees(ours, timeout_s=_LOOP_WAIT_S)
 
 
 # --- helpers ------------------------------------------------------------------------------
+
+# Bound of one wait on SGLang's loop thread or its processes (start, stop, shutdown).
+_LOOP_WAIT_S = 60.0
+
+
+class _keep_sigterm:
+    """Keep this process's SIGTERM handler across an Engine call on ``loop``.
+
+    SGLang's first request adds its own SIGTERM handler to the loop it binds, when in the main
+    thread (``loop.add_signal_handler(signal.SIGTERM, ...)``,
+    managers/tokenizer_manager.py:2453-2455); rlcore's worker handles SIGTERM itself
+    (rlcore.workers.termination). Afterwards the loop's handler is removed and the previous one
+    put back. Requests from :meth:`SGLangRollout._serve_loop`'s thread never add one.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.main = threading.current_thread() is threading.main_thread()
+        self.before = signal.getsignal(signal.SIGTERM) if self.main else None
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        if not self.main or self.before is None:  # None: a handler set outside Python
+            return
+        if signal.getsignal(signal.SIGTERM) is self.before:
+            return
+        # No loop handler to remove (another loop installed it): put ours back all the same.
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            self.loop.remove_signal_handler(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, self.before)  # type: ignore[arg-type]
+
+
+def _child_pids() -> set[int]:
+    """Pids of this process's direct children (psutil comes with SGLang)."""
+    try:
+        import psutil
+    except ImportError:
+        return set()
+    return {p.pid for p in psutil.Process(os.getpid()).children(recursive=False)}
+
+
+def _stop_trees(pids: set[int], *, timeout_s: float) -> None:
+    """SIGTERM ``pids`` and their descendants, SIGKILL what is left after ``timeout_s``."""
+    import psutil
+
+    procs = []
+    for pid in pids:
+        try:
+            proc = psutil.Process(pid)
+            procs.extend([*proc.children(recursive=True), proc])
+        except psutil.NoSuchProcess:
+            continue
+    for proc in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.terminate()
+    _, alive = psutil.wait_procs(procs, timeout=timeout_s)
+    for proc in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
+    _, alive = psutil.wait_procs(alive, timeout=timeout_s)
+    if alive:
+        msg = f"SGLang processes {[p.pid for p in alive]} still alive after SIGKILL"
+        raise RlcoreError(msg)
 
 
 def _check(result: Any, what: str) -> None:

@@ -138,8 +138,8 @@ class AsyncEngine:
     def sleep(self, level: int = 1) -> None:
         self._wait(self.engine.sleep(level), "sleep")
 
-    def wake_up(self) -> None:
-        self._wait(self.engine.wake_up(), "wake_up")
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        self._wait(self.engine.wake_up(tags), "wake_up")
 
     def shutdown(self) -> None:
         """Stop EngineCore (its subprocess) and the loop's thread."""

@@ -90,12 +90,22 @@ def external_launcher_kwargs(tp: int) -> dict[str, Any]:
     puts rank ``r`` in data-parallel group ``r // tp`` (``ParallelConfig``), each group an
     engine of its own that steps in lockstep with the others (``LLMEngine``'s
     ``external_launcher_dp``).
+
+    Custom all-reduce is off: each rlcore worker sees one GPU (``CUDA_VISIBLE_DEVICES`` of one
+    device), and vLLM's ``CustomAllreduce`` probes peer access for ordinals ``0..tp-1`` of this
+    process (``_can_p2p(rank, world_size)`` -> ``gpu_p2p_access_check``, and
+    ``device_ids[device.index]`` over the visible list, in
+    ``vllm/distributed/device_communicators/custom_all_reduce.py``), which do not exist here.
+    verl passes the same for its workers (``"disable_custom_all_reduce": True`` in
+    ``verl/workers/rollout/vllm_rollout/vllm_async_server.py``, ``launch_server``). NCCL's
+    all-reduce is used instead.
     """
     _, world = _world()
     return {
         "distributed_executor_backend": "external_launcher",
         "tensor_parallel_size": tp,
         "data_parallel_size": world // tp,
+        "disable_custom_all_reduce": True,
     }
 
 

@@ -277,7 +277,7 @@ class VLLMRollout(BaseRollout):
         self.seed = group_seed(spec.seed, tp) if tp > 1 else spec.seed
         self._requests = 0  # generate_one's seed counter
         self._calls = 0
-        self._asleep = False
+        self._asleep: set[str] = set()  # vLLM's sleep tags now asleep ("weights", "kv_cache")
         self.llm = self._start_engine()
 
     # --- engine start ---------------------------------------------------------------------
@@ -478,7 +478,7 @@ class VLLMRollout(BaseRollout):
         buckets of whole layers (``weight_bucket_mb``) through safetensors files. The prefix
         cache is reset afterwards (its KV entries belong to the old weights).
         """
-        self.wake_up()
+        self.wake_up_weights()  # the KV cache wakes at generate (or the worker's wake_up)
         # Cast here, one tensor at a time: vLLM would cast too, but warns once per tensor and
         # per sync, and the multiprocess buckets would carry float32 bytes for a bf16 engine.
         dtype = dtype_from_name(self.dtype)
@@ -502,12 +502,21 @@ class VLLMRollout(BaseRollout):
         """Free the KV cache (and offload or drop the weights) on GPU; no-op on CPU."""
         if not self.on_cpu and self.config.enable_sleep_mode and not self._asleep:
             self.llm.sleep(level=self.config.sleep_level)
-            self._asleep = True
+            self._asleep = {"weights", "kv_cache"}
+
+    def wake_up_weights(self) -> None:
+        """Only the weights back (``LLM.wake_up(tags=["weights"])``): a weight sync needs no
+        KV cache, and the actor may still be resident (verl's order, see BaseRollout)."""
+        if "weights" in self._asleep:
+            self.llm.wake_up(tags=["weights"])
+            self._asleep.discard("weights")
 
     def wake_up(self) -> None:
-        if self._asleep:
+        if self._asleep == {"weights", "kv_cache"}:
             self.llm.wake_up()
-            self._asleep = False
+        elif self._asleep:
+            self.llm.wake_up(tags=sorted(self._asleep))
+        self._asleep = set()
 
     def shutdown(self) -> None:
         """Stop the engine now (its subprocesses too, in multiprocess mode) instead of at exit."""

@@ -30,11 +30,14 @@ import torch
 
 __all__ = [
     "WeightSyncExtension",
+    "bucket_directory",
     "layer_buckets",
     "layer_key",
     "quiet_expected_vllm_warnings",
     "save_bucket",
 ]
+
+log = logging.getLogger(__name__)
 
 _LAYER = re.compile(r"^(.*?\.layers\.\d+)\.")
 
@@ -67,12 +70,30 @@ def layer_buckets(
         yield bucket
 
 
+def bucket_directory(nbytes: int, shm: str = "/dev/shm") -> str | None:
+    """Where a bucket of ``nbytes`` is written: ``shm`` when it has room for it twice over,
+    else None (the temporary-files directory, on disk).
+
+    Docker's default ``/dev/shm`` is 64 MiB: a bucket written there past its size fails with
+    ENOSPC, or the reader gets SIGBUS on a file whose pages could not be backed.
+    """
+    import shutil
+
+    if not os.path.isdir(shm):
+        return None
+    if shutil.disk_usage(shm).free < 2 * nbytes:
+        log.info("weight sync: %s has under 2 x %d bytes free; bucket goes to disk", shm, nbytes)
+        return None
+    return shm
+
+
 def save_bucket(bucket: list[tuple[str, torch.Tensor]], directory: str | None = None) -> str:
     """Write a bucket as a safetensors file (in ``/dev/shm`` where it exists); return its path."""
     from safetensors.torch import save_file
 
     if directory is None:
-        directory = "/dev/shm" if os.path.isdir("/dev/shm") else None
+        nbytes = sum(t.numel() * t.element_size() for _, t in bucket)
+        directory = bucket_directory(nbytes)
     fd, path = tempfile.mkstemp(prefix="rlcore-vllm-", suffix=".safetensors", dir=directory)
     os.close(fd)
     # contiguous CPU copies: safetensors writes raw storage (and refuses shared storage).

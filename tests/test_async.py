@@ -49,9 +49,7 @@ def _samples(folder: Path) -> dict[int, list[dict]]:
 
 
 @pytest.mark.slow
-def test_fully_async_keeps_every_trained_sample_within_max_staleness(
-    ray_session, assets, tmp_path
-):
+def test_fully_async_keeps_every_trained_sample_within_max_staleness(ray_session, assets, tmp_path):
     from rlcore.config import load_config_text
     from rlcore.trainer import run_training
 
@@ -79,7 +77,7 @@ def test_fully_async_keeps_every_trained_sample_within_max_staleness(
         "async/rollout_idle_s",
         "async/gen_samples_per_s",
         "async/train_samples_per_s",
-        "async/samples_per_s",
+        "perf/samples_per_s",
         "training/staleness_mean",
     ):
         assert all(r[key] >= 0.0 for r in steps), key

@@ -300,11 +300,11 @@ class Trainer:
             **timing_metrics(ctx.timing),
             **compute_throughput_metrics(batch, ctx.timing, n_workers=ctx.world_size),
         }
+        metrics["perf/samples_per_s"] = len(batch) / max(ctx.timing["step"], 1e-9)
         if self.rollout_queue is not None:
             # Training throughput: the step's samples over the step less its wait for them.
             busy = ctx.timing["step"] - ctx.metrics.get("async/trainer_idle_s", 0.0)
             metrics["async/train_samples_per_s"] = len(batch) / max(busy, 1e-9)
-            metrics["async/samples_per_s"] = len(batch) / max(ctx.timing["step"], 1e-9)
         return metrics
 
     # --- validation -----------------------------------------------------------------------

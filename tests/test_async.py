@@ -141,3 +141,59 @@ def test_async_config_errors(tmp_path, assets, capsys, overrides, message):
     config.write_text(text)
     code, err = bi.cli(["config", "validate", str(config), *overrides], capsys, registry)
     bi.assert_one_line(code, err, f"{config}: {message}")
+
+
+class _Rollout:
+    """A stand-in for the split policy's rollout side: rows tagged with a fixed version (the
+    queue's policy logic is under test here, not generation)."""
+
+    def __init__(self, actor_version: int, sample_version: int) -> None:
+        self.version = actor_version
+        self.sample_version = sample_version
+        self.calls = 0
+
+    def generate_sequences(self, prompts, sampling):
+        from rlcore.protocol import DataProto
+
+        self.calls += 1
+        versions = np.full(len(prompts), self.sample_version, dtype=np.int64)
+        return DataProto.from_dict(non_tensors={"weight_version": versions})
+
+
+class _Ctx:
+    def __init__(self) -> None:
+        self.metrics: dict[str, float] = {}
+        self.sampling = None
+
+    def phase(self, name, fn, *args):
+        return fn(*args)
+
+
+@pytest.mark.parametrize("policy", ["drop", "reweight"])
+def test_rows_beyond_the_bound_are_regenerated_or_kept_by_the_policy(policy):
+    from rlcore.protocol import DataProto
+    from rlcore.trainer.async_queue import StalenessError, TrajectoryQueue
+
+    rollout = _Rollout(actor_version=5, sample_version=5)  # a regeneration is fresh
+    queue = TrajectoryQueue(
+        rollout, lambda: None, depth=1, max_staleness=1, staleness_policy=policy
+    )
+    prompts = DataProto.from_dict(non_tensors={"index": np.arange(4)})
+    stale = DataProto.from_dict(non_tensors={"weight_version": np.array([5, 4, 3, 3])})
+    ctx = _Ctx()
+    out = queue._admit(ctx, stale, prompts, "gen")
+    if policy == "drop":
+        assert rollout.calls == 1
+        assert out.non_tensor_batch["weight_version"].tolist() == [5, 5, 5, 5]
+        assert ctx.metrics["async/stale_dropped"] == 4.0
+        assert ctx.metrics["training/staleness"] == 0.0
+    else:
+        assert rollout.calls == 0
+        assert out is stale
+        assert ctx.metrics["async/stale_reweighted"] == 2.0
+        assert ctx.metrics["training/staleness"] == 2.0
+        assert ctx.metrics["training/staleness_mean"] == pytest.approx(1.25)
+    if policy == "drop":  # a regeneration that is still too old is refused, never trained
+        rollout.sample_version = 3
+        with pytest.raises(StalenessError, match=r"trainer\.max_staleness = 1"):
+            queue._admit(_Ctx(), stale, prompts, "gen")

@@ -463,7 +463,7 @@ def _cross_checks(s: dict[str, Any]) -> list[Problem]:
         problems.append((("trainer", "total_steps"), "set total_steps or total_epochs, not both"))
     resources: ResourcesConfig | None = s.get("resources")
     if resources is not None:
-        problems.extend(_placement_problems(resources))
+        problems.extend(_placement_problems(resources, trainer, s.get("algorithm")))
         mode = trainer.async_mode if trainer is not None else "off"
         if mode != "off" and resources.pool_of("rollout") == GLOBAL_POOL:
             msg = (
@@ -483,10 +483,29 @@ def _cross_checks(s: dict[str, Any]) -> list[Problem]:
     return problems
 
 
-def _placement_problems(res: ResourcesConfig) -> list[Problem]:
+def _placement_problems(
+    res: ResourcesConfig,
+    trainer: TrainerConfig | None = None,
+    algorithm: AlgorithmConfig | None = None,
+) -> list[Problem]:
     """``[resources] placement`` against the pools: each role on a pool that exists, the
-    implicit pool's name not redefined, every declared pool used (docs/placement.md)."""
+    implicit pool's name not redefined, every declared pool used; the asynchronous modes'
+    staleness keys (docs/placement.md)."""
     problems: list[Problem] = []
+    if trainer is not None and trainer.max_staleness < 0:
+        msg = (
+            f"must be >= 0 (weight versions a trained sample may lag the actor by), got "
+            f"{trainer.max_staleness}"
+        )
+        problems.append((("trainer", "max_staleness"), msg))
+    if trainer is not None and trainer.async_mode == "fully_async":
+        rollout_is = getattr(algorithm.options if algorithm else None, "rollout_is", None)
+        if trainer.staleness_policy == "reweight" and rollout_is in (None, "none"):
+            msg = (
+                "'reweight' trains stale samples relying on algorithm.rollout_is; set "
+                'algorithm.rollout_is = "token" (or "sequence"), or use "drop"'
+            )
+            problems.append((("trainer", "staleness_policy"), msg))
     defined = [GLOBAL_POOL, *sorted(res.pools)]
     if GLOBAL_POOL in res.pools:
         msg = (

@@ -642,12 +642,33 @@ class TrainerConfig:
     )
     log_freq: int = key(1, "Print the console table every N steps.", validator=_pos)
     # "one_step_off": the rollout (on a pool of its own) generates batch k+1 while the trainer
-    # trains on batch k; samples are then one weight version old (docs/placement.md).
-    async_mode: Literal["off", "one_step_off"] = key(
+    # trains on batch k; samples are then one weight version old. "fully_async" (verl's
+    # recipe/fully_async_policy): a trajectory queue, the rollout up to max_staleness batches
+    # ahead of the trainer (docs/placement.md).
+    async_mode: Literal["off", "one_step_off", "fully_async"] = key(
         "off",
         "one_step_off: the rollout (on a pool of its own, resources.placement) "
-        "generates batch k+1 while the trainer trains on batch k (staleness 1).",
-        validator=v.in_(("off", "one_step_off")),
+        "generates batch k+1 while the trainer trains on batch k (staleness 1); "
+        "fully_async: a trajectory queue, the rollout up to trainer.max_staleness batches "
+        "ahead.",
+        validator=v.in_(("off", "one_step_off", "fully_async")),
+    )
+    # Checked (>= 0) with the placement rules in the loader (one line before Ray starts).
+    max_staleness: int = key(
+        1,
+        "fully_async: weight versions a trained sample may lag the actor by (>= 0); "
+        "the rollout generates up to this many batches ahead (0: synchronous).",
+    )
+    staleness_policy: Literal["drop", "reweight"] = key(
+        "drop",
+        "fully_async, samples older than max_staleness: drop (regenerate them with "
+        "the current weights) or reweight (train them; needs algorithm.rollout_is).",
+        validator=v.in_(("drop", "reweight")),
+    )
+    rollout_data_dir: str | None = key(
+        None,
+        "Write each trained step's samples (prompt index, uid, data source, weight "
+        "version, score) to DIR/<step>.jsonl (verl's trainer.rollout_data_dir).",
     )
 
 

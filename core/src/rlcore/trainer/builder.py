@@ -249,7 +249,7 @@ def _place_rollout(
     rollout = RayWorkerGroup(
         pool,
         ClassWithInitArgs(RolloutWorker, spec),
-        role=ROLLOUT,
+        role=f"{ROLLOUT} on pool {spec.pool!r}",  # a death or hang names the pool
         call_timeout_s=res.call_timeout_s,
         start_timeout_s=res.start_timeout_s,
         heartbeat_timeout_s=res.heartbeat_timeout_s,

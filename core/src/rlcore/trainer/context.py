@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from rlcore.interfaces import BaseAlgorithm
     from rlcore.protocol import DataProto
     from rlcore.reward import RewardManager
-    from rlcore.trainer.placement import OneStepOff
+    from rlcore.trainer.async_queue import TrajectoryQueue
     from rlcore.trainer.specs import RunSpecs, UpdateSpec
     from rlcore.workers import RayWorkerGroup
 
@@ -60,7 +60,7 @@ class DriverStepContext(StepContext):
         next_prompts: Callable[[], DataProto],
         roles: Mapping[str, Any] | None = None,
         world_size: int = 1,
-        one_step_off: OneStepOff | None = None,
+        rollout_queue: TrajectoryQueue | None = None,
     ) -> None:
         super().__init__(
             policy=policy,
@@ -77,16 +77,17 @@ class DriverStepContext(StepContext):
             world_size=world_size,
         )
         self.specs = specs
-        self.one_step_off = one_step_off
+        self.rollout_queue = rollout_queue
         self._generated = False
 
     def generate(self, batch: DataProto, name: str = "gen") -> DataProto:
-        """As :meth:`StepContext.generate`; one-step-off, the step's first generation is the
-        one launched during the previous step (:class:`~rlcore.trainer.placement.OneStepOff`)."""
-        if self.one_step_off is None or self._generated:
+        """As :meth:`StepContext.generate`; with ``trainer.async_mode``, the step's first
+        generation is the queue's head, launched during an earlier step
+        (:class:`~rlcore.trainer.async_queue.TrajectoryQueue`)."""
+        if self.rollout_queue is None or self._generated:
             return super().generate(batch, name)
         self._generated = True
-        return self.one_step_off.generate(self, batch, name)
+        return self.rollout_queue.generate(self, batch, name)
 
     def model_input(self, batch: DataProto) -> DataProto:
         self.model_in = select(batch, POLICY_INPUT_KEYS)

@@ -23,10 +23,13 @@ with :class:`NonFiniteError` before anything is saved.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
+import os
 import signal
 import threading
+from collections import deque
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -54,7 +57,7 @@ if TYPE_CHECKING:
     from rlcore.protocol import DataProto
     from rlcore.reward import RewardManager
     from rlcore.tracking import Tracker
-    from rlcore.trainer.placement import OneStepOff
+    from rlcore.trainer.async_queue import TrajectoryQueue
     from rlcore.trainer.plan import LoopPlan
     from rlcore.trainer.specs import RunSpecs
     from rlcore.workers import RayWorkerGroup
@@ -128,18 +131,25 @@ class Trainer:
         self.last_metrics: dict[str, float] = {}
         self._last_model_in: DataProto | None = None
         self._batches: Iterator[DataProto] | None = None
-        # One-step-off (trainer.async_mode): the next step's prompts, taken early to start
-        # their generation, and the loader's state before they were taken (what a save keeps).
-        self._peeked: DataProto | None = None
-        self._loader_before_peek: dict[str, Any] | None = None
-        self.one_step_off: OneStepOff | None = None
-        if specs.one_step_off:
-            from rlcore.trainer.placement import OneStepOff, SplitPolicy
+        # trainer.async_mode: later steps' prompts, taken early to start their generation,
+        # each with the loader's state from before it was taken (a save keeps the oldest's).
+        self._held: deque[tuple[DataProto, dict[str, Any]]] = deque()
+        self.rollout_queue: TrajectoryQueue | None = None
+        if specs.async_mode != "off":
+            from rlcore.trainer.async_queue import TrajectoryQueue
+            from rlcore.trainer.placement import SplitPolicy
 
             if not isinstance(parts.policy, SplitPolicy):
-                msg = 'trainer.async_mode = "one_step_off" needs the rollout on its own pool'
+                msg = f"trainer.async_mode = {specs.async_mode!r} needs the rollout on its own pool"
                 raise RlcoreError(msg)
-            self.one_step_off = OneStepOff(parts.policy, self._peek)
+            fully = specs.async_mode == "fully_async"
+            self.rollout_queue = TrajectoryQueue(
+                parts.policy,
+                self._take_ahead,
+                depth=specs.max_staleness if fully else 1,
+                max_staleness=specs.max_staleness if fully else 1,
+                staleness_policy=specs.staleness_policy if fully else "drop",
+            )
             self.state.driver[DATALOADER] = _PeekAwareLoader(self)
 
     # --- state (what a checkpoint holds) --------------------------------------------------
@@ -191,27 +201,29 @@ class Trainer:
                 if interrupted.is_set():
                     log.warning("interrupted: saved step %d, stopping", counters.step)
                     raise KeyboardInterrupt
-        if self.one_step_off is not None:
-            self.one_step_off.drain()
+        if self.rollout_queue is not None:
+            self.rollout_queue.drain()
         if counters.resumed_from is not None and counters.resumed_from >= counters.total_steps:
             log.info("checkpoint step %d is the last step: nothing left to train", counters.step)
         return self.last_metrics
 
-    def _peek(self) -> DataProto | None:
-        """The next step's prompts, held back for it; None when this step is the last."""
-        counters = self.state.counters
-        if self.plan.is_last(counters.step + 1):
+    def _take_ahead(self) -> DataProto | None:
+        """The prompts of the first step after those already held, held back for it; None
+        past the run's last step (the step being trained is ``counters.step + 1``)."""
+        if self.plan.is_last(self.state.counters.step + 1 + len(self._held)):
             return None
         state = self.parts.train_loader.state_dict()
-        self._peeked = self.next_prompts()
-        self._loader_before_peek = state
-        return self._peeked
+        batch = self._next_from_loader()
+        self._held.append((batch, state))
+        return batch
 
     def next_prompts(self) -> DataProto:
         """The next training batch of prompts; an epoch's end starts the next epoch."""
-        if self._peeked is not None:  # taken early by one-step-off, for this step
-            batch, self._peeked, self._loader_before_peek = self._peeked, None, None
-            return batch
+        if self._held:  # taken early by the rollout queue, for this step
+            return self._held.popleft()[0]
+        return self._next_from_loader()
+
+    def _next_from_loader(self) -> DataProto:
         for _ in range(2):  # the second try is the next epoch's first batch
             if self._batches is None:
                 self._batches = iter(self.parts.train_loader)
@@ -268,24 +280,32 @@ class Trainer:
             step=self.state.counters.step,
             next_prompts=self.next_prompts,
             world_size=parts.world_size,
-            one_step_off=self.one_step_off,
+            rollout_queue=self.rollout_queue,
         )
 
     def train_step(self, batch: DataProto) -> dict[str, float]:
         """One step of the program on a batch of prompts. Returns the step's metrics."""
-        if self.one_step_off is not None:
-            self.one_step_off.current = batch
+        if self.rollout_queue is not None:
+            self.rollout_queue.current = batch
         ctx = self.context()
         with timed("step", ctx.timing):
             batch = self.program.run(ctx, batch)
         self._last_model_in = ctx.model_in  # the divergence guard rescores it before a save
-        return {
+        if self.specs.rollout_data_dir:
+            _dump_samples(Path(self.specs.rollout_data_dir), self.state.counters.step + 1, batch)
+        metrics = {
             **ctx.worker_metrics,
             **ctx.metrics,
             **compute_data_metrics(batch),
             **timing_metrics(ctx.timing),
             **compute_throughput_metrics(batch, ctx.timing, n_workers=ctx.world_size),
         }
+        metrics["perf/samples_per_s"] = len(batch) / max(ctx.timing["step"], 1e-9)
+        if self.rollout_queue is not None:
+            # Training throughput: the step's samples over the step less its wait for them.
+            busy = ctx.timing["step"] - ctx.metrics.get("async/trainer_idle_s", 0.0)
+            metrics["async/train_samples_per_s"] = len(batch) / max(busy, 1e-9)
+        return metrics
 
     # --- validation -----------------------------------------------------------------------
 
@@ -340,24 +360,46 @@ class Trainer:
 
 
 class _PeekAwareLoader:
-    """The training loader as a checkpoint sees it, one-step-off: while the next step's
-    prompts are held back (their generation running), its state is the one from before they
-    were taken, so a resumed run trains that batch (generating it again, synchronously)."""
+    """The training loader as a checkpoint sees it under ``trainer.async_mode``: while later
+    steps' prompts are held back (their generations queued), its state is the one from before
+    the oldest of them was taken, so a resumed run takes them again, in order, and generates
+    them with the restored weights: no prompt lost, none trained twice."""
 
     def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer
 
     def state_dict(self) -> dict[str, Any]:
-        before = self.trainer._loader_before_peek
-        if before is not None:
-            return dict(before)
+        held = self.trainer._held
+        if held:
+            return dict(held[0][1])
         return dict(self.trainer.parts.train_loader.state_dict())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         trainer = self.trainer
-        trainer._peeked = trainer._loader_before_peek = None
+        trainer._held.clear()
         trainer._batches = None
         trainer.parts.train_loader.load_state_dict(state)
+
+
+def _dump_samples(folder: Path, step: int, batch: DataProto) -> None:
+    """``trainer.rollout_data_dir``: one JSON line per trained sample of ``step``, written
+    whole (a step trained again after a resume replaces its file)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    nt = batch.non_tensor_batch
+    scores = batch.batch.get("token_level_scores")
+    rows = []
+    for i in range(len(batch)):
+        row: dict[str, Any] = {"step": step}
+        for key in ("index", "uid", "data_source", "weight_version"):
+            if key in nt:
+                value = nt[key][i]
+                row[key] = value.item() if hasattr(value, "item") else value
+        if scores is not None:
+            row["score"] = float(scores[i].sum())
+        rows.append(json.dumps(row, default=str))
+    tmp = folder / f".{step}.jsonl.tmp"
+    tmp.write_text("".join(line + "\n" for line in rows), encoding="utf-8")
+    os.replace(tmp, folder / f"{step}.jsonl")
 
 
 def _fmt(metrics: Mapping[str, float]) -> str:

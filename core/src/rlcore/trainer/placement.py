@@ -18,9 +18,9 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from collections.abc import Callable
+from rlcore.errors import WorkerError
 
+if TYPE_CHECKING:
     from rlcore.dispatch import DispatchInfo, GroupFuture
     from rlcore.interfaces import SamplingParams
     from rlcore.protocol import DataProto
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["OneStepOff", "SplitPolicy"]
+__all__ = ["SplitPolicy"]
 
 
 class SplitPolicy:
@@ -68,7 +68,13 @@ class SplitPolicy:
         start = time.perf_counter()
         sent = self.trainer.send_weights(version)
         received = self.rollout.receive_weights(version)
-        outs = [*sent.get(), *received.get()]
+        try:
+            outs = list(sent.get())
+        except WorkerError as err:
+            # A rollout rank that died shows first as the trainer's broadcast failing
+            # ("Connection closed by peer"): name the rollout's pool and rank instead.
+            raise self._dead_rollout(received) or err from err
+        outs += received.get()
         metrics: dict[str, list[float]] = {}
         for out in outs:
             for key, values in (out.meta_info.get("metrics") or {}).items():
@@ -78,6 +84,26 @@ class SplitPolicy:
         metrics["weight_sync/version"] = [float(version)]
         metrics["timing_s/weight_sync"] = [time.perf_counter() - start]
         return metrics
+
+    def _dead_rollout(self, received: GroupFuture) -> WorkerError | None:
+        """The rollout group's error when one of its ranks died (looked for briefly)."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        ready, _ = ray.wait(received.refs, num_returns=len(received.refs), timeout=5.0)
+        for rank, ref in enumerate(received.refs):
+            if ref not in ready:
+                continue
+            try:
+                ray.get(ref)
+            except RayActorError:
+                try:
+                    received.get()  # raises the group's one-line error, naming the rank
+                except WorkerError as dead:
+                    return dead
+            except Exception:  # a live rank's failure: the trainer's error stands
+                log.debug("rollout rank %d failed in receive_weights", rank)
+        return None
 
     # --- what the driver calls ------------------------------------------------------------
 
@@ -125,56 +151,3 @@ class SplitPolicy:
 
     def export_hf(self, path: str) -> Any:
         return self.trainer.export_hf(path)
-
-
-class OneStepOff:
-    """``trainer.async_mode = "one_step_off"``: batch k+1 generates while batch k trains.
-
-    The step's first generation takes the future launched during the previous step (the
-    first step, and the first after a resume, generate synchronously), then launches the next
-    batch's generation at once, with the weights the rollout holds now (version k). The update
-    of batch k syncs version k+1; on the rollout actors that sync queues behind the running
-    generation, so every sample of batch k+1 carries version k while the actor trains it at
-    k+1: ``training/staleness`` is exactly 1 (0 on a synchronous step).
-
-    ``peek()``: the next step's prompts (the trainer holds them back for that step), None at
-    the run's last step.
-    """
-
-    def __init__(self, policy: SplitPolicy, peek: Callable[[], DataProto | None]) -> None:
-        self.policy = policy
-        self.peek = peek
-        self.pending: GroupFuture | None = None
-        self.pending_for: DataProto | None = None  # the prompts batch the future belongs to
-        self.current: DataProto | None = None  # the prompts batch this step trains on
-
-    def generate(self, ctx: Any, rows: DataProto, name: str) -> DataProto:
-        """``ctx.generate`` for the step's first generation (see the class docstring)."""
-        import numpy as np
-
-        from rlcore.rl.step import StepContext
-
-        prompts = ctx.prompts(rows)
-        fut, launched_for = self.pending, self.pending_for
-        self.pending = self.pending_for = None
-        if fut is not None and launched_for is self.current:
-            gen = ctx.phase(name, fut.get)  # the wait that was left of the generation
-        else:
-            if fut is not None:
-                fut.get()  # another batch's (never happens in the default loop): dropped
-            gen = ctx.phase(name, self.policy.generate_sequences, prompts, ctx.sampling)
-        upcoming = self.peek()
-        if upcoming is not None:
-            next_prompts = StepContext.prompts(upcoming.repeat(ctx.n, interleave=True))
-            self.pending = self.policy.generate_async(next_prompts, ctx.sampling)
-            self.pending_for = upcoming
-        versions = np.asarray(gen.non_tensor_batch["weight_version"], dtype=np.int64)
-        ctx.metrics["training/staleness"] = float(self.policy.version - versions.min())
-        ctx.metrics["training/staleness_min"] = float(self.policy.version - versions.max())
-        return rows.union(gen)
-
-    def drain(self) -> None:
-        """Wait for a generation still in flight (the run is ending)."""
-        if self.pending is not None:
-            self.pending.get()
-        self.pending = self.pending_for = None

@@ -18,10 +18,12 @@ it places it (Ray cannot pickle by value a class that touches torch.distributed)
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlcore.dispatch import Dispatch, mesh_dispatch_mode, register
+from rlcore.tracking.reductions import SUM, declare_reduction
 from rlcore.trainer.roles import WeightBridgeEnd, build_rollout
 from rlcore.trainer.update import clock, summed
 
@@ -38,6 +40,12 @@ __all__ = ["ROLLOUT_SUBDIR", "WEIGHT_VERSION_KEY", "RolloutWorker"]
 WEIGHT_VERSION_KEY = "weight_version"
 ROLLOUT_SUBDIR = "rollout"
 
+# Per generation: the rollout pool's samples/s (ranks' rates add up) and each rank's idle
+# seconds (no call running) since the previous generation (averaged over ranks).
+GEN_SAMPLES_PER_S = "async/gen_samples_per_s"
+ROLLOUT_IDLE_S = "async/rollout_idle_s"
+declare_reduction(GEN_SAMPLES_PER_S, SUM)
+
 
 class RolloutWorker(WeightBridgeEnd):
     """The rollout engine alone in its processes; see the module docstring."""
@@ -49,6 +57,14 @@ class RolloutWorker(WeightBridgeEnd):
         self.rollout: BaseRollout | None = None
         self.agent_loop: AgentLoop | None = None
         self.weight_version = 0
+        # Idle time: the gaps between calls, summed until the next generation reports them.
+        self._last_end = time.perf_counter()
+        self._idle_s = 0.0
+
+    def _call_started(self) -> float:
+        now = time.perf_counter()
+        self._idle_s += max(0.0, now - self._last_end)
+        return now
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
@@ -83,7 +99,10 @@ class RolloutWorker(WeightBridgeEnd):
         import numpy as np
 
         rollout = self._rollout()
+        start = self._call_started()
         timing: dict[str, list[float]] = {}
+        # One call: every token (every turn of an agent loop's conversations) is sampled with
+        # this version; a weight sync queues behind the call on this actor.
         with clock(timing, "generate"):
             rollout.wake_up()
             if self.agent_loop is not None:
@@ -93,8 +112,12 @@ class RolloutWorker(WeightBridgeEnd):
         out.non_tensor_batch[WEIGHT_VERSION_KEY] = np.full(
             len(out), self.weight_version, dtype=np.int64
         )
+        self._last_end = time.perf_counter()
         metrics = {**out.meta_info.get("metrics", {}), **summed(timing)}
         metrics["rollout/weight_version"] = [float(self.weight_version)]
+        metrics[GEN_SAMPLES_PER_S] = [len(out) / max(self._last_end - start, 1e-9)]
+        metrics[ROLLOUT_IDLE_S] = [self._idle_s]
+        self._idle_s = 0.0
         out.meta_info["metrics"] = metrics
         return out
 
@@ -113,11 +136,13 @@ class RolloutWorker(WeightBridgeEnd):
             msg = "receive_weights: call open_weight_bridge first"
             raise RuntimeError(msg)
         rollout = self._rollout()
+        self._call_started()
         timing: dict[str, list[float]] = {}
         with clock(timing, "weight_receive"):
             rollout.wake_up()
             rollout.update_weights(self._bridge.receive(version))
         self.weight_version = version
+        self._last_end = time.perf_counter()
         return DataProto(meta_info={"metrics": summed(timing)})
 
     # --- checkpoints ----------------------------------------------------------------------

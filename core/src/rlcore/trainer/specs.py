@@ -212,8 +212,14 @@ class RunSpecs:
     roles: dict[str, RoleSpec] = attrs.Factory(dict)
     # the rollout's worker group when it has a pool of its own (None: in the policy worker)
     rollout: RolloutWorkerSpec | None = None
-    # trainer.async_mode = "one_step_off": generate batch k+1 while training on batch k
-    one_step_off: bool = False
+    # trainer.async_mode with the rollout on its own pool ("off" otherwise): "one_step_off"
+    # generates batch k+1 while training on batch k, "fully_async" keeps up to max_staleness
+    # batches generating ahead (rlcore.trainer.async_queue)
+    async_mode: str = "off"
+    max_staleness: int = 1
+    staleness_policy: str = "drop"
+    # trainer.rollout_data_dir: each trained step's samples, one JSON line each
+    rollout_data_dir: str | None = None
     # the batched rewards' generation roles (a judge; rlcore.trainer.generation_roles), by
     # name, each placed beside the policy; set by run_training once the rewards are built
     generation_roles: dict[str, Any] = attrs.Factory(dict)
@@ -442,7 +448,10 @@ def build_specs(
         )
     return RunSpecs(
         rollout=rollout_worker,
-        one_step_off=rollout_worker is not None and config.trainer.async_mode == "one_step_off",
+        async_mode=config.trainer.async_mode if rollout_worker is not None else "off",
+        max_staleness=config.trainer.max_staleness,
+        staleness_policy=config.trainer.staleness_policy,
+        rollout_data_dir=config.trainer.rollout_data_dir,
         policy=policy,
         critic=critic_spec,
         n=rollout.n,

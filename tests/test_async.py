@@ -1,0 +1,199 @@
+"""``trainer.async_mode = "fully_async"``: a trajectory queue, the rollout up to
+``trainer.max_staleness`` batches ahead of the trainer (rlcore.trainer.async_queue).
+
+Real Ray, real gloo, the tiny model with the rollout on its own pool: the weight versions
+every trained sample carries are read back from ``trainer.rollout_data_dir`` and checked
+against the actor's version at its step; the staleness policy's row selection; and the
+bad-input lines (before Ray starts).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+PLACE_ROLLOUT = """placement = { rollout = "gen" }
+[resources.pools.gen]
+processes_per_node = 1
+"""
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    from rlcore.testing.runs import arithmetic_rows, tiny_run_model, write_jsonl
+
+    root = tmp_path_factory.mktemp("async")
+    model = tiny_run_model(root / "model")
+    rows = arithmetic_rows([(a, b) for a in range(4) for b in range(4)])
+    return model, write_jsonl(rows, root / "train.jsonl")
+
+
+def _toml(assets, tmp_path: Path, trainer: str, **kw) -> str:
+    from rlcore.testing.runs import tiny_run_toml
+
+    model, train = assets
+    text = tiny_run_toml(
+        model=model, train_files=[train], run_dir=tmp_path / "run", extra=PLACE_ROLLOUT, **kw
+    )
+    return text.replace("[trainer]\n", f"[trainer]\n{trainer}\n", 1)
+
+
+def _samples(folder: Path) -> dict[int, list[dict]]:
+    return {
+        int(f.stem): [json.loads(line) for line in f.read_text().splitlines()]
+        for f in sorted(folder.glob("*.jsonl"))
+    }
+
+
+@pytest.mark.slow
+def test_fully_async_keeps_every_trained_sample_within_max_staleness(ray_session, assets, tmp_path):
+    from rlcore.config import load_config_text
+    from rlcore.trainer import run_training
+
+    dump = tmp_path / "samples"
+    text = _toml(
+        assets,
+        tmp_path,
+        f'async_mode = "fully_async"\nmax_staleness = 2\nrollout_data_dir = "{dump}"',
+        total_steps=4,
+        lr=1e-2,
+        algorithm_options='rollout_is = "token"\nentropy_coeff = 0.1',
+    )
+    config = load_config_text(text, source="async.toml")
+    assert run_training(config) == 0
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    steps = [r for r in (json.loads(line) for line in lines) if "actor/pg_loss" in r]
+    # Step 1 generates synchronously and launches steps 2 and 3 (both at version 0); step 2
+    # launches step 4, which runs on the rollout after the sync of version 1.
+    assert [r["rollout/weight_version"] for r in steps] == [0.0, 0.0, 0.0, 1.0]
+    assert [r["training/staleness"] for r in steps] == [0.0, 1.0, 2.0, 2.0]
+    assert [r["async/queue_depth"] for r in steps] == [2.0, 2.0, 1.0, 0.0]
+    assert all(r["async/stale_dropped"] == 0.0 for r in steps)
+    for key in (
+        "async/trainer_idle_s",
+        "async/rollout_idle_s",
+        "async/gen_samples_per_s",
+        "async/train_samples_per_s",
+        "perf/samples_per_s",
+        "training/staleness_mean",
+    ):
+        assert all(r[key] >= 0.0 for r in steps), key
+    # Every trained sample, read back: its version is within max_staleness of the actor's
+    # version at its step (step s trains at version s - 1), and the prompts are the loader's
+    # (4 steps x 4 prompts x n = 2, each prompt once: 16 prompts, one epoch).
+    samples = _samples(dump)
+    assert sorted(samples) == [1, 2, 3, 4]
+    for step, rows in samples.items():
+        lags = [step - 1 - r["weight_version"] for r in rows]
+        assert max(lags) <= 2, (step, lags)
+    indices = [r["index"] for rows in samples.values() for r in rows]
+    assert sorted(indices) == sorted(list(range(16)) * 2)
+    print(f"\nstaleness mean per step {[r['training/staleness_mean'] for r in steps]}")
+
+
+def test_stale_rows_are_those_beyond_the_bound():
+    from rlcore.protocol import DataProto
+    from rlcore.trainer.async_queue import stale_rows, staleness_of
+
+    gen = DataProto.from_dict(
+        non_tensors={"weight_version": np.array([5, 4, 3, 2], dtype=np.int64)}
+    )
+    lag = staleness_of(gen, actor_version=5)
+    assert lag.tolist() == [0, 1, 2, 3]
+    assert stale_rows(lag, 2).tolist() == [False, False, False, True]
+    assert not stale_rows(lag, 3).any()
+    assert stale_rows(lag, 0).tolist() == [False, True, True, True]
+
+
+BAD = [
+    (
+        ['trainer.async_mode="fully_async"', "trainer.max_staleness=-1"],
+        "trainer.max_staleness: must be >= 0 (weight versions a trained sample may lag the "
+        "actor by), got -1",
+    ),
+    (
+        ['trainer.async_mode="fully_async"', 'trainer.staleness_policy="reweight"'],
+        "trainer.staleness_policy: 'reweight' trains stale samples relying on "
+        'algorithm.rollout_is; set algorithm.rollout_is = "token" (or "sequence"), or use "drop"',
+    ),
+    (
+        ['trainer.async_mode="fully_async"'],
+        "trainer.async_mode: 'fully_async' needs the rollout on a pool of its own; set "
+        'resources.placement.rollout = "NAME" and [resources.pools.NAME]',
+    ),
+]
+
+
+@pytest.mark.parametrize(("overrides", "message"), BAD, ids=[c[1][:40] for c in BAD])
+def test_async_config_errors(tmp_path, assets, capsys, overrides, message):
+    import _bad_inputs as bi
+
+    from rlcore.plugins import PluginRegistry
+
+    registry = PluginRegistry(disabled=["rlcore-fake", "rlcore-fake-dup"])
+    config = tmp_path / "run.toml"
+    text = _toml(assets, tmp_path, "")
+    if len(overrides) == 1:  # the rollout colocated
+        text = text.replace(PLACE_ROLLOUT, "")
+    config.write_text(text)
+    code, err = bi.cli(["config", "validate", str(config), *overrides], capsys, registry)
+    bi.assert_one_line(code, err, f"{config}: {message}")
+
+
+class _Rollout:
+    """A stand-in for the split policy's rollout side: rows tagged with a fixed version (the
+    queue's policy logic is under test here, not generation)."""
+
+    def __init__(self, actor_version: int, sample_version: int) -> None:
+        self.version = actor_version
+        self.sample_version = sample_version
+        self.calls = 0
+
+    def generate_sequences(self, prompts, sampling):
+        from rlcore.protocol import DataProto
+
+        self.calls += 1
+        versions = np.full(len(prompts), self.sample_version, dtype=np.int64)
+        return DataProto.from_dict(non_tensors={"weight_version": versions})
+
+
+class _Ctx:
+    def __init__(self) -> None:
+        self.metrics: dict[str, float] = {}
+        self.sampling = None
+
+    def phase(self, name, fn, *args):
+        return fn(*args)
+
+
+@pytest.mark.parametrize("policy", ["drop", "reweight"])
+def test_rows_beyond_the_bound_are_regenerated_or_kept_by_the_policy(policy):
+    from rlcore.protocol import DataProto
+    from rlcore.trainer.async_queue import StalenessError, TrajectoryQueue
+
+    rollout = _Rollout(actor_version=5, sample_version=5)  # a regeneration is fresh
+    queue = TrajectoryQueue(
+        rollout, lambda: None, depth=1, max_staleness=1, staleness_policy=policy
+    )
+    prompts = DataProto.from_dict(non_tensors={"index": np.arange(4)})
+    stale = DataProto.from_dict(non_tensors={"weight_version": np.array([5, 4, 3, 3])})
+    ctx = _Ctx()
+    out = queue._admit(ctx, stale, prompts, "gen")
+    if policy == "drop":
+        assert rollout.calls == 1
+        assert out.non_tensor_batch["weight_version"].tolist() == [5, 5, 5, 5]
+        assert ctx.metrics["async/stale_dropped"] == 4.0
+        assert ctx.metrics["training/staleness"] == 0.0
+    else:
+        assert rollout.calls == 0
+        assert out is stale
+        assert ctx.metrics["async/stale_reweighted"] == 2.0
+        assert ctx.metrics["training/staleness"] == 2.0
+        assert ctx.metrics["training/staleness_mean"] == pytest.approx(1.25)
+    if policy == "drop":  # a regeneration that is still too old is refused, never trained
+        rollout.sample_version = 3
+        with pytest.raises(StalenessError, match=r"trainer\.max_staleness = 1"):
+            queue._admit(_Ctx(), stale, prompts, "gen")

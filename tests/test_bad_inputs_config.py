@@ -64,7 +64,7 @@ CONFIG_CASES = [
     ),
     (
         ['reward.default="gsm9k"'],
-        "reward.default: unknown reward 'gsm9k'. Installed: code, gsm8k, gsm8k_tool, math. "
+        "reward.default: unknown reward 'gsm9k'. Installed: code, gsm8k, gsm8k_tool, judge, math. "
         "Did you mean 'gsm8k'?",
     ),
     (
@@ -92,7 +92,7 @@ CONFIG_CASES = [
     # issue 27: batched scorers share the reward names, keys and checks
     (
         ['reward.default=["gsm8k", "my_batched"]'],
-        "reward.default: unknown reward 'my_batched'. Installed: code, gsm8k, gsm8k_tool, math.",
+        "reward.default: unknown reward 'my_batched'. Installed: code, gsm8k, gsm8k_tool, judge, math.",
     ),
     (
         ['reward.default=["gsm8k"]', "reward.weights.my_batched=0.5"],

@@ -39,6 +39,7 @@ __all__ = [
     "ResourcesConfig",
     "RewardConfig",
     "RewardModelConfig",
+    "RewardModelModelConfig",
     "RoleConfig",
     "RoleModelConfig",
     "RolloutConfig",
@@ -504,6 +505,20 @@ class RoleConfig:
 
 
 @attrs.frozen(kw_only=True)
+class RewardModelModelConfig(RoleModelConfig):
+    """``[reward_model.model]``: the reward model's own Hugging Face folder."""
+
+    path: str = attrs.field(
+        default="",
+        metadata={
+            "help": "The reward model's local Hugging Face folder: a ...ForSequenceClassification "
+            "with num_labels = 1 and its tokenizer; required with enable (checked before Ray "
+            "starts)."
+        },
+    )
+
+
+@attrs.frozen(kw_only=True)
 class RewardModelConfig:
     """``[reward_model]``: a sequence-classification reward model (verl's ``reward_model``),
     served by a training engine's forward in its own role (``rm``) beside the policy.
@@ -518,7 +533,7 @@ class RewardModelConfig:
         default=False,
         metadata={"help": "Score every row with the reward model (role rm, scorer rm)."},
     )
-    model: RoleModelConfig = attrs.Factory(RoleModelConfig)
+    model: RewardModelModelConfig = attrs.Factory(RewardModelModelConfig)
     engine: PluginSection = attrs.field(default=RESOLVED, metadata={"default": "actor.engine"})
     micro_batch_size: int | None = attrs.field(
         default=None,
@@ -536,7 +551,8 @@ class RewardModelConfig:
         validator=_finite,
         metadata={
             "help": "Weight of the reward model's score (scorer rm) in a row's reward, beside "
-            "[reward] weights; 0 logs it without training on it."
+            "[reward] weights; 0 logs it without training on it.",
+            "allowed": "finite",
         },
     )
     retokenize: Literal["auto", "always", "never"] = attrs.field(
@@ -561,7 +577,8 @@ class RewardModelConfig:
         validator=_finite,
         metadata={
             "help": "The reward model's verdict is score > threshold; reward/rm/disagree_rule "
-            "counts the rows where it differs from a rule reward's acc."
+            "counts the rows where it differs from a rule reward's acc.",
+            "allowed": "finite",
         },
     )
 

@@ -21,10 +21,13 @@ are: ``retokenize = "auto"``).
 
 Model: the warm-started policy's backbone with a fresh one-label score head
 (``AutoModelForSequenceClassification``, num_labels = 1), the score read at the last token.
-Loss: pointwise logistic (the score is the logit of "correct"; classes weighted to balance),
-AdamW. Every ``--eval-every`` steps the held-out accuracy (score > 0 against the rule) is
-measured; the curve goes to ``<out>/rm_train.jsonl``, the final numbers to
-``<out>/rm_summary.json``, the model (``save_pretrained``) and tokenizer to ``<out>/rm``.
+Loss: on pairs of one prompt (a right and a wrong response, both kinds above), Bradley-Terry
+on the pair's margin plus the pointwise logistic loss of both rows, so that the score is the
+logit of "right" (verdict: score > 0); AdamW. Every ``--eval-every`` steps the held-out
+accuracy (score > 0 against the rule) is measured; the curve goes to
+``<out>/rm_train.jsonl``, the final numbers to ``<out>/rm_summary.json``, the model
+(``save_pretrained``) and tokenizer to ``<out>/rm``. The data set is kept in
+``<out>/rm_data.json`` (JSON token ids) and reused by a rerun with the same arguments.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ sys.path.insert(0, str(QUICKSTART))
 
 from prepare import _prompt_text, answer, split_pairs, strict_score  # noqa: E402
 
-Example = tuple[list[int], int, float, str]  # (ids, label 0/1, rule score, kind)
+Example = tuple[list[int], int, float, str, int]  # (ids, label 0/1, rule, kind, prompt)
 
 
 def written(a: int, b: int, rng: random.Random) -> list[tuple[str, str]]:
@@ -100,13 +103,32 @@ def examples(model, tokenizer, pairs, samples: int, seed: int) -> list[Example]:
         for text, kind in written(a, b, rng):
             rule = strict_score(text, str(a + b))
             ids = prompt_ids[i] + tokenizer(text)["input_ids"] + [eos]
-            out.append((ids, int(rule > 0), rule, kind))
+            out.append((ids, int(rule > 0), rule, kind, i))
     if samples:
         for i, ids, text in sampled(model, tokenizer, pairs, samples, seed):
             a, b = pairs[i]
             rule = strict_score(text, str(a + b))
-            out.append((prompt_ids[i] + ids, int(rule > 0), rule, "sampled"))
+            out.append((prompt_ids[i] + ids, int(rule > 0), rule, "sampled", i))
     return out
+
+
+def pair_batch(by_prompt: list[tuple[list[Example], list[Example]]], n: int, rng) -> list[Example]:
+    """``n`` prompts, each with one right and one wrong response: rows 2k (right), 2k + 1."""
+    out: list[Example] = []
+    for right, wrong in rng.sample(by_prompt, n):
+        out += [rng.choice(right), rng.choice(wrong)]
+    return out
+
+
+def cached_examples(path: Path, key: dict, make) -> tuple[list[Example], list[Example]]:
+    """The data set from ``path`` when it was made with the same ``key`` (JSON), else made."""
+    if path.is_file():
+        saved = json.loads(path.read_text())
+        if saved.get("key") == key:
+            return [tuple(e) for e in saved["train"]], [tuple(e) for e in saved["held_out"]]
+    train, held_out = make()
+    path.write_text(json.dumps({"key": key, "train": train, "held_out": held_out}))
+    return train, held_out
 
 
 def left_padded(batch: list[Example], pad: int):
@@ -139,7 +161,7 @@ def evaluate(rm, data: list[Example], pad: int, batch: int = 256) -> dict[str, f
         for start in range(0, len(data), batch):
             part = data[start : start + batch]
             s = scores(rm, *left_padded(part, pad)[:3])
-            for (_, label, _, kind), value in zip(part, s.tolist()):
+            for (_, label, _, kind, _), value in zip(part, s.tolist()):
                 hits.setdefault(kind, []).append((value > 0) == bool(label))
     rm.train()
     every = [h for hs in hits.values() for h in hs]
@@ -153,18 +175,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work-dir", type=Path, default=QUICKSTART / "work", help="prepare.py's")
     parser.add_argument("--seed", type=int, default=0, help="the warm start (seed<N>) and RNG")
     parser.add_argument("--out", type=Path, default=HERE / "work")
-    parser.add_argument("--train-prompts", type=int, default=2000)
+    parser.add_argument("--train-prompts", type=int, default=1000)
     parser.add_argument("--eval-prompts", type=int, default=200, help="dev pairs (all 200)")
     parser.add_argument("--samples", type=int, default=2, help="policy samples per prompt")
-    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--lr", type=float, default=3e-4)
-    parser.add_argument("--eval-every", type=int, default=50)
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--eval-every", type=int, default=25)
+    parser.add_argument(
+        "--max-seconds", type=float, default=None, help="stop (evaluate, save) past this wall time"
+    )
     args = parser.parse_args(argv)
 
     import torch
-    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
-    from transformers import AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
     sft = args.work_dir / f"seed{args.seed}" / "model_sft"
     if not (sft / "config.json").is_file():
@@ -180,10 +204,20 @@ def main(argv: list[str] | None = None) -> int:
     train_pairs = rng.sample(train_pairs, min(args.train_prompts, len(train_pairs)))
     dev_pairs = dev_pairs[: args.eval_prompts]
 
-    policy = AutoModelForCausalLM.from_pretrained(sft)
-    train = examples(policy, tokenizer, train_pairs, args.samples, args.seed)
-    held_out = examples(policy, tokenizer, dev_pairs, args.samples, args.seed + 1)
-    del policy
+    def make() -> tuple[list[Example], list[Example]]:
+        policy = AutoModelForCausalLM.from_pretrained(sft)
+        train = examples(policy, tokenizer, train_pairs, args.samples, args.seed)
+        held_out = examples(policy, tokenizer, dev_pairs, args.samples, args.seed + 1)
+        return train, held_out
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    key = {"sft": str(sft), "seed": args.seed, "train": len(train_pairs), "dev": len(dev_pairs),
+           "samples": args.samples}  # fmt: skip
+    train, held_out = cached_examples(args.out / "rm_data.json", key, make)
+    by_prompt: dict[int, tuple[list[Example], list[Example]]] = {}
+    for e in train:
+        by_prompt.setdefault(e[4], ([], []))[0 if e[1] else 1].append(e)
+    usable = [rw for rw in by_prompt.values() if rw[0] and rw[1]]
     positives = sum(label for _, label, *_ in train)
     print(f"data: {len(train)} train ({positives} right), {len(held_out)} held-out rows; "
           f"{time.time() - started:.0f} s")  # fmt: skip
@@ -191,10 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     rm = AutoModelForSequenceClassification.from_pretrained(sft, num_labels=1)
     rm.config.pad_token_id = pad
     optim = torch.optim.AdamW(rm.parameters(), lr=args.lr, weight_decay=0.0)
-    # Weight the classes to balance: the written answers are 1 right to 3 wrong.
-    pos_weight = torch.tensor((len(train) - positives) / max(1, positives))
-    loss_fn = torch.nn.BCEWithLogitsLoss(pos_weight=pos_weight)
-    args.out.mkdir(parents=True, exist_ok=True)
+    bce = torch.nn.BCEWithLogitsLoss()
     curve = (args.out / "rm_train.jsonl").open("w")
     first = {"step": 0, **evaluate(rm, held_out, pad)}
     curve.write(json.dumps(first) + "\n")
@@ -203,17 +234,22 @@ def main(argv: list[str] | None = None) -> int:
     losses: list[float] = []
     hits: list[bool] = []
     for step in range(1, args.steps + 1):
-        batch = [train[i] for i in rng.sample(range(len(train)), args.batch_size)]
+        # Pairs of one prompt (a right and a wrong response): Bradley-Terry on the pair's
+        # margin, plus the pointwise logistic loss of both (so that score > 0 means right;
+        # the pairs balance the classes).
+        batch = pair_batch(usable, args.batch_size // 2, rng)
         ids, mask, pos, labels = left_padded(batch, pad)
         logits = scores(rm, ids, mask, pos)
-        loss = loss_fn(logits, labels)
+        pairwise = -torch.nn.functional.logsigmoid(logits[0::2] - logits[1::2]).mean()
+        loss = pairwise + bce(logits, labels)
         optim.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(rm.parameters(), 1.0)
         optim.step()
         losses.append(float(loss.detach()))
         hits += ((logits.detach() > 0) == labels.bool()).tolist()
-        if step % args.eval_every == 0 or step == args.steps:
+        out_of_time = args.max_seconds is not None and time.time() - started > args.max_seconds
+        if step % args.eval_every == 0 or step == args.steps or out_of_time:
             row = {
                 "step": step,
                 "loss": sum(losses) / len(losses),
@@ -226,6 +262,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"step {step:4d}  loss {row['loss']:.3f}  train acc {row['train_acc']:.3f}  "
                   f"held-out acc {row['acc']:.3f}  ({row['elapsed_s']:.0f} s)")  # fmt: skip
             losses, hits = [], []
+        if out_of_time:
+            print(f"stopping at step {step}: --max-seconds {args.max_seconds:g} reached")
+            break
     curve.close()
     rm.save_pretrained(args.out / "rm", safe_serialization=True)
     tokenizer.save_pretrained(args.out / "rm")

@@ -204,8 +204,10 @@ class OptimConfig:
 class EngineSpec:
     """Everything about the model an engine trains that is not the engine's own option.
 
-    ``role`` is ``"actor"``, ``"critic"`` or ``"ref"``. A ``ref`` engine has no optimizer
-    (``optim is None``). A ``critic`` engine adds a scalar value head (``value_head``).
+    ``role`` is ``"actor"``, ``"critic"``, ``"ref"`` or ``"rm"``. A ``ref`` or ``rm`` engine
+    has no optimizer (``optim is None``). A ``critic`` engine adds a scalar value head
+    (``value_head``); an ``rm`` engine loads a sequence-classification model with one label
+    (``reward_head``) and serves :meth:`BaseEngine.compute_rm_score`.
     Micro-batching is by count (``micro_batch_size`` rows per data-parallel rank) or by a
     token budget (``max_tokens_per_micro_batch``); exactly one is set.
     """
@@ -222,6 +224,7 @@ class EngineSpec:
     max_tokens_per_micro_batch: int | None = None
     gradient_checkpointing: bool = False
     value_head: bool = False
+    reward_head: bool = False
     seed: int = 0
 
 
@@ -565,6 +568,19 @@ class BaseEngine(abc.ABC):
     def compute_values(self, batch: DataProto) -> torch.Tensor:
         """Values of the response tokens, (B, R), for a critic (``spec.value_head``)."""
         msg = f"{type(self).__name__} has no value head; it cannot serve the critic role"
+        raise NotImplementedError(msg)
+
+    def compute_rm_score(self, batch: DataProto) -> torch.Tensor:
+        """A reward model's score of each row, (B,) float32 on CPU, no grad (``spec.reward_head``).
+
+        ``batch`` holds ``input_ids``, ``attention_mask`` and ``position_ids`` (B, T) of whole
+        sequences (prompt and response, in the reward model's own tokens, left-padded); the
+        score is the sequence-classification head's output at each row's last attended token.
+        """
+        msg = (
+            f"{type(self).__name__} has no reward-model forward; it cannot serve the "
+            "reward_model role (choose another [reward_model.engine])"
+        )
         raise NotImplementedError(msg)
 
     def offload(self) -> None:

@@ -33,6 +33,7 @@ from rlcore.config.schema import (
     RefConfig,
     ResourcesConfig,
     RewardConfig,
+    RewardModelConfig,
     RoleConfig,
     RolloutConfig,
     RunConfig,
@@ -40,6 +41,7 @@ from rlcore.config.schema import (
 )
 from rlcore.errors import ConfigError, PluginError
 from rlcore.plugins import PluginRegistry, active_registry, default_registry
+from rlcore.reward.model import RM_SCORER
 
 __all__ = [
     "ConfigValidationError",
@@ -64,6 +66,7 @@ _SECTIONS: dict[str, type] = {
     "resources": ResourcesConfig,
     "plugins": PluginsConfig,
     "agent": AgentConfig,
+    "reward_model": RewardModelConfig,
 }
 ROLES = "roles"  # [roles.<name>]: a table of extra roles, not one section
 _ROLLOUT_CORE_KEYS = frozenset(f.name for f in attrs.fields(RolloutConfig)) - {"options"}
@@ -278,7 +281,7 @@ def _extract_choices(
         choices.append(actor)
     actor_name = actor.name if actor is not None else _DEFAULT_ENGINE
     owners: list[tuple[dict[str, Any], str, Path]] = [
-        (raw, section, (section,)) for section in ("ref", "critic")
+        (raw, section, (section,)) for section in ("ref", "critic", "reward_model")
     ]
     roles = raw.get(ROLES)
     if isinstance(roles, dict):
@@ -445,7 +448,7 @@ def _micro_rule(section: str, cfg: Any) -> list[Problem]:
 
 def _cross_checks(s: dict[str, Any]) -> list[Problem]:
     problems: list[Problem] = []
-    for section in ("actor", "ref", "critic"):
+    for section in ("actor", "ref", "critic", "reward_model"):
         if s.get(section) is not None:
             problems.extend(_micro_rule(section, s[section]))
     for name, role in (s.get(ROLES) or {}).items():
@@ -472,10 +475,25 @@ def _cross_checks(s: dict[str, Any]) -> list[Problem]:
             )
             problems.append((("trainer", "async_mode"), msg))
     reward: RewardConfig | None = s.get("reward")
+    rm: RewardModelConfig | None = s.get("reward_model")
+    rm_on = rm is not None and rm.enable
+    if rm_on and rm is not None and not rm.model.path:
+        msg = "reward_model.enable is true: set it to the reward model's local folder"
+        problems.append((("reward_model", "model", "path"), msg))
     if reward is not None:
-        if not reward.selected():
-            msg = 'no reward selected; set reward.default = "NAME" or map [reward.sources]'
+        if not reward.selected() and not rm_on:
+            msg = (
+                'no reward selected; set reward.default = "NAME", map [reward.sources] '
+                "or enable [reward_model]"
+            )
             problems.append((("reward", "default"), msg))
+        if RM_SCORER in reward.selected() or RM_SCORER in reward.weights:
+            msg = (
+                f"{RM_SCORER!r} is the reward model's scorer: set [reward_model] enable and "
+                "weight instead"
+            )
+            key = "weights" if RM_SCORER in reward.weights else "default"
+            problems.append((("reward", key), msg))
         for name in reward.weights:
             if name not in reward.selected():
                 msg = f"reward {name!r} is not selected by reward.default or reward.sources"
@@ -588,6 +606,13 @@ def _resolved(
         ppo_epochs=critic.ppo_epochs or actor.ppo_epochs,
         **_micro_or(critic, micro),
     )
+    rm: RewardModelConfig = s["reward_model"]
+    rm = attrs.evolve(
+        rm,
+        model=attrs.evolve(rm.model, dtype=rm.model.dtype or model.dtype),
+        engine=rm.engine or actor.engine,
+        **_micro_or(rm, micro),
+    )
     reward: RewardConfig = s["reward"]
     weights = {name: reward.weights.get(name, 1.0) for name in reward.selected()}
     reward = attrs.evolve(reward, weights=weights, options=reward_configs)
@@ -622,6 +647,7 @@ def _resolved(
             )
             for name, role in s[ROLES].items()
         },
+        reward_model=rm,
     )
 
 

@@ -39,6 +39,8 @@ __all__ = [
     "RefConfig",
     "ResourcesConfig",
     "RewardConfig",
+    "RewardModelConfig",
+    "RewardModelModelConfig",
     "RoleConfig",
     "RoleModelConfig",
     "RolloutConfig",
@@ -53,6 +55,13 @@ _FLATTEN = {"flatten": True}
 
 _pos = v.ge(1)
 _opt_pos = v.optional(v.ge(1))
+
+
+def _finite(instance: Any, attribute: attrs.Attribute[Any], value: float) -> None:
+    if not math.isfinite(value):
+        msg = f"must be finite, got {value}"
+        raise ValueError(msg)
+
 
 # The default of a field the loader resolves from other keys; typed ``Any`` so the field keeps
 # its resolved type (``str``, not ``str | None``) for everyone who reads a loaded config.
@@ -439,6 +448,85 @@ class RoleConfig:
 
 
 @attrs.frozen(kw_only=True)
+class RewardModelModelConfig(RoleModelConfig):
+    """``[reward_model.model]``: the reward model's own Hugging Face folder."""
+
+    path: str = attrs.field(
+        default="",
+        metadata={
+            "help": "The reward model's local Hugging Face folder: a ...ForSequenceClassification "
+            "with num_labels = 1 and its tokenizer; required with enable (checked before Ray "
+            "starts)."
+        },
+    )
+
+
+@attrs.frozen(kw_only=True)
+class RewardModelConfig:
+    """``[reward_model]``: a sequence-classification reward model (verl's ``reward_model``),
+    served by a training engine's forward in its own role (``rm``) beside the policy.
+
+    Called each step as ``compute_rm_score`` (phase ``rm``); its score, placed on the last
+    response token, is the scorer ``rm`` of the reward manager, mixed with ``[reward]``'s
+    scorers by ``weight``. Frozen: a checkpoint keeps only which model it was, a resume
+    rebuilds it from ``model.path``.
+    """
+
+    enable: bool = attrs.field(
+        default=False,
+        metadata={"help": "Score every row with the reward model (role rm, scorer rm)."},
+    )
+    model: RewardModelModelConfig = attrs.Factory(RewardModelModelConfig)
+    engine: PluginSection = attrs.field(default=RESOLVED, metadata={"default": "actor.engine"})
+    micro_batch_size: int | None = attrs.field(
+        default=None,
+        validator=_opt_pos,
+        metadata={
+            "help": "Rows per data-parallel rank in one reward-model forward; neither this "
+            "nor max_tokens_per_micro_batch set: the actor's setting."
+        },
+    )
+    max_tokens_per_micro_batch: int | None = attrs.field(
+        default=None, validator=_opt_pos, metadata={"help": _MAX_TOKENS_HELP}
+    )
+    weight: float = attrs.field(
+        default=1.0,
+        validator=_finite,
+        metadata={
+            "help": "Weight of the reward model's score (scorer rm) in a row's reward, beside "
+            "[reward] weights; 0 logs it without training on it.",
+            "allowed": "finite",
+        },
+    )
+    retokenize: Literal["auto", "always", "never"] = attrs.field(
+        default="auto",
+        validator=v.in_(("auto", "always", "never")),
+        metadata={
+            "help": "Decode prompt + response and encode them with the reward model's "
+            "tokenizer (and chat template, as verl does): auto: when its tokenizer differs "
+            "from the policy's; never: score the policy's token ids as they are."
+        },
+    )
+    max_length: int | None = attrs.field(
+        default=None,
+        validator=_opt_pos,
+        metadata={
+            "help": "Most tokens of one re-tokenised row; longer rows keep their last "
+            "max_length tokens (the response end the score is read at). None: no limit."
+        },
+    )
+    threshold: float = attrs.field(
+        default=0.0,
+        validator=_finite,
+        metadata={
+            "help": "The reward model's verdict is score > threshold; reward/rm/disagree_rule "
+            "counts the rows where it differs from a rule reward's acc.",
+            "allowed": "finite",
+        },
+    )
+
+
+@attrs.frozen(kw_only=True)
 class RewardConfig:
     """``[reward]``: which reward plugin(s) score which ``data_source``.
 
@@ -806,3 +894,4 @@ class RunConfig:
     plugins: PluginsConfig = attrs.Factory(PluginsConfig)
     agent: AgentConfig | None = None  # None: no [agent] section, single-turn generation
     roles: dict[str, RoleConfig] = attrs.Factory(dict)  # [roles.<name>]: extra roles
+    reward_model: RewardModelConfig = attrs.Factory(RewardModelConfig)

@@ -92,6 +92,9 @@ def preflight(config: RunConfig, *, registry: PluginRegistry | None = None) -> P
 
     check_extra_roles(config, needs.extra_roles)
     check_reward_roles(config, registry)  # a judge's model folder
+    from rlcore.preflight.reward_model import check_reward_model
+
+    check_reward_model(config)  # [reward_model]: its folder, a sequence classifier
     from rlcore.workers.cluster import check_pools_before_ray
 
     check_pools_before_ray(config.resources)  # [resources.pools] fit this machine

@@ -26,6 +26,7 @@ from rlcore.errors import ConfigError, DataError
 from rlcore.interfaces import BaseBatchReward, BaseReward
 from rlcore.reward._scoring import Outcome, Task, alarm_available, alarm_handler, call_reward
 from rlcore.reward.batched import call_batched, checked_scores, reward_batch
+from rlcore.reward.model import RM_SCORER, disagreement
 from rlcore.reward.pool import ScoringPool
 
 if TYPE_CHECKING:
@@ -57,6 +58,11 @@ class RewardManager:
         timeout_s: per-sample time limit of one reward call.
         batch_timeout_s: time limit of one batched scorer's call (None: none); past it the
             call raises :class:`~rlcore.errors.RewardError` naming the scorer.
+        every_row: reward names that score every row, whatever its ``data_source``, after the
+            source's own (the reward model's scorer ``rm``); a source may then list none.
+        rm_threshold: the reward model's verdict is ``score/rm > rm_threshold``; where a row
+            also has a rule reward's ``acc``, ``reward/rm/disagree_rule`` counts how often the
+            two differ (:func:`rlcore.reward.model.disagreement`).
         num_workers: scoring processes. 0: one per CPU (at most 8); 1: never a pool (scoring
             in the driver, where a scorer stuck in C code cannot be stopped).
         pool_min_batch: fewer reward calls than this are scored in the driver. Default 0:
@@ -104,6 +110,8 @@ class RewardManager:
         pool_min_batch: int = 0,
         pool_min_seconds: float = 0.0,
         batch_timeout_s: float | None = None,
+        every_row: Sequence[str] = (),
+        rm_threshold: float = 0.0,
     ) -> None:
         self.tokenizer = tokenizer
         self.rewards = dict(rewards)
@@ -123,8 +131,10 @@ class RewardManager:
         }  # fmt: skip
         self.sources = {ds: _names(v) for ds, v in (sources or {}).items()}
         self.default = _names(default)
+        self.every_row = _names(every_row)
+        self.rm_threshold = rm_threshold
         self.weights = dict(weights or {})
-        for where, names in [("[reward] default", self.default)] + [
+        for where, names in [("[reward] default", self.default), ("every_row", self.every_row)] + [
             (f"[reward.sources] {ds!r}", v) for ds, v in self.sources.items()
         ]:
             for name in names:
@@ -271,6 +281,8 @@ class RewardManager:
                 for key, v in row_extras[name].get(i, {}).items():
                     extras[i].setdefault(key, v)  # the first reward listed wins
 
+        # A rule reward's own verdict per row, where one gave it (for the RM agreement).
+        rule_acc = [e.get("acc") for e in extras]
         acc = np.array([bool(e.get("acc", s > 0)) for e, s in zip(extras, scores)])
         # Sequence-level scores at the last valid response token; (B, R). Rows without one
         # keep zeros. Token-level scores add on their own tokens.
@@ -314,6 +326,8 @@ class RewardManager:
                 metrics[f"reward/scorer/{name}/mean"] = float(scored.mean())
         for key, value in scorer_metrics.items():
             metrics.setdefault(key, value)
+        if RM_SCORER in values:
+            metrics |= disagreement(values[RM_SCORER], rule_acc, self.rm_threshold)
         out = DataProto.from_dict(
             tensors={"token_level_scores": token_level_scores}, non_tensors=non_tensors
         )
@@ -354,6 +368,7 @@ class RewardManager:
 
     def _names_for(self, data_source: str) -> list[str]:
         names = self.sources.get(data_source, self.default)
+        names = names + [n for n in self.every_row if n not in names]
         if not names:
             msg = (
                 f"no reward for data_source {data_source!r}: add it to [reward.sources] "

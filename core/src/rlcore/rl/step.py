@@ -66,7 +66,9 @@ class StepContext(abc.ABC):
     ``compute_log_prob``, ``compute_ref_log_prob``, ``update_actor``; ``compute_values``,
     ``update_critic``; ``critic`` is None without one), ``roles`` (the algorithm's extra
     roles by name, :attr:`BaseAlgorithm.extra_roles`), ``algorithm`` (the driver's copy),
-    ``reward_manager`` (``batch -> (scores, metrics)``), ``step`` (completed training steps,
+    ``reward_model`` (the reward-model role, ``compute_rm_score``; None without
+    ``[reward_model]``), ``reward_manager`` (``batch -> (scores, metrics)``; :meth:`reward`
+    runs both), ``step`` (completed training steps,
     seeds the mini-batch shuffle), ``next_prompts`` (the next batch of prompts from the run's
     loader, for programs that generate more than one batch per step), and what the run
     decided: ``n`` (samples per prompt), ``sampling`` (training sampling), ``old_log_prob_pass``
@@ -91,9 +93,11 @@ class StepContext(abc.ABC):
         reference: bool = False,
         roles: Mapping[str, Any] | None = None,
         world_size: int = 1,
+        reward_model: Any | None = None,
     ) -> None:
         self.policy = policy
         self.critic = critic
+        self.reward_model = reward_model
         self.roles: Mapping[str, Any] = roles or {}
         self.algorithm = algorithm
         self.reward_manager = reward_manager
@@ -180,6 +184,26 @@ class StepContext(abc.ABC):
             batch |= self.phase("values", critic.compute_values, model_in)
         return batch
 
+    @staticmethod
+    def rm_input(batch: DataProto) -> DataProto:
+        """What the reward model is sent: the sequences' tensors and, for its own chat
+        template, each row's ``raw_prompt`` (:func:`rlcore.reward.model.rm_inputs`)."""
+        from rlcore.reward.model import RM_INPUT_KEYS
+
+        keep = [k for k in ("raw_prompt",) if k in batch.non_tensor_batch]
+        return batch.select(batch_keys=list(RM_INPUT_KEYS), non_tensor_batch_keys=keep)
+
+    def reward(
+        self, batch: DataProto, name: str = "reward", manager: RewardFn | None = None
+    ) -> DataProto:
+        """Phases ``rm`` (with a reward model: ``rm_scores``, verl's ``compute_rm_score``)
+        and ``name`` (the reward manager, or ``manager``): the batch with its scores."""
+        if self.reward_model is not None:
+            rm = "rm" if name == "reward" else f"rm_{name.removeprefix('reward_')}"
+            batch |= self.phase(rm, self.reward_model.compute_rm_score, self.rm_input(batch))
+        batch |= self.phase(name, manager or self.reward_manager, batch)
+        return batch
+
     def update_actor(self, batch: DataProto) -> None:
         """Phase ``update_actor``: the policy's optimizer steps on ``batch``."""
         self.phase("update_actor", self.policy.update_actor, self.actor_input(batch), self.step)
@@ -232,8 +256,8 @@ class StepProgram:
         batch = ctx.log_probs_and_values(batch)
         for insert in self.after_log_probs:
             batch = insert(ctx, batch)
-        # --- reward and advantages (driver) ---------------------------------------------------
-        batch |= ctx.phase("reward", ctx.reward_manager, batch)
+        # --- reward (the reward model's phase "rm", then the manager) and advantages ----------
+        batch = ctx.reward(batch)
         batch = ctx.phase("adv", compute_advantages, ctx.algorithm, batch)
         for insert in self.before_update:
             batch = insert(ctx, batch)

@@ -23,8 +23,15 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-__all__ = ["CHAT_TEMPLATE", "SPECIAL_TOKENS", "build_tiny_model", "char_vocab"]
+__all__ = [
+    "CHAT_TEMPLATE",
+    "SPECIAL_TOKENS",
+    "build_tiny_model",
+    "build_tiny_reward_model",
+    "char_vocab",
+]
 
 # Special tokens first, so their ids are stable: pad 0, im_start 1, im_end 2 (= eos).
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
@@ -156,4 +163,31 @@ def build_tiny_model(
     model.generation_config.pad_token_id = pad_id
     model.generation_config.bos_token_id = pad_id
     model.save_pretrained(out, safe_serialization=True)
+    return out
+
+
+def build_tiny_reward_model(
+    path: str | os.PathLike[str], *, from_model: str | os.PathLike[str] | None = None, **kwargs: Any
+) -> Path:
+    """A ``Qwen2ForSequenceClassification`` with one label (a reward model) under ``path``.
+
+    ``from_model``: a causal-LM folder (e.g. :func:`build_tiny_model`'s) whose backbone and
+    tokenizer it starts from, the score head fresh; None: a fresh :func:`build_tiny_model`
+    with ``kwargs`` (same tokenizer, ``seed`` seeds the head too).
+    """
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    out = Path(path)
+    source = Path(from_model) if from_model is not None else build_tiny_model(out, **kwargs)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(kwargs.get("seed", 0)))
+        model = AutoModelForSequenceClassification.from_pretrained(source, num_labels=1)
+    if model.config.pad_token_id is None:
+        model.config.pad_token_id = model.config.eos_token_id
+    for stale in out.glob("*.safetensors"):  # the causal LM's weights, when built here
+        stale.unlink()
+    model.save_pretrained(out, safe_serialization=True)
+    if from_model is not None:
+        AutoTokenizer.from_pretrained(source).save_pretrained(out)
     return out

@@ -81,15 +81,26 @@ def build_reward_manager(
         ).build(registry=registry)
         for name in reward.selected()
     }
+    weights = dict(reward.weights)
+    every_row: tuple[str, ...] = ()
+    rm = config.reward_model
+    if rm.enable:  # the reward model's scores (phase "rm") as the scorer "rm" of every row
+        from rlcore.reward.model import RM_SCORER, RewardModelScores
+
+        rewards[RM_SCORER] = RewardModelScores()
+        weights[RM_SCORER] = rm.weight
+        every_row = (RM_SCORER,)
     return RewardManager(
         tokenizer,
         rewards,
         sources=reward.sources,
         default=reward.default,
-        weights=reward.weights,
+        weights=weights,
         timeout_s=reward.timeout_s,
         batch_timeout_s=reward.batch_timeout_s,
         num_workers=reward.num_workers,
+        every_row=every_row,
+        rm_threshold=rm.threshold,
     )
 
 
@@ -104,6 +115,7 @@ class Workers:
     roles: dict[str, RayWorkerGroup] = attrs.Factory(dict)  # the algorithm's extra roles
     # the batched rewards' generation roles (a judge), handed to the reward manager
     generation_roles: dict[str, RayWorkerGroup] = attrs.Factory(dict)
+    reward_model: RayWorkerGroup | None = None  # [reward_model] enable: the role "rm"
     rollout_group: RayWorkerGroup | None = None  # the rollout's own group and pool, if any
     rollout_pool: ResourcePool | None = None
 
@@ -129,6 +141,7 @@ def build_workers(config: RunConfig, specs: RunSpecs) -> Workers:
     from rlcore.resources import ResourcePool, ResourcePoolManager
     from rlcore.trainer.extra_roles import ExtraRoleWorker
     from rlcore.trainer.generation_roles import GenerationRoleWorker
+    from rlcore.trainer.reward_model import RM_ROLE, RewardModelWorker
     from rlcore.trainer.roles import ActorRolloutRefWorker, CriticWorker
     from rlcore.workers import ClassWithInitArgs, RayWorkerGroup, create_colocated_worker_cls
 
@@ -161,6 +174,11 @@ def build_workers(config: RunConfig, specs: RunSpecs) -> Workers:
             )
             raise ConfigError(msg)
         roles[name] = ClassWithInitArgs(GenerationRoleWorker, gen_spec)
+    if specs.reward_model is not None:  # colocated with the policy, like the other roles
+        if RM_ROLE in roles:
+            msg = f"[roles.{RM_ROLE}]: {RM_ROLE!r} is the reward model's role; rename the role"
+            raise ConfigError(msg)
+        roles[RM_ROLE] = ClassWithInitArgs(RewardModelWorker, specs.reward_model)
     # Every role shares the one pool (colocated in one process per device), except a
     # rollout placed on a pool of its own (resources.placement).
     pools = {GLOBAL_POOL: pool}
@@ -186,6 +204,8 @@ def build_workers(config: RunConfig, specs: RunSpecs) -> Workers:
             critic.init_model()
         for name in [*specs.roles, *specs.generation_roles]:
             views[name].init_model()
+        if RM_ROLE in views:
+            views[RM_ROLE].init_model()
         # The policy last: its rollout sizes inference memory from what is left.
         views[POLICY].init_model()
     except BaseException:
@@ -206,6 +226,7 @@ def build_workers(config: RunConfig, specs: RunSpecs) -> Workers:
         pool=pool,
         roles=extra,
         generation_roles={name: views[name] for name in specs.generation_roles},
+        reward_model=views.get(RM_ROLE),
     )
     if rollout_pool is not None:
         try:

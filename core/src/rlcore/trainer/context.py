@@ -61,6 +61,7 @@ class DriverStepContext(StepContext):
         roles: Mapping[str, Any] | None = None,
         world_size: int = 1,
         rollout_queue: TrajectoryQueue | None = None,
+        reward_model: RayWorkerGroup | None = None,
     ) -> None:
         super().__init__(
             policy=policy,
@@ -75,6 +76,7 @@ class DriverStepContext(StepContext):
             reference=specs.policy.ref is not None,
             roles=roles,
             world_size=world_size,
+            reward_model=reward_model,
         )
         self.specs = specs
         self.rollout_queue = rollout_queue

@@ -38,7 +38,7 @@ import attrs
 import numpy as np
 
 from rlcore.errors import DataError, RlcoreError
-from rlcore.rl.step import PROMPT_KEYS, StepProgram
+from rlcore.rl.step import PROMPT_KEYS, StepContext, StepProgram
 from rlcore.tracking.metrics import (
     compute_data_metrics,
     compute_throughput_metrics,
@@ -81,6 +81,7 @@ _NONFINITE_KEYS = ("actor/nonfinite", "critic/nonfinite")
 # The worker groups' names in the checkpoint map (each writes its own folder).
 POLICY_ROLE = "actor_rollout_ref"
 CRITIC_ROLE = "critic"
+RM_ROLE = "rm"  # rlcore.trainer.reward_model.RM_ROLE (its module imports the worker base)
 
 
 class NonFiniteError(RlcoreError):
@@ -104,6 +105,7 @@ class Components:
     tracker: Tracker
     checkpoints: CheckpointManager | None = None
     roles: dict[str, RayWorkerGroup] = attrs.Factory(dict)
+    reward_model: RayWorkerGroup | None = None  # [reward_model]: the role "rm"
     world_size: int = 1
     config_text: str = ""
 
@@ -119,6 +121,8 @@ class Trainer:
         workers: dict[str, RayWorkerGroup] = {POLICY_ROLE: parts.policy}
         if parts.critic is not None:
             workers[CRITIC_ROLE] = parts.critic
+        if parts.reward_model is not None:  # frozen: its checkpoint names its model only
+            workers[RM_ROLE] = parts.reward_model
         self.state = RunState(
             counters=LoopCounters(total_steps=plan.total_steps),
             driver={
@@ -275,6 +279,7 @@ class Trainer:
             policy=parts.policy,
             critic=parts.critic,
             roles=parts.roles,
+            reward_model=parts.reward_model,
             algorithm=parts.algorithm,
             reward_manager=parts.reward_manager,
             step=self.state.counters.step,
@@ -328,6 +333,7 @@ class Trainer:
         from rlcore.reward.manager import extra_means
 
         extras: list[dict[str, Any]] = []  # the rewards' other extras, per row
+        rm_compared = rm_disagree = 0.0  # [reward_model]: its verdicts against a rule's acc
         with timed("validate", timing):
             for batch in val_loader:
                 batch = batch.repeat(self.specs.val_n, interleave=True)
@@ -337,7 +343,14 @@ class Trainer:
                     if key.startswith("agent/"):
                         agent.setdefault(key, []).append(value)
                 batch = batch.union(gen)
-                out, _ = self.parts.reward_manager(batch)
+                if self.parts.reward_model is not None:  # its scores, for the scorer "rm"
+                    rm = self.parts.reward_model.compute_rm_score(StepContext.rm_input(batch))
+                    rm.meta_info.pop("metrics", None)
+                    batch |= rm
+                out, reward_metrics = self.parts.reward_manager(batch)
+                compared = reward_metrics.get("reward/rm/compared", 0.0)
+                rm_compared += compared
+                rm_disagree += compared * reward_metrics.get("reward/rm/disagree_rule", 0.0)
                 sources += [str(s) for s in batch.non_tensor_batch["data_source"]]
                 scores += [float(s) for s in out.non_tensor_batch["score"]]
                 accs += [float(bool(a)) for a in out.non_tensor_batch["acc"]]
@@ -353,6 +366,8 @@ class Trainer:
             metrics.update(extra_means(extras, sel, ds, prefix="val"))
         if lengths:
             metrics["val/response_length/mean"] = float(np.mean(lengths))
+        if rm_compared:
+            metrics["val/rm/disagree_rule"] = rm_disagree / rm_compared
         for key, values in agent.items():
             metrics[f"val/{key}"] = float(np.mean(values))
         metrics |= timing_metrics(timing)

@@ -75,6 +75,7 @@ def run_training(
     from rlcore.config import config_to_dict, dump_toml
     from rlcore.data import build_datasets, build_loaders, load_tokenizer
     from rlcore.preflight.hub import resolve_hub_names
+    from rlcore.preflight.reward_model import check_reward_model
     from rlcore.preflight.roles import check_reward_roles
     from rlcore.tracking import Tracker
     from rlcore.trainer.builder import (
@@ -103,6 +104,7 @@ def run_training(
     algorithm = build_algorithm(config, registry)
     check_extra_roles(config, algorithm.needs.extra_roles)  # one line before Ray starts
     check_reward_roles(config, registry)  # a judge's model folder, likewise
+    check_reward_model(config)  # [reward_model]: its folder, a sequence classifier
     check_pools_before_ray(config.resources)  # the pools fit this machine (local runs)
     if not ray.is_initialized():
         start_ray(config.resources)
@@ -154,6 +156,7 @@ def run_training(
                 policy=workers.policy,
                 critic=workers.critic,
                 roles=workers.roles,
+                reward_model=workers.reward_model,
                 algorithm=algorithm,
                 reward_manager=reward_manager,
                 train_loader=train_loader,

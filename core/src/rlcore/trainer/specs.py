@@ -38,10 +38,12 @@ __all__ = [
     "CriticSpec",
     "EngineRole",
     "PolicySpec",
+    "RewardModelSpec",
     "RoleSpec",
     "RolloutWorkerSpec",
     "RunSpecs",
     "UpdateSpec",
+    "build_reward_model_spec",
     "build_role_specs",
     "build_specs",
     "rollout_traits",
@@ -199,6 +201,58 @@ def build_role_specs(
 
 
 @attrs.frozen(kw_only=True)
+class RewardModelSpec:
+    """The reward-model role (``[reward_model]``, :mod:`rlcore.trainer.reward_model`): its
+    frozen engine (``reward_head``), and how the policy's rows become its inputs.
+
+    ``retokenize``: ``auto``, ``always`` or ``never`` (:func:`rlcore.reward.model.rm_inputs`);
+    ``policy_tokenizer_path`` decodes the policy's tokens when re-tokenising.
+    """
+
+    backend: str
+    engine: EngineRole
+    policy_tokenizer_path: str
+    policy_trust_remote_code: bool
+    retokenize: str
+    max_length: int | None
+    settings: WorkerSettings
+
+
+def build_reward_model_spec(
+    config: RunConfig, *, settings: WorkerSettings, registry: PluginRegistry | None = None
+) -> RewardModelSpec | None:
+    """The reward-model role's spec, None unless ``[reward_model] enable``."""
+    rm, res = config.reward_model, config.resources
+    if not rm.enable:
+        return None
+    return RewardModelSpec(
+        backend="nccl" if res.device == "cuda" else "gloo",
+        engine=EngineRole(
+            engine=Component.of("engine", rm.engine, where="[reward_model.engine]").pinned(
+                registry
+            ),
+            spec=EngineSpec(
+                role="rm",
+                model_path=rm.model.path,
+                optim=None,
+                micro_batch_size=rm.micro_batch_size,
+                max_tokens_per_micro_batch=rm.max_tokens_per_micro_batch,
+                dtype=rm.model.dtype or config.model.dtype,
+                trust_remote_code=rm.model.trust_remote_code,
+                device=res.device,
+                seed=config.trainer.seed,
+                reward_head=True,
+            ),
+        ),
+        policy_tokenizer_path=config.model.tokenizer_path,
+        policy_trust_remote_code=config.model.trust_remote_code,
+        retokenize=rm.retokenize,
+        max_length=rm.max_length,
+        settings=settings,
+    )
+
+
+@attrs.frozen(kw_only=True)
 class RunSpecs:
     """Everything the driver hands out, plus what it uses itself (``n``, sampling)."""
 
@@ -223,6 +277,8 @@ class RunSpecs:
     # the batched rewards' generation roles (a judge; rlcore.trainer.generation_roles), by
     # name, each placed beside the policy; set by run_training once the rewards are built
     generation_roles: dict[str, Any] = attrs.Factory(dict)
+    # [reward_model] enable: the reward-model role (rlcore.trainer.reward_model)
+    reward_model: RewardModelSpec | None = None
 
 
 def worker_settings(config: RunConfig) -> WorkerSettings:
@@ -465,4 +521,5 @@ def build_specs(
             settings=settings,
             registry=registry,
         ),
+        reward_model=build_reward_model_spec(config, settings=settings, registry=registry),
     )

@@ -139,7 +139,7 @@ class DAPOProgram(StepProgram):
         while True:
             rounds += 1
             gen = ctx.generate(batch.repeat(ctx.n, interleave=True))
-            gen |= ctx.phase("reward", ctx.reward_manager, gen)
+            gen = ctx.reward(gen)
             self._shape_overlong(ctx, gen)
             rows = (
                 keep_groups(gen.non_tensor_batch["uid"], self._metric(gen)) if filt.enable else None

@@ -85,7 +85,7 @@ class ReMaxProgram(StepProgram):
         # --- the default step: n sampled rows per prompt (the baseline repeated with them) ---
         batch = ctx.generate(batch.repeat(ctx.n, interleave=True))
         batch = ctx.log_probs_and_values(batch)
-        batch |= ctx.phase("reward", ctx.reward_manager, batch)
+        batch = ctx.reward(batch)
         batch = ctx.phase("adv", compute_advantages, ctx.algorithm, batch)
         self._log(ctx, batch)
         ctx.update_actor(batch)
@@ -105,7 +105,7 @@ class ReMaxProgram(StepProgram):
             greedy_sampling(ctx.sampling),
         )
         greedy = greedy.union(gen)
-        scores = ctx.phase("reward_greedy", _renamed(ctx.reward_manager), greedy)
+        scores = ctx.reward(greedy, "reward_greedy", _renamed(ctx.reward_manager))
         lengths = greedy.batch["response_mask"].sum(-1)
         ctx.metrics["remax/greedy_response_length_mean"] = float(lengths.float().mean())
         result: torch.Tensor = scores.batch["token_level_scores"].sum(-1)

@@ -54,7 +54,7 @@ from rlcore.engine_utils import (
 from rlcore.errors import ConfigError, EngineError
 from rlcore.interfaces import BaseEngine, EngineSpec, LossFn, ModelOutputs, key
 from rlcore.protocol import DataProto
-from rlcore_fsdp2 import forward, packing
+from rlcore_fsdp2 import forward, packing, reward_head
 from rlcore_fsdp2.lora import LoraAdapter, LoraSettings
 from rlcore_fsdp2.weights import gathered
 
@@ -219,7 +219,8 @@ class FSDP2Engine(GuardedSteps, BaseEngine):
 
         self.model = self._load_model()
         # LoRA on the trained roles only: a separately built reference stays the base model.
-        settings = self.config.lora if spec.role != "ref" else None
+        trained = spec.role != "ref" and not spec.reward_head
+        settings = self.config.lora if trained else None
         self.lora = LoraAdapter(settings, spec, self.device) if settings is not None else None
         if self.lora is not None:
             self.model = self.lora.wrap(self.model)
@@ -247,6 +248,7 @@ class FSDP2Engine(GuardedSteps, BaseEngine):
         from transformers import (
             AutoConfig,
             AutoModelForCausalLM,
+            AutoModelForSequenceClassification,
             AutoModelForTokenClassification,
         )
 
@@ -256,7 +258,8 @@ class FSDP2Engine(GuardedSteps, BaseEngine):
             torch.float32 if trains and self.config.mixed_precision else dtype_from_name(spec.dtype)
         )
         attn = self.config.attn_implementation
-        if self.config.use_remove_padding:
+        # The reward model scores padded rows (rlcore_fsdp2.reward_head), never packed ones.
+        if self.config.use_remove_padding and not spec.reward_head:
             try:
                 attn = packing.attention_for_packing(attn)
             except ValueError as err:
@@ -267,7 +270,18 @@ class FSDP2Engine(GuardedSteps, BaseEngine):
             "attn_implementation": attn,
         }
         try:
-            if spec.value_head:
+            if spec.reward_head:
+                # verl's reward model: a sequence classifier, one label, as it was saved.
+                model = AutoModelForSequenceClassification.from_pretrained(
+                    spec.model_path, **kwargs
+                )
+                reward_head.check_reward_head(model, spec.model_path)
+                if model.config.pad_token_id is None:
+                    # transformers' own pooling refuses b > 1 without one; its pooled output
+                    # is not used (the score is read at each row's last attended token).
+                    eos = model.config.eos_token_id
+                    model.config.pad_token_id = eos if isinstance(eos, int) else 0
+            elif spec.value_head:
                 # verl's critic: the causal LM's backbone plus a fresh 1-output score head.
                 hf_config = AutoConfig.from_pretrained(
                     spec.model_path, trust_remote_code=spec.trust_remote_code
@@ -435,6 +449,20 @@ class FSDP2Engine(GuardedSteps, BaseEngine):
         values = self._inference(batch, temperature=1.0, with_entropy=False).values
         assert values is not None  # a value head fills values
         return values
+
+    def compute_rm_score(self, batch: DataProto) -> torch.Tensor:
+        """The reward model's score of each row (``spec.reward_head``): (B,) on CPU."""
+        if not self.spec.reward_head:
+            return super().compute_rm_score(batch)
+        self.onload()
+        self.model.eval()
+        return reward_head.score_rows(
+            self.model,
+            batch,
+            self.device,
+            micro_batch_size=self.spec.micro_batch_size,
+            max_tokens_per_micro_batch=self.spec.max_tokens_per_micro_batch,
+        )
 
     # --- weights out ----------------------------------------------------------------------
 

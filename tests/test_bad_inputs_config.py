@@ -92,7 +92,8 @@ CONFIG_CASES = [
     # issue 27: batched scorers share the reward names, keys and checks
     (
         ['reward.default=["gsm8k", "my_batched"]'],
-        "reward.default: unknown reward 'my_batched'. Installed: code, gsm8k, gsm8k_tool, judge, math.",
+        "reward.default: unknown reward 'my_batched'. "
+        "Installed: code, gsm8k, gsm8k_tool, judge, math.",
     ),
     (
         ['reward.default=["gsm8k"]', "reward.weights.my_batched=0.5"],

@@ -138,7 +138,10 @@ CASES = [
     ),
     (
         ["reward.default=[]"],
-        ['reward.default: no reward selected; set reward.default = "NAME" or map [reward.sources]'],
+        [
+            'reward.default: no reward selected; set reward.default = "NAME", map '
+            "[reward.sources] or enable [reward_model]"
+        ],
     ),
     (
         ["reward.weights.math=2.0"],

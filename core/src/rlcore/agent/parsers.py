@@ -113,6 +113,20 @@ def _loads(text: str) -> tuple[Any, str | None]:
         return None, f"is not valid JSON ({type(err).__name__})"
 
 
+def _tagged_bodies(text: str) -> tuple[list[str], list[str]]:
+    """The text between each ``<tool_call>`` and its ``</tool_call>``, in order, and the error
+    for a call the model left unclosed (it stopped mid-call; the scan ends there)."""
+    bodies: list[str] = []
+    pos = 0
+    while (start := text.find(_OPEN_TAG, pos)) >= 0:
+        end = text.find(_CLOSE_TAG, start + len(_OPEN_TAG))
+        if end < 0:
+            return bodies, [f"tool call without a closing {_CLOSE_TAG}"]
+        bodies.append(text[start + len(_OPEN_TAG) : end])
+        pos = end + len(_CLOSE_TAG)
+    return bodies, []
+
+
 class HermesToolParser(ToolCallParser):
     """Qwen2.5 / Hermes: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``.
 
@@ -128,23 +142,14 @@ class HermesToolParser(ToolCallParser):
     def parse(self, text: str) -> tuple[list[ToolCall], list[str]]:
         calls: list[ToolCall] = []
         errors: list[str] = []
-        pos = 0
-        while True:
-            start = text.find(_OPEN_TAG, pos)
-            if start < 0:
-                break
-            end = text.find(_CLOSE_TAG, start + len(_OPEN_TAG))
-            if end < 0:  # the model stopped mid-call
-                errors.append(f"tool call without a closing {_CLOSE_TAG}")
-                break
-            body = text[start + len(_OPEN_TAG) : end].strip()
-            pos = end + len(_CLOSE_TAG)
-            call, error = self._one(body)
+        bodies, unclosed = _tagged_bodies(text)
+        for body in bodies:
+            call, error = self._one(body.strip())
             if call is not None:
                 calls.append(call)
             else:
                 errors.append(error or "tool call could not be read")
-        return calls, errors
+        return calls, errors + unclosed
 
     @staticmethod
     def _one(body: str) -> tuple[ToolCall | None, str | None]:
@@ -272,20 +277,10 @@ class Glm45ToolParser(ToolCallParser):
             }
 
     def parse(self, text: str) -> tuple[list[ToolCall], list[str]]:
-        text = strip_thinking(text)
         calls: list[ToolCall] = []
         errors: list[str] = []
-        pos = 0
-        while True:
-            start = text.find(_OPEN_TAG, pos)
-            if start < 0:
-                break
-            end = text.find(_CLOSE_TAG, start + len(_OPEN_TAG))
-            if end < 0:
-                errors.append(f"tool call without a closing {_CLOSE_TAG}")
-                break
-            body = text[start + len(_OPEN_TAG) : end]
-            pos = end + len(_CLOSE_TAG)
+        bodies, unclosed = _tagged_bodies(strip_thinking(text))
+        for body in bodies:
             if len(body) > MAX_CALL_CHARS:
                 errors.append(f"tool call is longer than {MAX_CALL_CHARS} characters")
                 continue
@@ -294,7 +289,7 @@ class Glm45ToolParser(ToolCallParser):
                 calls.append(call)
             else:
                 errors.append(error)
-        return calls, errors
+        return calls, errors + unclosed
 
     def _one(self, body: str) -> tuple[ToolCall | None, str]:
         cut = body.find("<arg_key>")

@@ -21,6 +21,10 @@ __all__ = ["SYNC_BUCKET_BYTES", "gather_bucket", "gathered"]
 # a fraction of one of a 7B model (peak extra memory is about 3x this, on the engine's device).
 SYNC_BUCKET_BYTES = 128 << 20
 
+# torch 2.13 renamed all_gather_into_tensor to all_gather_single and warns at every call of the
+# old name (each weight sync); older torch (the 2.6 floor) has only the old name.
+_all_gather_flat = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
 
 def gathered(
     model: torch.nn.Module,
@@ -107,8 +111,7 @@ def gather_bucket(
             flat[offset : offset + local.numel()].copy_(local)  # the pad tail stays unset
             offset += padded
         gathered = torch.empty(ws * total, dtype=target, device=device)
-        # all_gather_into_tensor: in every allowed torch (all_gather_single only since 2.13).
-        dist.all_gather_into_tensor(gathered, flat, group=group)
+        _all_gather_flat(gathered, flat, group=group)
         per_rank = gathered.view(ws, total)
         offset = 0
         for i, padded in items:

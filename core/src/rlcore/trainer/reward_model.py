@@ -25,13 +25,12 @@ with one label.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlcore.dispatch import Dispatch, mesh_dispatch_mode, register
 from rlcore.preflight.reward_model import REWARD_MODEL_PATH_KEY as _KEY
 from rlcore.preflight.reward_model import check_reward_model
-from rlcore.workers import Worker
+from rlcore.trainer.frozen_model import FrozenModelWorker
 
 if TYPE_CHECKING:
     from rlcore.interfaces import BaseEngine
@@ -47,13 +46,13 @@ REWARD_MODEL_MESH = "reward_model"
 _RM = mesh_dispatch_mode(REWARD_MODEL_MESH)
 
 
-class RewardModelWorker(Worker):
+class RewardModelWorker(FrozenModelWorker):
     """The reward model's engine: ``compute_rm_score`` gives ``rm_scores`` (B, R)."""
 
+    spec: RewardModelSpec
+
     def __init__(self, spec: RewardModelSpec) -> None:
-        super().__init__()
-        self.apply_settings(spec.settings)
-        self.spec = spec
+        super().__init__(spec)
         self.engine: BaseEngine | None = None
         self._tokenizers: tuple[Any, Any] | None = None
         self._retokenize = spec.retokenize == "always"
@@ -116,26 +115,8 @@ class RewardModelWorker(Worker):
             meta_info={"metrics": summed(timing)},
         )
 
-    # Frozen at its model.path: a checkpoint keeps which model it was, and a resume with
-    # another reward model is caught instead of silently training against it.
-    def _state(self) -> dict[str, Any]:
-        return {"role": RM_ROLE, "model_path": self.spec.engine.spec.model_path}
+    def checkpoint_role(self) -> str:
+        return RM_ROLE
 
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def save_checkpoint(self, path: str) -> None:
-        from rlcore.checkpoint import save_worker_state
-
-        save_worker_state(Path(path) / RM_ROLE, self.rank, self._state())
-
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def load_checkpoint(self, path: str) -> None:
-        from rlcore.checkpoint import CheckpointError, load_worker_state
-
-        saved = load_worker_state(Path(path) / RM_ROLE, self.rank)
-        if dict(saved) != self._state():
-            msg = (
-                f"checkpoint {path} was written with the reward model at "
-                f"{saved.get('model_path')!r}; this run's {_KEY} is "
-                f"{self._state()['model_path']!r}"
-            )
-            raise CheckpointError(msg)
+    def frozen_model(self) -> tuple[str, str]:
+        return "the reward model", _KEY

@@ -35,6 +35,8 @@ def test_a_frozen_model_resumes_only_with_the_model_it_was_saved_with(
     # A rank-0 Worker picks a port when none is set: give it one so the test env stays as is.
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", "29500")
+    with pytest.raises(RuntimeError, match=f"Worker {folder}: call init_model"):
+        make("models/a")._engine()
     make("models/a").save_checkpoint(str(tmp_path))
     assert (tmp_path / folder).is_dir()
     make("models/a").load_checkpoint(str(tmp_path))  # the same model: resumes

@@ -26,7 +26,6 @@ from rlcore.preflight.roles import check_extra_roles
 from rlcore.trainer.frozen_model import FrozenModelWorker
 
 if TYPE_CHECKING:
-    from rlcore.interfaces import BaseEngine
     from rlcore.protocol import DataProto
     from rlcore.trainer.specs import RoleSpec
 
@@ -45,24 +44,10 @@ class ExtraRoleWorker(FrozenModelWorker):
 
     spec: RoleSpec
 
-    def __init__(self, spec: RoleSpec) -> None:
-        super().__init__(spec)
-        self.engine: BaseEngine | None = None
-
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
-        from rlcore.trainer.roles import declare_mesh
-
-        self.init_process_group(self.spec.backend)
-        self.engine = self.spec.engine.engine.build(self.spec.engine.spec)
-        declare_mesh(self, self.engine, EXTRA_ROLE_MESH)
+        self._start_engine(EXTRA_ROLE_MESH)
         log.info("rank %d: role %s ready", self.rank, self.spec.name)
-
-    def _engine(self) -> BaseEngine:
-        if self.engine is None:
-            msg = f"ExtraRoleWorker {self.spec.name}: call init_model() first"
-            raise RuntimeError(msg)
-        return self.engine
 
     @register(dispatch_mode=_EXTRA)
     def compute_log_prob(self, data: DataProto) -> DataProto:

@@ -33,7 +33,6 @@ from rlcore.preflight.reward_model import check_reward_model
 from rlcore.trainer.frozen_model import FrozenModelWorker
 
 if TYPE_CHECKING:
-    from rlcore.interfaces import BaseEngine
     from rlcore.protocol import DataProto
     from rlcore.trainer.specs import RewardModelSpec
 
@@ -53,7 +52,6 @@ class RewardModelWorker(FrozenModelWorker):
 
     def __init__(self, spec: RewardModelSpec) -> None:
         super().__init__(spec)
-        self.engine: BaseEngine | None = None
         self._tokenizers: tuple[Any, Any] | None = None
         self._retokenize = spec.retokenize == "always"
 
@@ -62,12 +60,9 @@ class RewardModelWorker(FrozenModelWorker):
         from transformers import AutoTokenizer
 
         from rlcore.reward.model import same_tokenizer
-        from rlcore.trainer.roles import declare_mesh
 
         spec = self.spec
-        self.init_process_group(spec.backend)
-        self.engine = spec.engine.engine.build(spec.engine.spec)
-        declare_mesh(self, self.engine, REWARD_MODEL_MESH)
+        self._start_engine(REWARD_MODEL_MESH)
         if spec.retokenize != "never":
             policy = AutoTokenizer.from_pretrained(
                 spec.policy_tokenizer_path, trust_remote_code=spec.policy_trust_remote_code
@@ -84,12 +79,6 @@ class RewardModelWorker(FrozenModelWorker):
             spec.engine.spec.model_path,
             ", re-tokenising the policy's rows" if self._retokenize else "",
         )
-
-    def _engine(self) -> BaseEngine:
-        if self.engine is None:
-            msg = "RewardModelWorker: call init_model() first"
-            raise RuntimeError(msg)
-        return self.engine
 
     @register(dispatch_mode=_RM)
     def compute_rm_score(self, data: DataProto) -> DataProto:

@@ -387,17 +387,30 @@ def _named_configs(
     return configs, problems
 
 
+def _selected(
+    kind: str, names: Sequence[str], at: Path, given: dict[str, Any], options_path: Path
+) -> tuple[dict[str, Path], Problem | None]:
+    """Each selected name (``names``, the list at ``at``) with where it is selected, and the
+    first options table in ``given`` (at ``options_path``) for a name the list does not select."""
+    wanted: dict[str, Path] = {}
+    for i, name in enumerate(names):
+        wanted.setdefault(name, (*at, i))
+    for name in given:
+        if name not in wanted:
+            msg = f"options for {kind} {name!r}, which [{at[0]}] {at[1]} does not select"
+            return wanted, ((*options_path, name), msg)
+    return wanted, None
+
+
 def _logger_configs(
     registry: PluginRegistry, trainer: TrainerConfig | None, given: dict[str, Any]
 ) -> tuple[dict[str, Any], list[Problem]]:
-    wanted: dict[str, Path] = {}
-    for i, name in enumerate(trainer.loggers if trainer is not None else ()):
-        wanted.setdefault(name, ("trainer", "loggers", i))
-    for name in given:
-        if name not in wanted:
-            msg = f"options for logger {name!r}, which [trainer] loggers does not select"
-            return {}, [(("trainer", "logger_options", name), msg)]
-    return _named_configs(registry, "logger", wanted, given, ("trainer", "logger_options"))
+    names = trainer.loggers if trainer is not None else ()
+    options: Path = ("trainer", "logger_options")
+    wanted, problem = _selected("logger", names, ("trainer", "loggers"), given, options)
+    if problem is not None:
+        return {}, [problem]
+    return _named_configs(registry, "logger", wanted, given, options)
 
 
 # --- rules across keys ------------------------------------------------------------------------
@@ -410,13 +423,10 @@ def _tool_configs(
     defaults when absent): the name must resolve to an installed tool plugin and its options
     validate (a tool's validator may check what it needs, e.g. a sandbox binary), so that the
     workers do not find out after Ray started."""
-    wanted: dict[str, Path] = {}
-    for i, name in enumerate(agent.tools if agent is not None else ()):
-        wanted.setdefault(name, ("agent", "tools", i))
-    for name in given:
-        if name not in wanted:
-            msg = f"options for tool {name!r}, which [agent] tools does not select"
-            return {}, [(("agent", "options", name), msg)]
+    names = agent.tools if agent is not None else ()
+    wanted, problem = _selected("tool", names, ("agent", "tools"), given, ("agent", "options"))
+    if problem is not None:
+        return {}, [problem]
     problems: list[Problem] = []
     configs: dict[str, Any] = {}
     for name, where in wanted.items():

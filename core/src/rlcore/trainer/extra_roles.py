@@ -19,15 +19,13 @@ folder ``<name>/`` of a checkpoint; a frozen model keeps only its rank's state m
 from __future__ import annotations
 
 import logging
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rlcore.dispatch import Dispatch, mesh_dispatch_mode, register
 from rlcore.preflight.roles import check_extra_roles
-from rlcore.workers import RoleWorker
+from rlcore.trainer.frozen_model import FrozenModelWorker
 
 if TYPE_CHECKING:
-    from rlcore.interfaces import BaseEngine
     from rlcore.protocol import DataProto
     from rlcore.trainer.specs import RoleSpec
 
@@ -41,29 +39,15 @@ EXTRA_ROLE_MESH = "extra_role"
 _EXTRA = mesh_dispatch_mode(EXTRA_ROLE_MESH)
 
 
-class ExtraRoleWorker(RoleWorker):
+class ExtraRoleWorker(FrozenModelWorker):
     """A frozen model's engine: ``compute_log_prob`` gives ``<name>_log_prob`` (B, R)."""
 
     spec: RoleSpec
 
-    def __init__(self, spec: RoleSpec) -> None:
-        super().__init__(spec)
-        self.engine: BaseEngine | None = None
-
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
-        from rlcore.trainer.roles import declare_mesh
-
-        self.init_process_group(self.spec.backend)
-        self.engine = self.spec.engine.engine.build(self.spec.engine.spec)
-        declare_mesh(self, self.engine, EXTRA_ROLE_MESH)
+        self._start_engine(EXTRA_ROLE_MESH)
         log.info("rank %d: role %s ready", self.rank, self.spec.name)
-
-    def _engine(self) -> BaseEngine:
-        if self.engine is None:
-            msg = f"ExtraRoleWorker {self.spec.name}: call init_model() first"
-            raise RuntimeError(msg)
-        return self.engine
 
     @register(dispatch_mode=_EXTRA)
     def compute_log_prob(self, data: DataProto) -> DataProto:
@@ -82,26 +66,8 @@ class ExtraRoleWorker(RoleWorker):
             meta_info={"metrics": summed(timing)},
         )
 
-    # The model is frozen at its model.path: a checkpoint keeps only which model it was, so a
-    # resume with another teacher is caught instead of silently training against it.
-    def _state(self) -> dict[str, Any]:
-        return {"role": self.spec.name, "model_path": self.spec.engine.spec.model_path}
+    def checkpoint_role(self) -> str:
+        return self.spec.name
 
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def save_checkpoint(self, path: str) -> None:
-        from rlcore.checkpoint import save_worker_state
-
-        save_worker_state(Path(path) / self.spec.name, self.rank, self._state())
-
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def load_checkpoint(self, path: str) -> None:
-        from rlcore.checkpoint import CheckpointError, load_worker_state
-
-        saved = load_worker_state(Path(path) / self.spec.name, self.rank)
-        if dict(saved) != self._state():
-            msg = (
-                f"checkpoint {path} was written with role {self.spec.name!r} at "
-                f"{saved.get('model_path')!r}, this run's roles.{self.spec.name}.model.path "
-                f"is {self._state()['model_path']!r}"
-            )
-            raise CheckpointError(msg)
+    def frozen_model(self) -> tuple[str, str]:
+        return f"role {self.spec.name!r}", f"roles.{self.spec.name}.model.path"

@@ -26,7 +26,7 @@ from rlcore.dispatch import Dispatch, mesh_dispatch_mode, register
 from rlcore.errors import ConfigError
 from rlcore.interfaces import RolloutSpec
 from rlcore.plugins import Component
-from rlcore.workers import Worker
+from rlcore.workers import RoleWorker
 from rlcore.workers.worker import WorkerSettings
 
 if TYPE_CHECKING:
@@ -108,13 +108,13 @@ def build_generation_role_specs(
     return specs
 
 
-class GenerationRoleWorker(Worker):
+class GenerationRoleWorker(RoleWorker):
     """A frozen model's rollout: ``generate_text`` (see the module docstring)."""
 
+    spec: GenerationRoleSpec
+
     def __init__(self, spec: GenerationRoleSpec) -> None:
-        super().__init__()
-        self.apply_settings(spec.settings)
-        self.spec = spec
+        super().__init__(spec)
         self.rollout: BaseRollout | None = None
         self.tokenizer: Any = None
 

@@ -25,16 +25,14 @@ with one label.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlcore.dispatch import Dispatch, mesh_dispatch_mode, register
 from rlcore.preflight.reward_model import REWARD_MODEL_PATH_KEY as _KEY
 from rlcore.preflight.reward_model import check_reward_model
-from rlcore.workers import Worker
+from rlcore.trainer.frozen_model import FrozenModelWorker
 
 if TYPE_CHECKING:
-    from rlcore.interfaces import BaseEngine
     from rlcore.protocol import DataProto
     from rlcore.trainer.specs import RewardModelSpec
 
@@ -47,14 +45,13 @@ REWARD_MODEL_MESH = "reward_model"
 _RM = mesh_dispatch_mode(REWARD_MODEL_MESH)
 
 
-class RewardModelWorker(Worker):
+class RewardModelWorker(FrozenModelWorker):
     """The reward model's engine: ``compute_rm_score`` gives ``rm_scores`` (B, R)."""
 
+    spec: RewardModelSpec
+
     def __init__(self, spec: RewardModelSpec) -> None:
-        super().__init__()
-        self.apply_settings(spec.settings)
-        self.spec = spec
-        self.engine: BaseEngine | None = None
+        super().__init__(spec)
         self._tokenizers: tuple[Any, Any] | None = None
         self._retokenize = spec.retokenize == "always"
 
@@ -63,12 +60,9 @@ class RewardModelWorker(Worker):
         from transformers import AutoTokenizer
 
         from rlcore.reward.model import same_tokenizer
-        from rlcore.trainer.roles import declare_mesh
 
         spec = self.spec
-        self.init_process_group(spec.backend)
-        self.engine = spec.engine.engine.build(spec.engine.spec)
-        declare_mesh(self, self.engine, REWARD_MODEL_MESH)
+        self._start_engine(REWARD_MODEL_MESH)
         if spec.retokenize != "never":
             policy = AutoTokenizer.from_pretrained(
                 spec.policy_tokenizer_path, trust_remote_code=spec.policy_trust_remote_code
@@ -85,12 +79,6 @@ class RewardModelWorker(Worker):
             spec.engine.spec.model_path,
             ", re-tokenising the policy's rows" if self._retokenize else "",
         )
-
-    def _engine(self) -> BaseEngine:
-        if self.engine is None:
-            msg = "RewardModelWorker: call init_model() first"
-            raise RuntimeError(msg)
-        return self.engine
 
     @register(dispatch_mode=_RM)
     def compute_rm_score(self, data: DataProto) -> DataProto:
@@ -116,26 +104,8 @@ class RewardModelWorker(Worker):
             meta_info={"metrics": summed(timing)},
         )
 
-    # Frozen at its model.path: a checkpoint keeps which model it was, and a resume with
-    # another reward model is caught instead of silently training against it.
-    def _state(self) -> dict[str, Any]:
-        return {"role": RM_ROLE, "model_path": self.spec.engine.spec.model_path}
+    def checkpoint_role(self) -> str:
+        return RM_ROLE
 
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def save_checkpoint(self, path: str) -> None:
-        from rlcore.checkpoint import save_worker_state
-
-        save_worker_state(Path(path) / RM_ROLE, self.rank, self._state())
-
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def load_checkpoint(self, path: str) -> None:
-        from rlcore.checkpoint import CheckpointError, load_worker_state
-
-        saved = load_worker_state(Path(path) / RM_ROLE, self.rank)
-        if dict(saved) != self._state():
-            msg = (
-                f"checkpoint {path} was written with the reward model at "
-                f"{saved.get('model_path')!r}; this run's {_KEY} is "
-                f"{self._state()['model_path']!r}"
-            )
-            raise CheckpointError(msg)
+    def frozen_model(self) -> tuple[str, str]:
+        return "the reward model", _KEY

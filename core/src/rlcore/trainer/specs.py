@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from rlcore.config import AgentConfig, RunConfig
+    from rlcore.config.schema import RewardModelConfig, RoleConfig
     from rlcore.interfaces import (
         AlgorithmNeeds,
         BaseAlgorithm,
@@ -161,6 +162,36 @@ class RoleSpec:
     settings: WorkerSettings
 
 
+def _frozen_engine(
+    config: RunConfig,
+    section: RoleConfig | RewardModelConfig,
+    role: str,
+    where: str,
+    registry: PluginRegistry | None,
+    *,
+    reward_head: bool = False,
+) -> EngineRole:
+    """The engine of a frozen model with a section of its own (``[roles.<name>]``,
+    ``[reward_model]``): its ``model`` folder (dtype: ``model.dtype`` unless set), its
+    engine plugin and micro-batching, no optimizer."""
+    model = section.model
+    return EngineRole(
+        engine=Component.of("engine", section.engine, where=where).pinned(registry),
+        spec=EngineSpec(
+            role=role,
+            model_path=model.path,
+            optim=None,
+            micro_batch_size=section.micro_batch_size,
+            max_tokens_per_micro_batch=section.max_tokens_per_micro_batch,
+            dtype=model.dtype or config.model.dtype,
+            trust_remote_code=model.trust_remote_code,
+            device=config.resources.device,
+            seed=config.trainer.seed,
+            reward_head=reward_head,
+        ),
+    )
+
+
 def build_role_specs(
     config: RunConfig,
     declared: Sequence[ExtraRole],
@@ -174,26 +205,12 @@ def build_role_specs(
     specs: dict[str, RoleSpec] = {}
     for role in declared:
         section = config.roles[role.name]
-        where = f"[roles.{role.name}.engine]"
         specs[role.name] = RoleSpec(
             name=role.name,
             output_key=role.output_key,
             backend="nccl" if res.device == "cuda" else "gloo",
-            engine=EngineRole(
-                engine=Component.of("engine", section.engine, where=where).pinned(registry),
-                spec=EngineSpec(
-                    # "ref": a frozen model to the engines (no optimizer, no LoRA adapters)
-                    role="ref",
-                    model_path=section.model.path,
-                    optim=None,
-                    micro_batch_size=section.micro_batch_size,
-                    max_tokens_per_micro_batch=section.max_tokens_per_micro_batch,
-                    dtype=section.model.dtype or config.model.dtype,
-                    trust_remote_code=section.model.trust_remote_code,
-                    device=res.device,
-                    seed=config.trainer.seed,
-                ),
-            ),
+            # "ref": a frozen model to the engines (no optimizer, no LoRA adapters)
+            engine=_frozen_engine(config, section, "ref", f"[roles.{role.name}.engine]", registry),
             temperature=temperature,
             settings=settings,
         )
@@ -227,22 +244,8 @@ def build_reward_model_spec(
         return None
     return RewardModelSpec(
         backend="nccl" if res.device == "cuda" else "gloo",
-        engine=EngineRole(
-            engine=Component.of("engine", rm.engine, where="[reward_model.engine]").pinned(
-                registry
-            ),
-            spec=EngineSpec(
-                role="rm",
-                model_path=rm.model.path,
-                optim=None,
-                micro_batch_size=rm.micro_batch_size,
-                max_tokens_per_micro_batch=rm.max_tokens_per_micro_batch,
-                dtype=rm.model.dtype or config.model.dtype,
-                trust_remote_code=rm.model.trust_remote_code,
-                device=res.device,
-                seed=config.trainer.seed,
-                reward_head=True,
-            ),
+        engine=_frozen_engine(
+            config, rm, "rm", "[reward_model.engine]", registry, reward_head=True
         ),
         policy_tokenizer_path=config.model.tokenizer_path,
         policy_trust_remote_code=config.model.trust_remote_code,

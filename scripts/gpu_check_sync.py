@@ -1,7 +1,7 @@
 """GPU check of the FSDP2 -> vLLM weight sync: after a training step, vLLM's log-probs must match
 the trainer's, in the colocated memory order, with the device memory of each phase printed.
 
-    python scripts/gpu_check_sync.py [--device cuda|cpu] [--steps 2] [--break-sync]
+    python scripts/gpu_check_sync.py [--device cuda|cpu] [--steps 2] [--break-sync] [--lora]
 
 Per step, as a colocated policy worker runs it: the FSDP2 actor (bf16 mixed precision on a GPU)
 takes an optimizer step with a large learning rate (so the weights move visibly), streams its
@@ -12,6 +12,11 @@ built after the actor is offloaded (it sizes its KV cache from what is free) and
 the actor trains. ``--break-sync`` skips the weight copy: the check must then FAIL. On the vLLM
 CPU build (float32) ``--device cpu`` passes (mean |vLLM - trainer| 2.6e-7, measured 2026-12-03)
 and ``--device cpu --break-sync`` fails (0.47 at step 0); plugins/rollout/vllm/tests runs both.
+
+``--lora``: the actor trains a LoRA adapter (rank 8) and the rollout has ``lora_sync =
+"adapter"``: each sync (``rlcore.trainer.roles.push_weights``, as the policy worker runs it)
+sends only the adapter, which vLLM serves as a LoRA request under a new id; the bytes of the
+adapter sync and of the merged weights it replaces are printed per step.
 Exits 77 (SKIP) without a CUDA device for ``--device cuda``.
 
 Runs from a plain checkout (``core/src`` and the plugins' ``src`` on ``sys.path``); needs vLLM.
@@ -69,6 +74,7 @@ def main() -> int:
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--break-sync", action="store_true", help="skip the weight copy (must FAIL)")
+    ap.add_argument("--lora", action="store_true", help="LoRA actor, adapter-only sync")
     args = ap.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         print("no CUDA device: skipping the FSDP2 -> vLLM sync check")
@@ -86,6 +92,8 @@ def main() -> int:
     )
     from transformers import AutoTokenizer
 
+    from rlcore.trainer.roles import push_weights
+    from rlcore_vllm.lora import tensor_bytes
     from rlcore_vllm.rollout import VLLMRollout
 
     memory = Memory(args.device)
@@ -104,7 +112,8 @@ def main() -> int:
             total_steps=args.steps + 1,
             micro_batch_size=8,
         )
-        actor = FSDP2Engine(spec, FSDP2Engine.Config(mixed_precision=args.device == "cuda"))
+        lora = {"lora_rank": 8, "lora_alpha": 16.0} if args.lora else {}
+        actor = FSDP2Engine(spec, FSDP2Engine.Config(mixed_precision=args.device == "cuda", **lora))
         memory.mark("actor built")
         actor.offload()
         memory.mark("actor offloaded")
@@ -116,7 +125,11 @@ def main() -> int:
                 max_prompt_length=64,
                 max_response_length=32,
             ),
-            VLLMRollout.Config(gpu_memory_utilization=0.3),
+            VLLMRollout.Config(
+                gpu_memory_utilization=0.3,
+                lora_sync="adapter" if args.lora else "merged",
+                max_lora_rank=8,
+            ),
         )
         memory.mark("rollout built (after offload)")
         prompts = make_prompts(tok).repeat(N, interleave=True)
@@ -124,7 +137,7 @@ def main() -> int:
         gen = rollout.generate(prompts, sampling)
         rollout.sleep()
         memory.mark("rollout asleep")
-        print(f"{'step':>4} {'mean |vLLM - trainer| log-prob':>32} {'bound':>8}")
+        print(f"{'step':>4} {'mean |vLLM - trainer| log-prob':>32} {'max':>10} {'bound':>8}")
         for step in range(args.steps):
             # --- train: the rollout sleeps, the actor is resident
             actor.onload()
@@ -141,7 +154,10 @@ def main() -> int:
             # --- sync (verl's order): vLLM's weights wake (update_weights does it), take the
             # new weights; the actor leaves the device; the KV cache wakes at generate
             if not args.break_sync:
-                rollout.update_weights(actor.named_parameters_for_sync())
+                sent = push_weights(actor, rollout)
+                merged = tensor_bytes(actor.named_parameters_for_sync())
+                what = "adapter-only" if args.lora else "full weights"
+                print(f"step {step}: sync sent {sent} bytes ({what}); merged: {merged} bytes")
             else:
                 rollout.wake_up_weights()
             memory.mark(f"step {step}: synced (weights only woken)")
@@ -154,8 +170,9 @@ def main() -> int:
             actor.onload()
             mine = actor.compute_log_prob(gen, temperature=1.0).log_probs
             mask = gen.batch["response_mask"].bool()
-            delta = float((mine - gen.batch["rollout_log_probs"])[mask].abs().mean())
-            print(f"{step:>4} {delta:>32.3e} {bound:>8.0e}")
+            gap = (mine - gen.batch["rollout_log_probs"])[mask].abs()
+            delta = float(gap.mean())
+            print(f"{step:>4} {delta:>32.3e} {float(gap.max()):>10.3e} {bound:>8.0e}")
             if not delta <= bound:
                 failures.append(
                     f"step {step}: mean |vLLM - trainer| log-prob {delta:.3e} > {bound:g}"

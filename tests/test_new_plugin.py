@@ -90,3 +90,54 @@ def test_bad_names_are_one_line(tmp_path, capsys, args, expected):
     err = capsys.readouterr().err
     assert expected in err
     assert err.count("\n") == 1
+
+
+def test_a_generated_engine_trains_the_tiny_run_as_generated(tmp_path):
+    """The engine kind, unchanged: installed (pip, as above), named in ``[actor.engine]`` of
+    the tiny run's TOML, it trains a step through ``rlcore train`` (Ray workers find it on
+    PYTHONPATH, as a user's pip install would put it on their path)."""
+    import json
+    import math
+
+    from rlcore.testing.runs import arithmetic_rows, tiny_run_model, tiny_run_toml, write_jsonl
+
+    name = "scaffold_trained_engine"
+    out = tmp_path / "plugins"
+    assert main(["new-plugin", "engine", name, "--dir", str(out)]) == 0
+    site = tmp_path / "site"
+    site.mkdir()
+    _install([out / name], site)
+    path = [str(site)]
+    if importlib.util.find_spec("setuptools") is None:
+        path.append(str(out / name / "src"))
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"OMP_NUM_THREADS": "1"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [*path, os.environ.get("PYTHONPATH")]))
+
+    rows = arithmetic_rows([(a, b) for a in range(2) for b in range(2)])
+    run_dir = tmp_path / "run"
+    config = tmp_path / "engine.toml"
+    config.write_text(
+        tiny_run_toml(
+            model=tiny_run_model(tmp_path / "model"),
+            train_files=[write_jsonl(rows, tmp_path / "t.jsonl")],
+            run_dir=run_dir,
+            total_steps=1,
+            extra=f'[actor.engine]\nname = "{name}"\n',
+        )
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "rlcore.cli", "train", str(config)],
+        capture_output=True, text=True, env=env, timeout=300, start_new_session=True,
+        check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    (step,) = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert step["step"] == 1
+    # its forward_backward (the policy loss's metrics) and optimizer_step ran
+    assert math.isfinite(step["actor/grad_norm"])
+    assert math.isfinite(step["actor/pg_loss"])
+    assert step["perf/weight_sync_bytes"] > 0  # its named_parameters_for_sync fed the rollout
+    # The generated engine's own checkpoint file (fsdp2 writes DCP shards instead) ...
+    assert (run_dir / "checkpoints" / "global_step_1" / "actor" / f"{name}.pt").is_file()
+    # ... and its export (export_hf) is the run's final model.
+    assert (run_dir / "final_hf" / "model.safetensors").is_file()

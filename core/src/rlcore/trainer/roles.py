@@ -36,6 +36,7 @@ times go under ``timing_s/worker/*`` so ``benchmarks/step.py`` can tell compute 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -240,22 +241,24 @@ class ActorRolloutRefWorker(WeightBridgeEnd):
         self._sync_weights()
         log.info("rank %d: actor%s and rollout ready", self.rank, ref)
 
-    def _sync_weights(self) -> None:
-        """Wake the rollout, stream the actor's weights into it, then offload the actor.
+    def _sync_weights(self) -> int:
+        """Wake the rollout, stream the actor's weights into it, then offload the actor; the
+        bytes sent (:func:`push_weights`).
 
         Nothing here when the rollout has a pool of its own: the driver then sends the
         weights over the bridge (:meth:`send_weights`) after the update returns.
         """
         if self.spec.rollout_pool is not None:
-            return
+            return 0
         actor, rollout, _, _ = self._parts()
         # verl's order: the rollout's weights back, the actor's in, the actor off the device,
         # then the rollout's KV cache: the KV cache and the actor are never resident together.
         rollout.wake_up_weights()
         actor.onload()
-        push_weights(actor, rollout)
+        sent = push_weights(actor, rollout)
         actor.offload()  # the rollout generates next
         rollout.wake_up()
+        return sent
 
     def _parts(self) -> tuple[BaseEngine, BaseRollout, BaseAlgorithm, RoleTrainer]:
         actor, algorithm, trainer = self._trainer_parts()
@@ -419,7 +422,10 @@ class ActorRolloutRefWorker(WeightBridgeEnd):
             timing=timing,
         )
         with clock(timing, "weight_sync"):
-            self._sync_weights()
+            sent = self._sync_weights()
+        if self.spec.rollout_pool is None:
+            # adapter-only vs merged (rlcore_vllm's lora_sync): the bytes one rank's sync moved
+            metrics["perf/weight_sync_bytes"] = [float(sent)]
         return DataProto(meta_info={"metrics": {**metrics, **summed(timing)}})
 
     # --- weights to a rollout on its own pool (rlcore.workers.weight_bridge) ----------------
@@ -543,19 +549,28 @@ class CriticWorker(RoleWorker):
         return DataProto(meta_info={"metrics": {**metrics, **summed(timing)}})
 
 
-def push_weights(actor: BaseEngine, rollout: BaseRollout) -> None:
+def push_weights(actor: BaseEngine, rollout: BaseRollout) -> int:
     """Copy the actor's current weights into the rollout (every rank: gathering is collective).
 
     A LoRA actor and a rollout that serves adapters exchange the adapter only; otherwise the
-    rollout gets full tensors (merged ``W + scaling * B @ A`` from a LoRA actor).
+    rollout gets full tensors (merged ``W + scaling * B @ A`` from a LoRA actor). Returns the
+    bytes of tensor data handed to the rollout (``perf/weight_sync_bytes``).
     """
+    sent = [0]
+
+    def counted(stream: Iterable[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
+        for name, tensor in stream:
+            sent[0] += tensor.numel() * tensor.element_size()
+            yield name, tensor
+
     serves_adapters = type(rollout).traits(rollout.config).lora_adapters
     adapter = actor.adapter_for_sync() if serves_adapters else None
     if adapter is not None:
         adapter_config, tensors = adapter
-        rollout.update_adapter(adapter_config, tensors)
+        rollout.update_adapter(adapter_config, counted(tensors))
     else:
-        rollout.update_weights(actor.named_parameters_for_sync())
+        rollout.update_weights(counted(actor.named_parameters_for_sync()))
+    return sent[0]
 
 
 def _required(tensor: torch.Tensor | None, what: str) -> torch.Tensor:

@@ -80,12 +80,15 @@ class AsyncEngine:
             )
             raise EngineTimeout(msg) from None
 
-    async def _final(self, prompt_ids: Sequence[int], params: Any, request_id: str) -> Any:
+    async def _final(
+        self, prompt_ids: Sequence[int], params: Any, request_id: str, lora_request: Any
+    ) -> Any:
         from vllm.inputs import TokensPrompt
 
         final = None
         prompt = TokensPrompt(prompt_token_ids=list(prompt_ids))
-        async for out in self.engine.generate(prompt, params, request_id):
+        stream = self.engine.generate(prompt, params, request_id, lora_request=lora_request)
+        async for out in stream:
             final = out  # FINAL_ONLY: one output, the finished request
         if final is None:
             msg = f"vLLM returned no output for request {request_id}"
@@ -95,7 +98,13 @@ class AsyncEngine:
     def _request_id(self) -> str:
         return f"rlcore-{next(self._ids)}"
 
-    def generate(self, prompts: Sequence[Any], params: Any, use_tqdm: bool = False) -> list[Any]:
+    def generate(
+        self,
+        prompts: Sequence[Any],
+        params: Any,
+        use_tqdm: bool = False,
+        lora_request: Any = None,
+    ) -> list[Any]:
         """``vllm.LLM.generate`` for ``TokensPrompt`` rows: every row in flight at once."""
         del use_tqdm
         per_row = params if isinstance(params, list) else [params] * len(prompts)
@@ -103,19 +112,23 @@ class AsyncEngine:
         async def batch() -> list[Any]:
             return await asyncio.gather(
                 *(
-                    self._final(p["prompt_token_ids"], _final_only(sp), self._request_id())
+                    self._final(
+                        p["prompt_token_ids"], _final_only(sp), self._request_id(), lora_request
+                    )
                     for p, sp in zip(prompts, per_row)
                 )
             )
 
         return self._wait(batch(), f"a batch of {len(prompts)} requests")
 
-    async def generate_one(self, prompt_ids: Sequence[int], params: Any) -> Any:
+    async def generate_one(
+        self, prompt_ids: Sequence[int], params: Any, lora_request: Any = None
+    ) -> Any:
         """One request, awaited from the caller's own event loop; the engine's output."""
         request_id = self._request_id()
+        final = self._final(prompt_ids, _final_only(params), request_id, lora_request)
         future = asyncio.run_coroutine_threadsafe(
-            asyncio.wait_for(self._final(prompt_ids, _final_only(params), request_id),
-                             self.timeout_s),
+            asyncio.wait_for(final, self.timeout_s),
             self._loop,
         )  # fmt: skip
         try:
@@ -131,6 +144,12 @@ class AsyncEngine:
             self.engine.collective_rpc(method, args=args, kwargs=kwargs),
             f"collective_rpc({method!r})",
         )
+
+    def add_lora(self, lora_request: Any) -> bool:
+        return bool(self._wait(self.engine.add_lora(lora_request), "a LoRA adapter to load"))
+
+    def remove_lora(self, lora_id: int) -> bool:
+        return bool(self._wait(self.engine.remove_lora(lora_id), "a LoRA adapter to unload"))
 
     def reset_prefix_cache(self) -> bool:
         return bool(self._wait(self.engine.reset_prefix_cache(), "reset_prefix_cache"))

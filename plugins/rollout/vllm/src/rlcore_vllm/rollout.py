@@ -41,6 +41,7 @@ from rlcore.interfaces import (
     key,
 )
 from rlcore.protocol import DataProto
+from rlcore_vllm.lora import MAX_LORA_RANKS, AdapterSlot
 from rlcore_vllm.model_info import check_cpu_head_size, model_config, special_ids
 from rlcore_vllm.parallel import (
     check_tensor_parallel,
@@ -193,6 +194,22 @@ class VLLMRollout(BaseRollout):
             "Weight sync bucket size in MiB in multiprocess mode (safetensors files in /dev/shm).",
             validator=attrs.validators.ge(1),
         )
+        # "adapter": a LoRA actor sends only its adapter each sync and vLLM serves it through
+        # its LoRA support (rlcore_vllm.lora); "merged": full W + scaling * B @ A tensors.
+        lora_sync: Literal["merged", "adapter"] = key(
+            "merged",
+            'With a LoRA actor: "adapter" sends only the adapter tensors each sync and '
+            "vLLM serves them as a LoRA adapter (enable_lora; needs max_lora_rank >= "
+            '[actor.engine] lora_rank); "merged" sends the full merged weights. Without '
+            "LoRA in the actor both send full weights.",
+            validator=attrs.validators.in_(("merged", "adapter")),
+        )
+        max_lora_rank: int = key(
+            16,
+            'With lora_sync = "adapter": the largest adapter rank vLLM serves (vLLM\'s '
+            "max_lora_rank); at least [actor.engine] lora_rank.",
+            validator=attrs.validators.in_(MAX_LORA_RANKS),
+        )
         # processed_logprobs: log p under the distribution sampled from (temperature applied;
         # top-k/top-p truncation too, when set). raw_logprobs: temperature 1, untruncated.
         logprobs_mode: Literal["processed_logprobs", "raw_logprobs"] = key(
@@ -215,8 +232,10 @@ class VLLMRollout(BaseRollout):
         """Cheap log-probs: the sampler returns the sampled tokens' log-probs at no extra
         pass, so the driver asks for them by default (rollout/logprob_diff_*, ``[rollout]
         log_prob_metrics``). An engine spans ``tensor_parallel_size`` policy workers."""
-        tp = config.tensor_parallel_size if isinstance(config, VLLMRollout.Config) else 1
-        return RolloutTraits(cheap_log_probs=True, ranks_per_engine=tp)
+        vllm = isinstance(config, VLLMRollout.Config)
+        tp = config.tensor_parallel_size if vllm else 1
+        adapters = vllm and config.lora_sync == "adapter"
+        return RolloutTraits(cheap_log_probs=True, ranks_per_engine=tp, lora_adapters=adapters)
 
     @classmethod
     def preflight(
@@ -278,6 +297,11 @@ class VLLMRollout(BaseRollout):
         self._requests = 0  # generate_one's seed counter
         self._calls = 0
         self._asleep: set[str] = set()  # vLLM's sleep tags now asleep ("weights", "kv_cache")
+        self.adapter = (
+            AdapterSlot(cfg.max_lora_rank, dtype_from_name(self.dtype))
+            if cfg.lora_sync == "adapter"
+            else None
+        )
         self.llm = self._start_engine()
 
     # --- engine start ---------------------------------------------------------------------
@@ -316,6 +340,9 @@ class VLLMRollout(BaseRollout):
             kwargs["kv_cache_memory_bytes"] = int(space * (1 << 30))
         if not self.on_cpu and cfg.enable_sleep_mode:
             kwargs["enable_sleep_mode"] = True
+        if cfg.lora_sync == "adapter":
+            # One adapter at a time: each sync replaces it (a new id, see rlcore_vllm.lora).
+            kwargs.update(enable_lora=True, max_lora_rank=cfg.max_lora_rank, max_loras=1)
         if cfg.tensor_parallel_size > 1:
             kwargs.update(external_launcher_kwargs(cfg.tensor_parallel_size))
         return kwargs
@@ -400,6 +427,7 @@ class VLLMRollout(BaseRollout):
             [TokensPrompt(prompt_token_ids=r) for r in rows],
             params if len(params) > 1 else params[0],
             use_tqdm=False,
+            lora_request=self._lora_request(),
         )
         r = sampling.max_new_tokens
         responses = torch.full((len(rows), r), self.pad_token_id, dtype=input_ids.dtype)
@@ -439,7 +467,7 @@ class VLLMRollout(BaseRollout):
         seed = np.random.SeedSequence([self.seed, _ONE_REQUEST, self._requests])
         self._requests += 1
         (params,) = self._sampling_params(sampling, seed.generate_state(1, dtype=np.uint32))
-        out = await self.llm.generate_one(prompt_ids, params)
+        out = await self.llm.generate_one(prompt_ids, params, lora_request=self._lora_request())
         completion = out.outputs[0]
         tokens = [int(t) for t in completion.token_ids][: sampling.max_new_tokens]
         log_probs = None
@@ -498,6 +526,23 @@ class VLLMRollout(BaseRollout):
                     os.unlink(path)
         self.llm.reset_prefix_cache()
 
+    def update_adapter(
+        self, adapter_config: dict[str, Any], named_tensors: Iterable[tuple[str, torch.Tensor]]
+    ) -> None:
+        """Serve this LoRA adapter from now on (``lora_sync = "adapter"``): written to a private
+        folder, registered under a new adapter id (:class:`~rlcore_vllm.lora.AdapterSlot`);
+        the base weights stay. The prefix cache is reset (its KV entries are the old ones)."""
+        if self.adapter is None:
+            super().update_adapter(adapter_config, named_tensors)
+            return
+        self.wake_up_weights()
+        engine = self.llm if self.async_engine else self.llm.llm_engine
+        self.adapter.load(engine, adapter_config, named_tensors)
+        self.llm.reset_prefix_cache()
+
+    def _lora_request(self) -> Any:
+        return self.adapter.request if self.adapter is not None else None
+
     def sleep(self) -> None:
         """Free the KV cache (and offload or drop the weights) on GPU; no-op on CPU."""
         if not self.on_cpu and self.config.enable_sleep_mode and not self._asleep:
@@ -520,6 +565,8 @@ class VLLMRollout(BaseRollout):
 
     def shutdown(self) -> None:
         """Stop the engine now (its subprocesses too, in multiprocess mode) instead of at exit."""
+        if self.adapter is not None:
+            self.adapter.close()
         if self.async_engine:
             self.llm.shutdown()
         else:

@@ -14,22 +14,9 @@ import pytest
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("need_vllm")]
 
 
-def test_tiny_run_trains_with_the_vllm_rollout(tmp_path):
-    from rlcore.testing.runs import (
-        arithmetic_rows,
-        tiny_run_model,
-        tiny_run_toml,
-        write_jsonl,
-    )
-
-    model = tiny_run_model(tmp_path / "model")
-    train = write_jsonl(arithmetic_rows([(i, i + 1) for i in range(8)]), tmp_path / "train.jsonl")
+def test_tiny_run_trains_with_the_vllm_rollout(tmp_path, vllm_toml):
     run_dir = tmp_path / "run"
-    text = tiny_run_toml(
-        model=model, train_files=[train], val_files=[train], run_dir=run_dir, total_steps=3
-    ).replace('name = "hf"', 'name = "vllm"\nkv_cache_space_gb = 0.0625')
-    # The driver's old-log-prob pass scores every row: the mismatch metric covers them all.
-    text = text.replace("[actor]\n", "[actor]\nreuse_on_policy_log_probs = false\n", 1)
+    text = vllm_toml(tmp_path, total_steps=3, val_files=[tmp_path / "train.jsonl"])
     config = tmp_path / "vllm.toml"
     config.write_text(text)
     # The CLI, as a user runs it (its own private Ray).

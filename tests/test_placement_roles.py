@@ -22,6 +22,7 @@ last_number = true
 scale = [0.0, 9.0]
 max_prompt_length = 48
 max_new_tokens = 6
+temperature = 1.0  # sampled (seeded per rank): some judgements hold a digit and parse
 unparseable_score = 0.25
 timeout_s = 120
 

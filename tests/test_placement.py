@@ -291,7 +291,8 @@ BAD = [
     (
         ['resources.placement.actor="gen"', "resources.pools.gen.processes_per_node=1"],
         "resources.placement.actor: role 'actor' cannot be placed on a pool of its own "
-        "(placeable: rollout); the actor, reference and critic stay on 'global_pool'",
+        "(placeable: rollout, rm, a judge's or an algorithm's frozen role); the actor, "
+        "reference and critic stay on 'global_pool'",
     ),
     (
         ["resources.pools.gen.processes_per_node=1"],

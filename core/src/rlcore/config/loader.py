@@ -20,6 +20,7 @@ import attrs
 from rlcore.config.convert import Path, Problem, render_path, structure, unknown_key
 from rlcore.config.schema import (
     BUILTIN_TOOL_TURNS,
+    COLOCATED_ROLES,
     GLOBAL_POOL,
     PLACEABLE_ROLES,
     ActorConfig,
@@ -476,7 +477,15 @@ def _cross_checks(s: dict[str, Any]) -> list[Problem]:
         problems.append((("trainer", "total_steps"), "set total_steps or total_epochs, not both"))
     resources: ResourcesConfig | None = s.get("resources")
     if resources is not None:
-        problems.extend(_placement_problems(resources, trainer, s.get("algorithm")))
+        rm_section: RewardModelConfig | None = s.get("reward_model")
+        problems.extend(
+            _placement_problems(
+                resources,
+                trainer,
+                s.get("algorithm"),
+                rm_enabled=rm_section is not None and rm_section.enable,
+            )
+        )
         mode = trainer.async_mode if trainer is not None else "off"
         if mode != "off" and resources.pool_of("rollout") == GLOBAL_POOL:
             msg = (
@@ -515,10 +524,15 @@ def _placement_problems(
     res: ResourcesConfig,
     trainer: TrainerConfig | None = None,
     algorithm: AlgorithmConfig | None = None,
+    *,
+    rm_enabled: bool = True,
 ) -> list[Problem]:
     """``[resources] placement`` against the pools: each role on a pool that exists, the
-    implicit pool's name not redefined, every declared pool used; the asynchronous modes'
-    staleness keys (docs/placement.md)."""
+    implicit pool's name not redefined, every declared pool used, the rollout's pool its
+    own; the asynchronous modes' staleness keys (docs/placement.md). A role named neither
+    here nor in :data:`COLOCATED_ROLES` (a judge's, a ``[roles.NAME]``) is checked against
+    the roles the run declares before Ray starts
+    (:func:`rlcore.preflight.roles.check_placed_roles`)."""
     problems: list[Problem] = []
     if trainer is not None and trainer.max_staleness < 0:
         msg = (
@@ -541,20 +555,31 @@ def _placement_problems(
             "resources.processes_per_node; give the new pool another name"
         )
         problems.append((("resources", "pools", GLOBAL_POOL), msg))
+    rollout_pool = res.pool_of("rollout")
     for role, pool in res.placement.items():
-        if role not in PLACEABLE_ROLES:
+        where = ("resources", "placement", role)
+        if role in COLOCATED_ROLES:
             msg = (
                 f"role {role!r} cannot be placed on a pool of its own (placeable: "
-                f"{', '.join(PLACEABLE_ROLES)}); the actor, reference and critic stay on "
-                f"{GLOBAL_POOL!r}"
+                f"{', '.join(PLACEABLE_ROLES)}, a judge's or an algorithm's frozen role); "
+                f"the actor, reference and critic stay on {GLOBAL_POOL!r}"
             )
-            problems.append((("resources", "placement", role), msg))
+            problems.append((where, msg))
         elif pool != GLOBAL_POOL and pool not in res.pools:
             msg = (
                 f"pool {pool!r} is not defined (defined: {', '.join(defined)}); add "
                 f"[resources.pools.{pool}] or name a defined pool"
             )
-            problems.append((("resources", "placement", role), msg))
+            problems.append((where, msg))
+        elif role == "rm" and not rm_enabled:
+            msg = "the reward model is not enabled; set reward_model.enable = true or remove it"
+            problems.append((where, msg))
+        elif role != "rollout" and pool == rollout_pool != GLOBAL_POOL:
+            msg = (
+                f"pool {pool!r} holds the rollout, which keeps its pool to itself (the weight "
+                f"bridge spans its processes); place {role!r} on another pool"
+            )
+            problems.append((where, msg))
     if problems:  # an unused pool is then most likely the misspelt one: one line is enough
         return problems
     used = set(res.placement.values())

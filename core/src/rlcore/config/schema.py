@@ -762,8 +762,12 @@ class TrainerConfig:
 
 # The implicit pool of ``resources.nnodes × processes_per_node`` (verl's name for it).
 GLOBAL_POOL = "global_pool"
-# Roles that ``resources.placement`` may put on a pool of their own (docs/placement.md).
-PLACEABLE_ROLES = ("rollout",)
+# Roles that ``resources.placement`` may put on a pool of their own (docs/placement.md): the
+# rollout, the reward model, and by name a frozen role an algorithm declares ([roles.NAME],
+# e.g. a distillation teacher) or a batched reward declares (a judge). The roles below hold
+# the trained weights and stay on global_pool.
+PLACEABLE_ROLES = ("rollout", "rm")
+COLOCATED_ROLES = ("actor", "ref", "critic", "actor_rollout_ref")
 DEFAULT_WEIGHT_SYNC_BUCKET_BYTES = 64 << 20  # 64 MiB per broadcast across pools
 
 
@@ -842,8 +846,8 @@ class ResourcesConfig:
     )
     placement: dict[str, str] = key(
         factory=dict,
-        help="Role -> pool name (only the rollout may move yet); unmapped roles stay on "
-        "global_pool, colocated.",
+        help="Role -> pool name: rollout, rm, a judge's or an algorithm's frozen role "
+        "(e.g. teacher); unmapped roles stay on global_pool, colocated.",
     )
     weight_sync_bucket_bytes: int = key(
         DEFAULT_WEIGHT_SYNC_BUCKET_BYTES,

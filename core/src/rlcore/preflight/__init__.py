@@ -88,10 +88,11 @@ def preflight(config: RunConfig, *, registry: PluginRegistry | None = None) -> P
         and needs.critic
     ):
         check_model_folder(critic_path, "critic.model_path")
-    from rlcore.preflight.roles import check_extra_roles, check_reward_roles
+    from rlcore.preflight.roles import check_extra_roles, check_placed_roles, check_reward_roles
 
     check_extra_roles(config, needs.extra_roles)
-    check_reward_roles(config, registry)  # a judge's model folder
+    judges = check_reward_roles(config, registry)  # a judge's model folder
+    check_placed_roles(config, needs.extra_roles, judges)  # resources.placement's roles exist
     from rlcore.preflight.reward_model import check_reward_model
 
     check_reward_model(config)  # [reward_model]: its folder, a sequence classifier

@@ -4,7 +4,8 @@ A role the algorithm declares (:attr:`BaseAlgorithm.extra_roles`) without a sect
 ``model.path``, a section no role asks for, and a model folder that does not exist are each
 one line naming the key. So is a batched reward's generation role (a judge,
 :attr:`BaseBatchReward.roles`) whose model folder does not exist
-(``reward.options.<name>.<model_key>``).
+(``reward.options.<name>.<model_key>``), and a ``resources.placement`` entry naming a role
+the run does not have.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from rlcore.interfaces import ExtraRole, GenerationRole
     from rlcore.plugins import PluginRegistry
 
-__all__ = ["check_extra_roles", "check_reward_roles", "reward_roles"]
+__all__ = ["check_extra_roles", "check_placed_roles", "check_reward_roles", "reward_roles"]
 
 
 def check_extra_roles(config: RunConfig, declared: Sequence[ExtraRole]) -> None:
@@ -72,8 +73,29 @@ def reward_roles(
     return found
 
 
-def check_reward_roles(config: RunConfig, registry: PluginRegistry | None = None) -> None:
+def check_reward_roles(config: RunConfig, registry: PluginRegistry | None = None) -> list[str]:
     """Every batched reward's generation role has an existing model folder; one line naming
-    ``reward.options.<name>.<model_key>`` otherwise."""
+    ``reward.options.<name>.<model_key>`` otherwise. Returns the roles' names."""
+    names = []
     for name, role in reward_roles(config, registry):
         check_model_folder(role.model_path, f"reward.options.{name}.{role.model_key}")
+        names.append(role.name)
+    return names
+
+
+def check_placed_roles(
+    config: RunConfig, extra_roles: Sequence[ExtraRole], reward_role_names: Sequence[str]
+) -> None:
+    """Every role ``resources.placement`` names exists in this run: the rollout, the reward
+    model, an extra role of the algorithm or a batched reward's role (a judge). The config
+    loader has refused the roles that never move already; one line naming the key."""
+    from rlcore.config.schema import COLOCATED_ROLES, PLACEABLE_ROLES
+
+    known = [*PLACEABLE_ROLES, *(r.name for r in extra_roles), *reward_role_names]
+    for role in config.resources.placement:
+        if role not in known and role not in COLOCATED_ROLES:
+            msg = (
+                f"resources.placement.{role}: this run has no role {role!r} (roles that may "
+                f"be placed here: {', '.join(known)})"
+            )
+            raise ConfigError(msg)

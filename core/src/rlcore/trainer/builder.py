@@ -8,9 +8,11 @@ critic, the algorithm's extra roles and the batched rewards' generation roles (a
 :mod:`rlcore.trainer.generation_roles`). With ``[resources] placement = { rollout = "gen" }``
 the rollout is a worker group of its own on ``[resources.pools.gen]``
 (:class:`~rlcore.trainer.rollout_worker.RolloutWorker`), and ``Workers.policy`` is a
-:class:`~rlcore.trainer.placement.SplitPolicy` with the policy group's methods
-(docs/placement.md). The specs decide which roles exist; nothing here
-branches on a plugin name.
+:class:`~rlcore.trainer.placement.SplitPolicy` with the policy group's methods. The frozen
+roles (the reward model ``rm``, a judge, an algorithm's ``[roles.NAME]``) may be placed too:
+the roles named for one pool share its processes, colocated there as they would be on
+``global_pool``, in a worker group of their own (docs/placement.md). The specs decide which
+roles exist; nothing here branches on a plugin name.
 """
 
 from __future__ import annotations
@@ -118,6 +120,8 @@ class Workers:
     reward_model: RayWorkerGroup | None = None  # [reward_model] enable: the role "rm"
     rollout_group: RayWorkerGroup | None = None  # the rollout's own group and pool, if any
     rollout_pool: ResourcePool | None = None
+    # the groups of roles placed on pools of their own (resources.placement), with the pools
+    placed: list[tuple[RayWorkerGroup, ResourcePool]] = attrs.Factory(list)
 
     @property
     def world_size(self) -> int:
@@ -129,6 +133,9 @@ class Workers:
             self.rollout_group.shutdown()
         if self.rollout_pool is not None:
             self.rollout_pool.remove()
+        for group, pool in self.placed:
+            group.shutdown()
+            pool.remove()
         self.group.shutdown()
         self.pool.remove()
 
@@ -174,31 +181,44 @@ def build_workers(config: RunConfig, specs: RunSpecs) -> Workers:
             )
             raise ConfigError(msg)
         roles[name] = ClassWithInitArgs(GenerationRoleWorker, gen_spec)
-    if specs.reward_model is not None:  # colocated with the policy, like the other roles
+    if specs.reward_model is not None:  # beside the policy unless placed, like the others
         if RM_ROLE in roles:
             msg = f"[roles.{RM_ROLE}]: {RM_ROLE!r} is the reward model's role; rename the role"
             raise ConfigError(msg)
         roles[RM_ROLE] = ClassWithInitArgs(RewardModelWorker, specs.reward_model)
-    # Every role shares the one pool (colocated in one process per device), except a
-    # rollout placed on a pool of its own (resources.placement).
+    # Every role shares the one pool (colocated in one process per device), except the roles
+    # resources.placement puts on pools of their own: the rollout (a group of its own, with
+    # the weight bridge), the reward model and frozen roles (colocated per pool).
+    placement = {name: res.pool_of(name) for name in roles}
+    by_pool: dict[str, dict[str, ClassWithInitArgs]] = {}
+    for name, cls in roles.items():
+        by_pool.setdefault(placement[name], {})[name] = cls
     pools = {GLOBAL_POOL: pool}
-    placement = {name: GLOBAL_POOL for name in roles}
+    pools.update({name: _own_pool(config, run_id, name) for name in by_pool if name != GLOBAL_POOL})
     rollout_pool = _rollout_pool(config, run_id, specs)
     if rollout_pool is not None and specs.rollout is not None:
         pools[specs.rollout.pool] = rollout_pool
         placement[ROLLOUT] = specs.rollout.pool
     manager = ResourcePoolManager(pools, placement)
     manager.check_resources()  # every pool together, before any of them is created
-    group = RayWorkerGroup(
-        pool,
-        create_colocated_worker_cls(roles),
-        role="rlcore",
-        call_timeout_s=res.call_timeout_s,
-        start_timeout_s=res.start_timeout_s,
-        heartbeat_timeout_s=res.heartbeat_timeout_s,
-    )
+    groups: list[tuple[RayWorkerGroup, ResourcePool]] = []
+
+    def start(pool_name: str, who: str) -> dict[str, RayWorkerGroup]:
+        group = RayWorkerGroup(
+            pools[pool_name],
+            create_colocated_worker_cls(by_pool[pool_name]),
+            role=who,
+            call_timeout_s=res.call_timeout_s,
+            start_timeout_s=res.start_timeout_s,
+            heartbeat_timeout_s=res.heartbeat_timeout_s,
+        )
+        groups.append((group, pools[pool_name]))
+        return group.spawn()
+
     try:
-        views = group.spawn()
+        views = start(GLOBAL_POOL, "rlcore")
+        for name in sorted(set(by_pool) - {GLOBAL_POOL}):  # a death or hang names the pool
+            views |= start(name, f"{', '.join(by_pool[name])} on pool {name!r}")
         critic = views.get(CRITIC)
         if critic is not None:
             critic.init_model()
@@ -209,9 +229,11 @@ def build_workers(config: RunConfig, specs: RunSpecs) -> Workers:
         # The policy last: its rollout sizes inference memory from what is left.
         views[POLICY].init_model()
     except BaseException:
-        group.shutdown()
-        pool.remove()
+        for started, its_pool in groups:
+            started.shutdown()
+            its_pool.remove()
         raise
+    group = groups[0][0]
     log.info(
         "workers: %d process(es), roles %s%s",
         group.world_size,
@@ -227,6 +249,7 @@ def build_workers(config: RunConfig, specs: RunSpecs) -> Workers:
         roles=extra,
         generation_roles={name: views[name] for name in specs.generation_roles},
         reward_model=views.get(RM_ROLE),
+        placed=groups[1:],
     )
     if rollout_pool is not None:
         try:
@@ -239,19 +262,24 @@ def build_workers(config: RunConfig, specs: RunSpecs) -> Workers:
 
 def _rollout_pool(config: RunConfig, run_id: str, specs: RunSpecs) -> ResourcePool | None:
     """The rollout's own pool (``[resources.pools.<name>]``), None when colocated."""
+    if config.resources.separate_rollout() is None or specs.rollout is None:
+        return None
+    return _own_pool(config, run_id, specs.rollout.pool)
+
+
+def _own_pool(config: RunConfig, run_id: str, name: str) -> ResourcePool:
+    """``[resources.pools.<name>]`` as a resource pool (its placement groups named per run)."""
     from rlcore.resources import ResourcePool
 
     res = config.resources
-    own = res.separate_rollout()
-    if own is None or specs.rollout is None:
-        return None
+    own = res.pools[name]
     return ResourcePool(
         nnodes=own.nnodes,
         processes_per_node=own.processes_per_node,
         use_gpu=res.device == "cuda",
         cpus_per_process=own.cpus_per_process or res.cpus_per_process,
         ready_timeout_s=res.placement_timeout_s,
-        name=f"{run_id}-{specs.rollout.pool}",
+        name=f"{run_id}-{name}",
     )
 
 

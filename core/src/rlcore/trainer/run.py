@@ -76,7 +76,7 @@ def run_training(
     from rlcore.data import build_datasets, build_loaders, load_tokenizer
     from rlcore.preflight.hub import resolve_hub_names
     from rlcore.preflight.reward_model import check_reward_model
-    from rlcore.preflight.roles import check_reward_roles
+    from rlcore.preflight.roles import check_placed_roles, check_reward_roles
     from rlcore.tracking import Tracker
     from rlcore.trainer.builder import (
         build_algorithm,
@@ -103,7 +103,8 @@ def run_training(
     run_dir = prepare_run_dir(config, resuming=resume_from is not None)
     algorithm = build_algorithm(config, registry)
     check_extra_roles(config, algorithm.needs.extra_roles)  # one line before Ray starts
-    check_reward_roles(config, registry)  # a judge's model folder, likewise
+    judges = check_reward_roles(config, registry)  # a judge's model folder, likewise
+    check_placed_roles(config, algorithm.needs.extra_roles, judges)  # placement's roles exist
     check_reward_model(config)  # [reward_model]: its folder, a sequence classifier
     check_pools_before_ray(config.resources)  # the pools fit this machine (local runs)
     if not ray.is_initialized():

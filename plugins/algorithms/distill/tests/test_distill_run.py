@@ -16,8 +16,13 @@ from pathlib import Path
 
 import pytest
 
+# resources.placement: the teacher (a frozen role) in a worker group on a pool of its own
+PLACED = 'placement = { teacher = "aux" }\n[resources.pools.aux]\nprocesses_per_node = 1\n'
 
-def _config(tmp_path: Path, *, model: Path, teacher: Path, run: str, steps: int, **knobs):
+
+def _config(
+    tmp_path: Path, *, model: Path, teacher: Path, run: str, steps: int, placed: str = "", **knobs
+):
     from rlcore.config import load_config_text
     from rlcore.testing.runs import arithmetic_rows, tiny_run_toml, write_jsonl
 
@@ -32,7 +37,7 @@ def _config(tmp_path: Path, *, model: Path, teacher: Path, run: str, steps: int,
         total_steps=steps,
         save_freq=2,
         **knobs,
-        extra=f"[roles.teacher]\nmodel = {{ path = {json.dumps(str(teacher))} }}\n",
+        extra=f"{placed}[roles.teacher]\nmodel = {{ path = {json.dumps(str(teacher))} }}\n",
     )
     text = text.replace("[trainer]\n", '[trainer]\nresume = "auto"\n')
     return load_config_text(text, source=f"{run}.toml")
@@ -75,14 +80,20 @@ _TEACHER_SHARPNESS = 5.0
 
 
 @pytest.mark.slow
-def test_a_teacher_equal_to_the_student_gives_zero_kl_and_trains_nothing(ray_session, tmp_path):
+@pytest.mark.parametrize("placed", ["", PLACED], ids=["colocated", "teacher-on-its-own-pool"])
+def test_a_teacher_equal_to_the_student_gives_zero_kl_and_trains_nothing(
+    ray_session, tmp_path, placed
+):
     import torch
 
     from rlcore.testing.runs import tiny_run_model
     from rlcore.trainer import run_training
 
     model = tiny_run_model(tmp_path / "model")
-    config = _config(tmp_path, model=model, teacher=model, run="same", steps=2, lr=1e-2)
+    config = _config(
+        tmp_path, model=model, teacher=model, run="same", steps=2, lr=1e-2, placed=placed
+    )
+    assert config.resources.pool_of("teacher") == ("aux" if placed else "global_pool")
     assert run_training(config) == 0
     steps = _steps(tmp_path / "same")
     assert [r["step"] for r in steps] == [1, 2]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from pathlib import Path
 
 import pytest
 
@@ -108,3 +109,22 @@ def _make_prompts(model_path: str, texts: list[str]):
             "position_ids": (mask.cumsum(-1) - 1).clamp(min=0),
         }
     )
+
+
+@pytest.fixture(scope="session")
+def vllm_toml():
+    return _vllm_run_toml
+
+
+def _vllm_run_toml(tmp_path: Path, *, total_steps: int, **kw) -> str:
+    """The tiny run (``rlcore.testing.runs``) with the vLLM rollout on a 64 MiB KV cache, the
+    driver's old-log-prob pass scoring every row (so the mismatch metric covers them all)."""
+    from rlcore.testing.runs import arithmetic_rows, tiny_run_model, tiny_run_toml, write_jsonl
+
+    model = tiny_run_model(tmp_path / "model")
+    rows = arithmetic_rows([(i, i + 1) for i in range(8)])
+    train = write_jsonl(rows, tmp_path / "train.jsonl")
+    text = tiny_run_toml(
+        model=model, train_files=[train], run_dir=tmp_path / "run", total_steps=total_steps, **kw
+    ).replace('name = "hf"', 'name = "vllm"\nkv_cache_space_gb = 0.0625')
+    return text.replace("[actor]\n", "[actor]\nreuse_on_policy_log_probs = false\n", 1)

@@ -15,29 +15,14 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("need_vllm")]
 
 
 def _train(
-    tmp_path: Path, *, total_steps: int, validate: bool = True, edit=lambda text: text
+    tmp_path: Path, vllm_toml, *, total_steps: int, validate: bool = True, edit=lambda text: text
 ) -> dict[int, dict]:
-    """The tiny run with ``[rollout] name = "vllm"`` (``edit`` changes its TOML), through the
-    CLI as a user runs it (its own private Ray); its metrics rows by step."""
-    from rlcore.testing.runs import (
-        arithmetic_rows,
-        tiny_run_model,
-        tiny_run_toml,
-        write_jsonl,
-    )
-
-    model = tiny_run_model(tmp_path / "model")
-    train = write_jsonl(arithmetic_rows([(i, i + 1) for i in range(8)]), tmp_path / "train.jsonl")
+    """The tiny run with ``[rollout] name = "vllm"`` (conftest's ``vllm_toml``; ``edit``
+    changes its TOML), through the CLI as a user runs it (its own private Ray); its metrics
+    rows by step."""
     run_dir = tmp_path / "run"
-    text = tiny_run_toml(
-        model=model,
-        train_files=[train],
-        val_files=[train] if validate else [],
-        run_dir=run_dir,
-        total_steps=total_steps,
-    ).replace('name = "hf"', 'name = "vllm"\nkv_cache_space_gb = 0.0625')
-    # The driver's old-log-prob pass scores every row: the mismatch metric covers them all.
-    text = text.replace("[actor]\n", "[actor]\nreuse_on_policy_log_probs = false\n", 1)
+    val = [tmp_path / "train.jsonl"] if validate else []
+    text = vllm_toml(tmp_path, total_steps=total_steps, val_files=val)
     config = tmp_path / "vllm.toml"
     config.write_text(edit(text))
     cli = Path(sys.executable).with_name("rlcore")
@@ -55,8 +40,8 @@ def _train(
     return {r["step"]: r for r in map(json.loads, (run_dir / "metrics.jsonl").open())}
 
 
-def test_tiny_run_trains_with_the_vllm_rollout(tmp_path):
-    rows = _train(tmp_path, total_steps=3)
+def test_tiny_run_trains_with_the_vllm_rollout(tmp_path, vllm_toml):
+    rows = _train(tmp_path, vllm_toml, total_steps=3)
     assert {1, 2, 3} <= set(rows)
     for step in (1, 2, 3):
         assert rows[step]["timing_s/worker/generate"] > 0
@@ -86,13 +71,14 @@ def _model_bytes(folder: Path, rank: int) -> tuple[int, int]:
     return model, adapter
 
 
-def test_lora_run_syncs_only_the_adapter_and_vllm_serves_it(tmp_path):
+def test_lora_run_syncs_only_the_adapter_and_vllm_serves_it(tmp_path, vllm_toml):
     """``lora_sync = "adapter"``: each sync moves the adapter (bytes in the metrics), and
     vLLM's log-probs under the served adapter equal the LoRA actor's."""
     lora = '\n[actor.engine]\nname = "fsdp2"\nlora_rank = 8\nlora_alpha = 16.0\n'
     adapter = 'lora_sync = "adapter"\nmax_lora_rank = 8\n'
     rows = _train(
         tmp_path,
+        vllm_toml,
         total_steps=2,
         validate=False,
         edit=lambda t: t.replace("kv_cache_space_gb", adapter + "kv_cache_space_gb") + lora,

@@ -23,14 +23,8 @@ N = 4
 
 
 @pytest.fixture(scope="module")
-def tiny_path(tmp_path_factory):
-    from rlcore.testing.tiny_model import build_tiny_model
-
-    return str(
-        build_tiny_model(
-            tmp_path_factory.mktemp("shared_prefill") / "model", hidden=64, heads=2, kv_heads=1
-        )
-    )
+def tiny_path(tiny_hf_path):
+    return tiny_hf_path
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +35,7 @@ def rows(tiny_path) -> DataProto:
     return prompt_batch(tok, TEXTS).repeat(N, interleave=True)
 
 
-def generate(tiny_path, rows, sampling, *, share, prealloc=True, spy=None):
+def generate(tiny_path, rows, sampling, *, share, prealloc=True):
     rollout = HFRollout(
         RolloutSpec(model_path=tiny_path, seed=11),
         HFRollout.Config(share_prompt_prefill=share, preallocate_kv_cache=prealloc),

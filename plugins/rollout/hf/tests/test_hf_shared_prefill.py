@@ -63,7 +63,8 @@ def test_same_tokens_and_log_probs_as_a_prefill_per_row(
         return _Recorder(ctx, records)
 
     monkeypatch.setattr(sp, "shared_prefill", recording)
-    shared = generate(tiny_path, rows, sampling, share=True, prealloc=prealloc)
+    # Unset (the default): on, since the rollout runs on CPU.
+    shared = generate(tiny_path, rows, sampling, share=None, prealloc=prealloc)
     assert [(r.rows, r.prompts) for r in records] == [(len(TEXTS) * N, len(TEXTS))]
     own = generate(tiny_path, rows, sampling, share=False, prealloc=prealloc)
     assert len(records) == 1  # off: never entered

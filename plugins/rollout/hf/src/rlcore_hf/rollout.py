@@ -58,11 +58,13 @@ class HFRollout(BaseRollout):
             "cache every step). Same tokens.",
         )
 
-        share_prompt_prefill: bool = key(
-            True,
+        share_prompt_prefill: bool | None = key(
+            None,
             "Prefill each distinct prompt once and copy its KV cache and last logits to "
-            "its n samples (identical adjacent rows), instead of prefilling every row. "
-            "Same tokens and log-probs (the decode batch and its random draws are unchanged).",
+            "its n samples (identical adjacent rows), instead of prefilling every row; the "
+            "decode batch and its random draws are unchanged. Unset: on for device = 'cpu' "
+            "(measured: the same tokens and log-probs), off on CUDA (not measured there: GPU "
+            "matmuls may round a prompt differently in a smaller batch).",
         )
 
         @max_batch_size.validator
@@ -177,7 +179,8 @@ class HFRollout(BaseRollout):
         self, ids: torch.Tensor, mask: torch.Tensor
     ) -> contextlib.AbstractContextManager[Any]:
         """One prefill per distinct prompt in ``generate`` (rlcore_hf.shared_prefill), if on."""
-        if not self.config.share_prompt_prefill:
+        share = self.config.share_prompt_prefill
+        if not (self.device.type == "cpu" if share is None else share):
             return contextlib.nullcontext()
         from rlcore_hf.shared_prefill import shared_prefill
 

@@ -294,6 +294,13 @@ def phase_table(runs: dict[str, dict[str, float]]) -> None:
               f"skipped rows {100 * m.get('actor/skipped_rows_frac', 0.0):.0f}%")  # fmt: skip
 
 
+def degenerate(res: dict) -> bool:
+    """Every sampled reward of every rlcore run 0: all advantages 0, the backward skippable."""
+    highs = [r.get("critic/score/max") for runs in res.values() for r in runs]
+    highs = [h for h in highs if h is not None]
+    return bool(highs) and max(highs) == 0.0
+
+
 def med_of(res: dict, label: str, key: str) -> float | None:
     vals = [r[key] for r in res.get(label, []) if r.get(key) is not None]
     return statistics.median(vals) if vals else None
@@ -375,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         gen = med("after", "timing_s/gen")
         gen_share = f"{100 * gen / after:.0f}" if gen and after else "-"
         trl_share = f"{100 * statistics.median(trl_gen) / trl:.0f}" if trl_gen and trl else "-"
-        work = f"{name}, {'KL' if kl else 'no ref'}"
+        work = f"{name}, {'KL' if kl else 'no ref'}" + (" *" if degenerate(res) else "")
         print(
             f"{work:<22}"
             + "".join(f"{c:>10.2f}" if c else f"{'-':>10}" for c in cells[:1])
@@ -392,6 +399,14 @@ def main(argv: list[str] | None = None) -> int:
                 + " ".join(f"{r:.2f}" for r in ratios)
                 + f" (min {min(ratios):.2f}, max {max(ratios):.2f})"
             )
+    for (name, kl), res in results.items():
+        skipped = med_of(res, "after", "actor/skipped_rows_frac")
+        print(
+            f"{name}, {'KL' if kl else 'no ref'}: skipped rows (zero advantage) rlcore "
+            f"{100 * (skipped or 0.0):.0f}%, TRL 0% (it computes every row)"
+            + ("; * DEGENERATE: every reward 0 (random-init model), so the ratio measures "
+               "skipped work, not the same work" if degenerate(res) else "")
+        )  # fmt: skip
     for (name, kl), res in results.items():
         if "trl" in res:
             trl_len = statistics.median(r["length"] for r in res["trl"])

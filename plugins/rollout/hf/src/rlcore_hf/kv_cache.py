@@ -89,6 +89,22 @@ class GrowingKVLayer(DynamicLayer or object):  # type: ignore[misc]
         self.values = values[:, :, :need]
         return self.keys, self.values
 
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        """Keep rows ``indices`` (repeats allowed: the shared prompt prefill's expansion),
+        copied straight into a buffer with the current room, so the next step appends."""
+        if self._buffers is None or self.keys is not self._view:
+            super().batch_select_indices(indices)
+            return
+        keys, values = self._buffers
+        self._buffers = (
+            keys.new_empty((len(indices), *keys.shape[1:])),
+            values.new_empty((len(indices), *values.shape[1:])),
+        )
+        self._buffers[0][:, :, : self._length] = self.keys.index_select(0, indices)
+        self._buffers[1][:, :, : self._length] = self.values.index_select(0, indices)
+        self.keys = self._view = self._buffers[0][:, :, : self._length]
+        self.values = self._buffers[1][:, :, : self._length]
+
     def _grow(self, key_states: torch.Tensor, value_states: torch.Tensor, *, capacity: int) -> None:
         b, h, _, d = key_states.shape
         keys = key_states.new_empty(b, h, capacity, d)

@@ -8,6 +8,7 @@ exactly ``max_new_tokens``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterable
 from typing import Any
@@ -55,6 +56,15 @@ class HFRollout(BaseRollout):
             "Write keys/values in place into a buffer sized for prompt + "
             "max_new_tokens instead of transformers' DynamicCache (which copies the "
             "cache every step). Same tokens.",
+        )
+
+        share_prompt_prefill: bool | None = key(
+            None,
+            "Prefill each distinct prompt once and copy its KV cache and last logits to "
+            "its n samples (identical adjacent rows), instead of prefilling every row; the "
+            "decode batch and its random draws are unchanged. Unset: on for device = 'cpu' "
+            "(measured: the same tokens and log-probs), off on CUDA (not measured there: GPU "
+            "matmuls may round a prompt differently in a smaller batch).",
         )
 
         @max_batch_size.validator
@@ -145,9 +155,10 @@ class HFRollout(BaseRollout):
             for start in range(0, len(prompts), step):
                 ids = input_ids[start : start + step].to(self.device)
                 mask = attention_mask[start : start + step].to(self.device)
-                out = self.model.generate(
-                    input_ids=ids, attention_mask=mask, **kwargs, **self._cache_kwargs(sampling)
-                )
+                with self._shared_prefill(ids, mask):
+                    out = self.model.generate(
+                        input_ids=ids, attention_mask=mask, **kwargs, **self._cache_kwargs(sampling)
+                    )
                 sequences = out.sequences if sampling.return_log_probs else out
                 resp = sequences[:, ids.shape[1] :]  # (b, <= R)
                 responses.append(_pad_right(resp, sampling.max_new_tokens, self.pad_token_id))
@@ -163,6 +174,17 @@ class HFRollout(BaseRollout):
             log_probs=torch.cat(log_probs).cpu() if sampling.return_log_probs else None,
         )  # fmt: skip
         return DataProto.from_dict(tensors=tensors)
+
+    def _shared_prefill(
+        self, ids: torch.Tensor, mask: torch.Tensor
+    ) -> contextlib.AbstractContextManager[Any]:
+        """One prefill per distinct prompt in ``generate`` (rlcore_hf.shared_prefill), if on."""
+        share = self.config.share_prompt_prefill
+        if not (self.device.type == "cpu" if share is None else share):
+            return contextlib.nullcontext()
+        from rlcore_hf.shared_prefill import shared_prefill
+
+        return shared_prefill(self.model, ids, mask)
 
     def _cache_kwargs(self, sampling: SamplingParams) -> dict[str, Any]:
         """A fresh preallocated KV cache for one ``generate`` call (none: transformers')."""

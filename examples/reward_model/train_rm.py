@@ -175,6 +175,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work-dir", type=Path, default=QUICKSTART / "work", help="prepare.py's")
     parser.add_argument("--seed", type=int, default=0, help="the warm start (seed<N>) and RNG")
     parser.add_argument("--out", type=Path, default=HERE / "work")
+    parser.add_argument(
+        "--init",
+        type=Path,
+        default=None,
+        help="backbone the reward model starts from (default: the warm start, seed<N>/model_sft);"
+        " e.g. a GRPO-trained policy's final_hf (it must share the warm start's tokenizer)",
+    )
     parser.add_argument("--train-prompts", type=int, default=1000)
     parser.add_argument("--eval-prompts", type=int, default=200, help="dev pairs (all 200)")
     parser.add_argument("--samples", type=int, default=2, help="policy samples per prompt")
@@ -222,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"data: {len(train)} train ({positives} right), {len(held_out)} held-out rows; "
           f"{time.time() - started:.0f} s")  # fmt: skip
 
-    rm = AutoModelForSequenceClassification.from_pretrained(sft, num_labels=1)
+    init = args.init if args.init is not None else sft
+    rm = AutoModelForSequenceClassification.from_pretrained(init, num_labels=1)
     rm.config.pad_token_id = pad
     optim = torch.optim.AdamW(rm.parameters(), lr=args.lr, weight_decay=0.0)
     bce = torch.nn.BCEWithLogitsLoss()

@@ -194,6 +194,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-prompts", type=int, default=200, help="dev pairs (all 200)")
     parser.add_argument("--samples", type=int, default=2, help="policy samples per prompt")
     parser.add_argument("--steps", type=int, default=150)
+    parser.add_argument(
+        "--start-step",
+        type=int,
+        default=0,
+        help="continue a run stopped at this step (with --init its saved rm): skip the batches "
+        "it drew, so the pairs go on where it stopped (the optimizer state starts afresh)",
+    )
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--eval-every", type=int, default=25)
@@ -243,13 +250,16 @@ def main(argv: list[str] | None = None) -> int:
     optim = torch.optim.AdamW(rm.parameters(), lr=args.lr, weight_decay=0.0)
     bce = torch.nn.BCEWithLogitsLoss()
     curve = (args.out / "rm_train.jsonl").open("w")
-    first = {"step": 0, **evaluate(rm, held_out, pad)}
+    first = {"step": args.start_step, **evaluate(rm, held_out, pad)}
     curve.write(json.dumps(first) + "\n")
-    print(f"step    0  held-out acc {first['acc']:.3f}")
+    print(f"step {args.start_step:4d}  held-out acc {first['acc']:.3f}  "
+          f"pair acc {first['pair_acc']:.3f}")  # fmt: skip
     rm.train()
     losses: list[float] = []
     hits: list[bool] = []
-    for step in range(1, args.steps + 1):
+    for _ in range(args.start_step):  # the batches the run being continued trained on
+        pair_batch(usable, args.batch_size // 2, rng)
+    for step in range(args.start_step + 1, args.steps + 1):
         # Pairs of one prompt (a right and a wrong response): Bradley-Terry on the pair's
         # margin, plus the pointwise logistic loss of both (so that score > 0 means right;
         # the pairs balance the classes).

@@ -19,6 +19,7 @@ from rlcore.reward.model import (
     RewardModelScores,
     at_last_token,
     disagreement,
+    pooled_disagreement,
     rm_inputs,
     same_tokenizer,
 )
@@ -222,6 +223,16 @@ def test_disagreement_skips_rows_without_both_verdicts():
         "reward/rm/compared": 2.0,
     }
     assert disagreement(np.array([1.0]), [None], 0.0) == {}
+
+
+def test_validation_pools_the_agreement_of_its_batches_by_rows():
+    first = disagreement(np.array([1.0, -1.0, 1.0, -1.0]), [False, True, True, False], 0.0)
+    second = disagreement(np.array([1.0, 1.0]), [False, False], 0.0)
+    pooled = pooled_disagreement([first, {"reward/rule/acc": 1.0}, second], prefix="val/rm/")
+    assert pooled == pytest.approx(
+        {"val/rm/disagree_rule": 4 / 6, "val/rm/false_accept": 3 / 6, "val/rm/false_reject": 1 / 6}
+    )
+    assert pooled_disagreement([{"reward/rule/acc": 1.0}]) == {}
 
 
 def test_reward_model_config_defaults_and_resolution(tmp_path):

@@ -19,13 +19,15 @@ with the generation prompt, then the response tokens and the end-of-turn token, 
 policy's own tokenizer (the reward model shares it, so the run sends the policy's ids as they
 are: ``retokenize = "auto"``).
 
-Model: the warm-started policy's backbone with a fresh one-label score head
-(``AutoModelForSequenceClassification``, num_labels = 1), the score read at the last token.
+Model: the warm-started policy's backbone (or ``--init``'s) with a fresh one-label score head
+(``AutoModelForSequenceClassification``, num_labels = 1), the score read at the last token:
+the end-of-turn token, where the reward-model role reads it too.
 Loss: on pairs of one prompt (a right and a wrong response, both kinds above), Bradley-Terry
 on the pair's margin plus the pointwise logistic loss of both rows, so that the score is the
 logit of "right" (verdict: score > 0); AdamW. Every ``--eval-every`` steps the held-out
-accuracy (score > 0 against the rule) is measured; the curve goes to
-``<out>/rm_train.jsonl``, the final numbers to ``<out>/rm_summary.json``, the model
+accuracy (score > 0 against the rule) is measured, and ``pair_acc``: how often a prompt's
+right response scores above its wrong one (GRPO's advantages use only that order); the
+curve goes to ``<out>/rm_train.jsonl``, the final numbers to ``<out>/rm_summary.json``, the model
 (``save_pretrained``) and tokenizer to ``<out>/rm``. The data set is kept in
 ``<out>/rm_data.json`` (JSON token ids) and reused by a rerun with the same arguments.
 """
@@ -157,16 +159,22 @@ def evaluate(rm, data: list[Example], pad: int, batch: int = 256) -> dict[str, f
 
     rm.eval()
     hits: dict[str, list[bool]] = {}
+    by_prompt: dict[int, tuple[list[float], list[float]]] = {}
     with torch.no_grad():
         for start in range(0, len(data), batch):
             part = data[start : start + batch]
             s = scores(rm, *left_padded(part, pad)[:3])
-            for (_, label, _, kind, _), value in zip(part, s.tolist()):
+            for (_, label, _, kind, prompt), value in zip(part, s.tolist()):
                 hits.setdefault(kind, []).append((value > 0) == bool(label))
+                by_prompt.setdefault(prompt, ([], []))[0 if label else 1].append(value)
     rm.train()
     every = [h for hs in hits.values() for h in hs]
     out = {"acc": sum(every) / len(every)}
     out |= {f"acc/{kind}": sum(h) / len(h) for kind, h in sorted(hits.items())}
+    # What GRPO uses: the order of one prompt's responses (its advantages are relative).
+    ranked = [r > w for right, wrong in by_prompt.values() for r in right for w in wrong]
+    if ranked:
+        out["pair_acc"] = sum(ranked) / len(ranked)
     return out
 
 
@@ -175,10 +183,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work-dir", type=Path, default=QUICKSTART / "work", help="prepare.py's")
     parser.add_argument("--seed", type=int, default=0, help="the warm start (seed<N>) and RNG")
     parser.add_argument("--out", type=Path, default=HERE / "work")
+    parser.add_argument(
+        "--init",
+        type=Path,
+        default=None,
+        help="backbone the reward model starts from (default: the warm start, seed<N>/model_sft);"
+        " e.g. a GRPO-trained policy's final_hf (it must share the warm start's tokenizer)",
+    )
     parser.add_argument("--train-prompts", type=int, default=1000)
     parser.add_argument("--eval-prompts", type=int, default=200, help="dev pairs (all 200)")
     parser.add_argument("--samples", type=int, default=2, help="policy samples per prompt")
     parser.add_argument("--steps", type=int, default=150)
+    parser.add_argument(
+        "--start-step",
+        type=int,
+        default=0,
+        help="continue a run stopped at this step (with --init its saved rm): skip the batches "
+        "it drew, so the pairs go on where it stopped (the optimizer state starts afresh)",
+    )
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--eval-every", type=int, default=25)
@@ -222,18 +244,22 @@ def main(argv: list[str] | None = None) -> int:
     print(f"data: {len(train)} train ({positives} right), {len(held_out)} held-out rows; "
           f"{time.time() - started:.0f} s")  # fmt: skip
 
-    rm = AutoModelForSequenceClassification.from_pretrained(sft, num_labels=1)
+    init = args.init if args.init is not None else sft
+    rm = AutoModelForSequenceClassification.from_pretrained(init, num_labels=1)
     rm.config.pad_token_id = pad
     optim = torch.optim.AdamW(rm.parameters(), lr=args.lr, weight_decay=0.0)
     bce = torch.nn.BCEWithLogitsLoss()
     curve = (args.out / "rm_train.jsonl").open("w")
-    first = {"step": 0, **evaluate(rm, held_out, pad)}
+    first = {"step": args.start_step, **evaluate(rm, held_out, pad)}
     curve.write(json.dumps(first) + "\n")
-    print(f"step    0  held-out acc {first['acc']:.3f}")
+    print(f"step {args.start_step:4d}  held-out acc {first['acc']:.3f}  "
+          f"pair acc {first['pair_acc']:.3f}")  # fmt: skip
     rm.train()
     losses: list[float] = []
     hits: list[bool] = []
-    for step in range(1, args.steps + 1):
+    for _ in range(args.start_step):  # the batches the run being continued trained on
+        pair_batch(usable, args.batch_size // 2, rng)
+    for step in range(args.start_step + 1, args.steps + 1):
         # Pairs of one prompt (a right and a wrong response): Bradley-Terry on the pair's
         # margin, plus the pointwise logistic loss of both (so that score > 0 means right;
         # the pairs balance the classes).
@@ -260,7 +286,8 @@ def main(argv: list[str] | None = None) -> int:
             curve.write(json.dumps(row) + "\n")
             curve.flush()
             print(f"step {step:4d}  loss {row['loss']:.3f}  train acc {row['train_acc']:.3f}  "
-                  f"held-out acc {row['acc']:.3f}  ({row['elapsed_s']:.0f} s)")  # fmt: skip
+                  f"held-out acc {row['acc']:.3f}  pair acc {row.get('pair_acc', 0):.3f}  "
+                  f"({row['elapsed_s']:.0f} s)")  # fmt: skip
             losses, hits = [], []
         if out_of_time:
             print(f"stopping at step {step}: --max-seconds {args.max_seconds:g} reached")

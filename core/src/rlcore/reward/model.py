@@ -36,6 +36,7 @@ __all__ = [
     "RewardModelScores",
     "at_last_token",
     "disagreement",
+    "pooled_disagreement",
     "rm_inputs",
     "same_tokenizer",
 ]
@@ -199,4 +200,24 @@ def disagreement(
         "reward/rm/false_accept": sum(v and not a for v, a in pairs) / n,
         "reward/rm/false_reject": sum(a and not v for v, a in pairs) / n,
         "reward/rm/compared": float(n),
+    }
+
+
+def pooled_disagreement(
+    parts: Sequence[Mapping[str, float]], prefix: str = "val/rm/"
+) -> dict[str, float]:
+    """:func:`disagreement`'s fractions over several batches (each batch's metrics, weighted
+    by its ``reward/rm/compared`` rows), under ``prefix``: ``disagree_rule``,
+    ``false_accept``, ``false_reject``. Empty when no batch compared a row."""
+    keys = ("disagree_rule", "false_accept", "false_reject")
+    compared = sum(float(m.get("reward/rm/compared", 0.0)) for m in parts)
+    if not compared:
+        return {}
+    return {
+        f"{prefix}{key}": sum(
+            float(m.get("reward/rm/compared", 0.0)) * float(m.get(f"reward/rm/{key}", 0.0))
+            for m in parts
+        )
+        / compared
+        for key in keys
     }

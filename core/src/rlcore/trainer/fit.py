@@ -331,9 +331,10 @@ class Trainer:
         lengths: list[float] = []
         agent: dict[str, list[float]] = {}  # [agent] runs: tool use under validation sampling
         from rlcore.reward.manager import extra_means
+        from rlcore.reward.model import pooled_disagreement
 
         extras: list[dict[str, Any]] = []  # the rewards' other extras, per row
-        rm_compared = rm_disagree = 0.0  # [reward_model]: its verdicts against a rule's acc
+        rm_agreement: list[dict[str, float]] = []  # [reward_model]: its verdicts vs a rule's
         with timed("validate", timing):
             for batch in val_loader:
                 batch = batch.repeat(self.specs.val_n, interleave=True)
@@ -348,9 +349,7 @@ class Trainer:
                     rm.meta_info.pop("metrics", None)
                     batch |= rm
                 out, reward_metrics = self.parts.reward_manager(batch)
-                compared = reward_metrics.get("reward/rm/compared", 0.0)
-                rm_compared += compared
-                rm_disagree += compared * reward_metrics.get("reward/rm/disagree_rule", 0.0)
+                rm_agreement.append(reward_metrics)
                 sources += [str(s) for s in batch.non_tensor_batch["data_source"]]
                 scores += [float(s) for s in out.non_tensor_batch["score"]]
                 accs += [float(bool(a)) for a in out.non_tensor_batch["acc"]]
@@ -366,8 +365,7 @@ class Trainer:
             metrics.update(extra_means(extras, sel, ds, prefix="val"))
         if lengths:
             metrics["val/response_length/mean"] = float(np.mean(lengths))
-        if rm_compared:
-            metrics["val/rm/disagree_rule"] = rm_disagree / rm_compared
+        metrics |= pooled_disagreement(rm_agreement, prefix="val/rm/")
         for key, values in agent.items():
             metrics[f"val/{key}"] = float(np.mean(values))
         metrics |= timing_metrics(timing)

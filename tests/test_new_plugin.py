@@ -92,39 +92,48 @@ def test_bad_names_are_one_line(tmp_path, capsys, args, expected):
     assert err.count("\n") == 1
 
 
-def test_a_generated_engine_trains_the_tiny_run_as_generated(tmp_path):
-    """The engine kind, unchanged: installed (pip, as above), named in ``[actor.engine]`` of
-    the tiny run's TOML, it trains a step through ``rlcore train`` (Ray workers find it on
-    PYTHONPATH, as a user's pip install would put it on their path)."""
+def test_generated_plugins_of_each_kind_train_the_tiny_run_unchanged(tmp_path):
+    """Every kind, as generated: installed (pip, as above) and named in the tiny run's TOML
+    (engine in ``[actor.engine]``, rollout, reward, algorithm, and the tool in ``[agent]``),
+    one run trains a step through ``rlcore train`` (Ray workers find them on PYTHONPATH, as a
+    user's pip install would put them on their path)."""
     import json
     import math
 
     from rlcore.testing.runs import arithmetic_rows, tiny_run_model, tiny_run_toml, write_jsonl
 
-    name = "scaffold_trained_engine"
+    names = {kind: f"scaffold_trained_{kind}" for kind in KINDS}
     out = tmp_path / "plugins"
-    assert main(["new-plugin", "engine", name, "--dir", str(out)]) == 0
+    for kind, name in names.items():
+        assert main(["new-plugin", kind, name, "--dir", str(out)]) == 0
     site = tmp_path / "site"
     site.mkdir()
-    _install([out / name], site)
+    _install([out / name for name in names.values()], site)
     path = [str(site)]
     if importlib.util.find_spec("setuptools") is None:
-        path.append(str(out / name / "src"))
+        path += [str(out / name / "src") for name in names.values()]
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"OMP_NUM_THREADS": "1"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [*path, os.environ.get("PYTHONPATH")]))
 
     rows = arithmetic_rows([(a, b) for a in range(2) for b in range(2)])
     run_dir = tmp_path / "run"
-    config = tmp_path / "engine.toml"
-    config.write_text(
-        tiny_run_toml(
-            model=tiny_run_model(tmp_path / "model"),
-            train_files=[write_jsonl(rows, tmp_path / "t.jsonl")],
-            run_dir=run_dir,
-            total_steps=1,
-            extra=f'[actor.engine]\nname = "{name}"\n',
-        )
+    text = tiny_run_toml(
+        model=tiny_run_model(tmp_path / "model"),
+        train_files=[write_jsonl(rows, tmp_path / "t.jsonl")],
+        run_dir=run_dir,
+        total_steps=1,
+        extra=f'[actor.engine]\nname = "{names["engine"]}"\n\n'
+        f'[agent]\ntools = ["{names["tool"]}"]\n',
     )
+    for old, new in [
+        ('name = "hf"', f'name = "{names["rollout"]}"'),
+        ('default = ["gsm8k"]', f'default = ["{names["reward"]}"]'),
+        ('name = "grpo"', f'name = "{names["algorithm"]}"'),
+    ]:
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    config = tmp_path / "scaffolds.toml"
+    config.write_text(text)
     proc = subprocess.run(
         [sys.executable, "-m", "rlcore.cli", "train", str(config)],
         capture_output=True, text=True, env=env, timeout=300, start_new_session=True,
@@ -133,11 +142,18 @@ def test_a_generated_engine_trains_the_tiny_run_as_generated(tmp_path):
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     (step,) = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert step["step"] == 1
-    # its forward_backward (the policy loss's metrics) and optimizer_step ran
+    # the generated reward scored every sample (its own scorer metric) ...
+    assert f"reward/scorer/{names['reward']}/mean" in step, sorted(step)
+    # ... the engine's forward_backward (the policy loss's metrics) and optimizer_step ran
     assert math.isfinite(step["actor/grad_norm"])
     assert math.isfinite(step["actor/pg_loss"])
     assert step["perf/weight_sync_bytes"] > 0  # its named_parameters_for_sync fed the rollout
+    saved = tomllib.loads((run_dir / "config.toml").read_text())
+    assert saved["rollout"]["name"] == names["rollout"]
+    assert saved["algorithm"]["name"] == names["algorithm"]
+    assert saved["agent"]["tools"] == [names["tool"]]
     # The generated engine's own checkpoint file (fsdp2 writes DCP shards instead) ...
-    assert (run_dir / "checkpoints" / "global_step_1" / "actor" / f"{name}.pt").is_file()
+    ckpt = run_dir / "checkpoints" / "global_step_1" / "actor" / f"{names['engine']}.pt"
+    assert ckpt.is_file()
     # ... and its export (export_hf) is the run's final model.
     assert (run_dir / "final_hf" / "model.safetensors").is_file()

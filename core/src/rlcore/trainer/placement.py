@@ -95,7 +95,7 @@ class SplitPolicy:
             if ref not in ready:
                 continue
             try:
-                ray.get(ref)  # in `ready`: returns at once, re-raising its error
+                ray.get(ref, timeout=0)  # in `ready`: returns at once, re-raising its error
             except RayActorError:
                 try:
                     received.get()  # raises the group's one-line error, naming the rank

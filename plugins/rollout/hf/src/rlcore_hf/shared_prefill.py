@@ -7,7 +7,7 @@ run of identical rows only, and its KV cache and last-position logits are then c
 run's other rows, so decoding proceeds exactly as before: the same batch, the same random
 draws (``torch.multinomial`` over the same ``(rows, vocab)`` probabilities at every step),
 the same tokens wherever the prefill of a row does not depend on which other rows share its
-batch (true of the float32 CPU kernels measured here; see ``benchmarks/rollout.py``).
+batch (true of the float32 CPU kernels measured here; see ``benchmarks/shared_prefill.py``).
 
 Rows are grouped by content (token ids and attention mask), not by ``uid``: two rows share a
 prefill only if they are the same prompt, whatever produced them.

@@ -93,8 +93,8 @@ def main() -> int:
     from transformers import AutoTokenizer
 
     from rlcore.trainer.roles import push_weights
-    from rlcore_vllm.lora import tensor_bytes
     from rlcore_vllm.rollout import VLLMRollout
+    from rlcore_vllm.weights import tensor_bytes
 
     memory = Memory(args.device)
     memory.mark("start")

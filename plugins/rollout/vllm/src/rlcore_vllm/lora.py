@@ -28,17 +28,12 @@ from typing import Any
 import torch
 
 from rlcore.errors import ConfigError
-from rlcore_vllm.weights import bucket_directory
+from rlcore_vllm.weights import bucket_directory, tensor_bytes
 
-__all__ = ["MAX_LORA_RANKS", "AdapterSlot", "tensor_bytes"]
+__all__ = ["MAX_LORA_RANKS", "AdapterSlot"]
 
 # vLLM's LoRAConfig.max_lora_rank accepts these values only (vllm/config/lora.py).
 MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
-
-
-def tensor_bytes(named_tensors: Iterable[tuple[str, torch.Tensor]]) -> int:
-    """Bytes of the tensors' data (what a sync moves)."""
-    return sum(t.numel() * t.element_size() for _, t in named_tensors)
 
 
 def _jsonable(value: Any) -> Any:

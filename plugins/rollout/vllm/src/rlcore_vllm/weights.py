@@ -35,9 +35,16 @@ __all__ = [
     "layer_key",
     "quiet_expected_vllm_warnings",
     "save_bucket",
+    "tensor_bytes",
 ]
 
 log = logging.getLogger(__name__)
+
+
+def tensor_bytes(named_tensors: Iterable[tuple[str, torch.Tensor]]) -> int:
+    """Bytes of the tensors' data (what a sync moves)."""
+    return sum(t.numel() * t.element_size() for _, t in named_tensors)
+
 
 _LAYER = re.compile(r"^(.*?\.layers\.\d+)\.")
 
@@ -92,8 +99,7 @@ def save_bucket(bucket: list[tuple[str, torch.Tensor]], directory: str | None = 
     from safetensors.torch import save_file
 
     if directory is None:
-        nbytes = sum(t.numel() * t.element_size() for _, t in bucket)
-        directory = bucket_directory(nbytes)
+        directory = bucket_directory(tensor_bytes(bucket))
     fd, path = tempfile.mkstemp(prefix="rlcore-vllm-", suffix=".safetensors", dir=directory)
     os.close(fd)
     # contiguous CPU copies: safetensors writes raw storage (and refuses shared storage).

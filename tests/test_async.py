@@ -115,7 +115,11 @@ BAD = [
         "actor by), got -1",
     ),
     (
-        ['trainer.async_mode="fully_async"', 'trainer.staleness_policy="reweight"'],
+        [
+            'trainer.async_mode="fully_async"',
+            'trainer.staleness_policy="reweight"',
+            'algorithm.rollout_is="none"',
+        ],
         "trainer.staleness_policy: 'reweight' trains stale samples relying on "
         'algorithm.rollout_is; set algorithm.rollout_is = "token" (or "sequence"), or use "drop"',
     ),
@@ -141,6 +145,31 @@ def test_async_config_errors(tmp_path, assets, capsys, overrides, message):
     config.write_text(text)
     code, err = bi.cli(["config", "validate", str(config), *overrides], capsys, registry)
     bi.assert_one_line(code, err, f"{config}: {message}")
+
+
+@pytest.mark.parametrize(
+    ("trainer", "algorithm_options", "expected"),
+    [
+        ('async_mode = "one_step_off"', "", "token"),
+        ('async_mode = "fully_async"', "", "token"),
+        ('async_mode = "fully_async"', 'rollout_is = "none"', "none"),
+        ('async_mode = "one_step_off"', 'rollout_is = "sequence"', "sequence"),
+        ("", "", "none"),
+    ],
+)
+def test_the_async_modes_correct_for_the_rollout_unless_told_not_to(
+    assets, tmp_path, trainer, algorithm_options, expected
+):
+    """Left unset, ``algorithm.rollout_is`` is ``token`` in the asynchronous modes (their
+    samples are older than the weights they train) and ``none`` otherwise; a value the config
+    gives is kept."""
+    from rlcore.config import load_config_text
+
+    text = _toml(assets, tmp_path, trainer, algorithm_options=algorithm_options)
+    if not trainer:
+        text = text.replace(PLACE_ROLLOUT, "")
+    config = load_config_text(text, source="async.toml")
+    assert config.algorithm.options.rollout_is == expected
 
 
 class _Rollout:

@@ -346,6 +346,29 @@ def _plugin_config(registry: PluginRegistry, choice: _Choice) -> tuple[Any, list
     return structure(choice.options, config_cls, choice.path, choice.candidates)
 
 
+#: ``algorithm.rollout_is`` in the asynchronous modes when the config leaves it unset: their
+#: samples come from older weights, and without the correction the quickstart's one-step-off and
+#: fully-async runs learned 2-19 points below the synchronous band, within about 3 with it
+#: (docs/placement.md, "Learning"). verl's fully-async recipe turns it on the same way.
+ASYNC_ROLLOUT_IS = "token"
+
+
+def _async_rollout_is(
+    choice: _Choice, trainer: TrainerConfig | None, registry: PluginRegistry
+) -> _Choice:
+    """The algorithm's options with ``rollout_is`` = :data:`ASYNC_ROLLOUT_IS` when
+    ``trainer.async_mode`` is not ``off``, the algorithm has the key and the config left it
+    unset; an explicit value (``"none"`` included) is kept."""
+    if trainer is None or trainer.async_mode == "off" or not isinstance(choice.options, dict):
+        return choice
+    if "rollout_is" in choice.options:
+        return choice
+    cls, _ = _resolve(registry, choice.kind, choice.name, choice.name_path)
+    if cls is None or "rollout_is" not in attrs.fields_dict(cls.Config):  # type: ignore[attr-defined]
+        return choice
+    return attrs.evolve(choice, options={**choice.options, "rollout_is": ASYNC_ROLLOUT_IS})
+
+
 def _reward_configs(
     registry: PluginRegistry, reward: RewardConfig | None, given: dict[str, Any]
 ) -> tuple[dict[str, Any], list[Problem]]:
@@ -656,6 +679,8 @@ def _build_config(
 
     # Each selected plugin validates its own keys, even where a core key was wrong.
     for choice in choices:
+        if choice.kind == "algorithm":
+            choice = _async_rollout_is(choice, sections["trainer"], registry)
         options, found = _plugin_config(registry, choice)
         problems.extend(found)
         owner_key = str(choice.path[0])

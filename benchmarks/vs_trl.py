@@ -16,7 +16,7 @@ The works (``--works``; the default is the first three, the fair rows of issue 3
   reference. Its rewards are mixed: some groups all right or all wrong (zero advantage, rows
   rlcore may skip), most of them mixed.
 - ``warm-kl``: the same with a reference model and a KL loss (beta 0.04, ``low_var_kl``: TRL's
-  k3 estimator).
+  k3 estimator). The KL term gives every row a gradient, so rlcore skips none here either.
 - ``dense``: a random-init tiny Qwen2 (hidden 128, 2 layers, tied, about 0.33 M parameters) on
   "What is a + b?" prompts, at most 64 new tokens (a random model fills most responses), with a
   dense reward no group ties on: :func:`vowel_share` of the decoded response (special tokens
@@ -489,14 +489,14 @@ def report(results: dict[str, dict[str, list]], works: dict[str, Work]) -> None:
             )
         if trl and trl_gen:
             parts.append(f"  TRL 1t: generation and scoring {100 * trl_gen / trl:.0f}% of the step")
+        # No metric from a run: the skip did not apply (a KL term makes every row count).
         skipped = [
-            f"{name} {100 * s:.0f}%"
-            for name, s in (
-                ("1w", med_of(res, "after", "actor/skipped_rows_frac")),
-                ("2w", med_of(res, "after-2w", "actor/skipped_rows_frac")),
-            )
-            if s is not None
+            f"{name} {100 * (med_of(res, run, 'actor/skipped_rows_frac') or 0.0):.0f}%"
+            for name, run in (("1w", "after"), ("2w", "after-2w"))
+            if run in res
         ]
+        if work.kl:
+            skipped.append("none skippable with a KL term")
         zero = med_of(res, "trl", "zero_std")
         trl_note = f"; {100 * zero:.0f}% of its groups had zero spread" if zero is not None else ""
         parts.append(

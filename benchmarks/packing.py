@@ -12,7 +12,7 @@ Models (random weights, ``rlcore.testing.tiny_model``): "quickstart" (hidden 128
 quickstart's chat prompts), responses right-padded to R with lengths drawn by
 ``--lengths``: "quickstart" (14-21 of R=24: answers such as "12 + 34 = 46\n#### 46"),
 "uniform" (1..R, R=64: the spread a model early in RL training produces), "full" (all R:
-a random model with no EOS, vs_trl's case: nothing to remove but left padding).
+a random model with no EOS, vs_trl's degenerate rows: nothing to remove but left padding).
 
 Each repeat runs, interleaved and on the same weights: padded, packed (one segment per row,
 ``share_prompts = false``) and shared (each group's prompt once, the default): one

@@ -1,25 +1,47 @@
-"""rlcore against TRL's GRPOTrainer on the same GRPO work, interleaved (issue 16).
+"""rlcore against TRL's GRPOTrainer on the same GRPO work, interleaved (issues 16 and 32).
 
-    python benchmarks/vs_trl.py                      # full table: both models, +/- KL, 2 repeats
-    python benchmarks/vs_trl.py --models tiny --repeats 3   # the README's tiny rows
-    python benchmarks/vs_trl.py --models tiny --steps 1 --repeats 1 --no-trl   # smoke
-    python benchmarks/vs_trl.py --models 17m --kl off --steps 3 --no-before    # the 17m row
+    python benchmarks/vs_trl.py                      # the fair table: warm, warm-kl, dense
+    python benchmarks/vs_trl.py --no-trl --steps 1 --repeats 1      # smoke, rlcore only
+    python benchmarks/vs_trl.py --works dense --steps 1 --repeats 1 # one TRL row, smoke
+    python benchmarks/vs_trl.py --works degenerate --models tiny --kl both --repeats 3
+    python benchmarks/vs_trl.py --works degenerate --models 17m --kl off --steps 3
     python benchmarks/vs_trl.py --dtype bfloat16     # both in bf16 (TRL autocast, rlcore FSDP2 MP)
 
-Both frameworks train the same random-init Qwen2 models (built here with
-``rlcore.testing.tiny_model.build_tiny_model``): "tiny" (hidden 128, 2 layers, tied, about
-0.33 M parameters) and "17m" (hidden 512, 6 layers, 8 heads). Work per step: 16 prompts x 8
-samples, temperature 1, 64 new tokens (a random model fills every response to the limit),
-one optimizer step, lr 1e-5, gradient checkpointing on (TRL's default), one thread per
-process. With ``--kl`` variants a reference model adds a KL loss (beta 0.04).
+The works (``--works``; the default is the first three, the fair rows of issue 32):
 
-Runs, interleaved per repeat and model: TRL, rlcore with issue 16's levers off ("before":
-``actor.reuse_on_policy_log_probs=false actor.skip_zero_advantage_rows=false
-actor.engine.log_prob_chunk_tokens=0 actor.engine.share_prompts=false
-actor.engine.use_remove_padding=false``; the reference
-engine inherits the actor's options), rlcore with the defaults ("after"), and rlcore
-with 2 workers x 1 thread. Each run does one warm-up step (left out) and ``--steps``
-measured ones. Printed: s/step, tokens/s, generation share, per-phase tables, rlcore/TRL.
+- ``warm``: the quickstart's warm-started model (``examples/quickstart/work/seed0/model_sft``,
+  made by ``python examples/quickstart/prepare.py --seed 0``) on the quickstart's train prompts
+  (``examples/quickstart/work/data/train.parquet``, the same chat prompts in both), GSM8K's
+  strict "#### N" reward, at most 24 new tokens (the quickstart's ``max_response_length``), no
+  reference. Its rewards are mixed: some groups all right or all wrong (zero advantage, rows
+  rlcore may skip), most of them mixed.
+- ``warm-kl``: the same with a reference model and a KL loss (beta 0.04, ``low_var_kl``: TRL's
+  k3 estimator). The KL term gives every row a gradient, so rlcore skips none here either.
+- ``dense``: a random-init tiny Qwen2 (hidden 128, 2 layers, tied, about 0.33 M parameters) on
+  "What is a + b?" prompts, at most 64 new tokens (a random model fills most responses), with a
+  dense reward no group ties on: :func:`vowel_share` of the decoded response (special tokens
+  skipped). TRL gets it as a ``reward_func`` on the completion text, rlcore as a batched scorer
+  (``BaseBatchReward`` on ``RewardBatch.responses``, the same text) registered in the run's
+  process. The worst case for rlcore's zero-advantage skip: no row is skippable.
+- ``degenerate``: the old rows, random-init models (``--models tiny 17m``, ``--kl``) with the
+  "#### N" reward: every reward is 0, so rlcore skips ~all of the backward that TRL computes;
+  they are labelled DEGENERATE in the output, their ratio measures skipped work.
+
+Every work: 16 prompts x 8 samples, temperature 1, one optimizer step per step, lr 1e-5
+constant (not the quickstart's 1e-4 with decay: a smaller step keeps the reward mix of the warm
+model steady over the measured steps), gradient checkpointing on (TRL's default).
+
+Runs, interleaved per repeat and work: TRL with 1 thread, rlcore with 1 worker x 1 thread
+("after": the defaults), TRL with 2 threads (``torch.set_num_threads(2)``, OMP 2) and rlcore
+with 2 workers x 1 thread (``--no-two-workers`` leaves these two out); ``--before`` adds rlcore
+with issue 16's levers off (``actor.reuse_on_policy_log_probs=false
+actor.skip_zero_advantage_rows=false actor.engine.log_prob_chunk_tokens=0
+actor.engine.share_prompts=false actor.engine.use_remove_padding=false``; the reference engine
+inherits the actor's options). Each run does one warm-up step (left out) and ``--steps``
+measured ones. Printed: s/step, rlcore/TRL at 1 thread and at 2 cores with each repeat's ratio
+(the runs it interleaved) and their min/max, the share of skipped (zero-advantage) rows in each
+framework (TRL computes every row; its share of zero-spread groups is printed beside it), the
+mean response length of both (they should match), generation shares and per-phase tables.
 
 TRL is installed by this script into its own virtual environment (``--trl-venv``, default
 /tmp/trl-venv) with this environment's torch and transformers pinned through a constraints
@@ -30,12 +52,14 @@ meaningful on a quiet machine: the load average is printed next to the table.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
@@ -44,6 +68,12 @@ MODELS = {
     "17m": {"hidden": 512, "layers": 6, "heads": 8, "kv_heads": 8, "tie_word_embeddings": False},
 }
 PROMPTS, N, NEW_TOKENS, LR, BETA = 16, 8, 64, 1e-5, 0.04
+WARM_NEW_TOKENS = 24  # examples/quickstart/grpo.toml's max_response_length
+QUICKSTART = Path(__file__).resolve().parents[1] / "examples" / "quickstart" / "work"
+WARM_MODEL = QUICKSTART / "seed0" / "model_sft"
+WARM_DATA = QUICKSTART / "data" / "train.parquet"
+WORKS = ("warm", "warm-kl", "dense", "degenerate")
+DENSE_REWARD = "vs_trl_vowel_share"  # the name rlcore's [reward] selects the scorer by
 LEVERS_OFF = [
     "actor.reuse_on_policy_log_probs=false",
     "actor.skip_zero_advantage_rows=false",
@@ -61,6 +91,29 @@ WORKER_PHASES = (
 )
 COMPUTE = WORKER_PHASES[:-1]
 
+
+def vowel_share(text: str) -> float:
+    """The dense reward: the fraction of the text's characters that are lowercase vowels.
+
+    TRL's script runs this very source (``inspect.getsource``), so both score alike.
+    """
+    return sum(c in "aeiou" for c in text) / len(text) if text else 0.0
+
+
+@dataclass(frozen=True)
+class Work:
+    """One row of the table: what both frameworks train, with which reward."""
+
+    label: str
+    model: Path
+    data: Path  # rlcore's train_files
+    trl_data: Path  # the same rows as jsonl, for TRL's script
+    kl: bool
+    reward: str  # "gsm8k" (the strict "#### N" rule) or "vowels" (vowel_share)
+    new_tokens: int
+    degenerate: bool = False  # a row kept for comparison with the old table
+
+
 # --- data and models ----------------------------------------------------------------------
 
 
@@ -77,11 +130,44 @@ def prompts() -> list[dict]:
     ]
 
 
-def build(root: Path, models: list[str]) -> dict[str, Path]:
+def write_jsonl(rows: list[dict], path: Path) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def build(root: Path, works: list[str], models: list[str], kls: list[bool]) -> list[Work]:
+    """The models and data the selected works train, under ``root``."""
     from rlcore.testing.tiny_model import build_tiny_model
 
-    (root / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in prompts()))
-    return {name: build_tiny_model(root / name, **MODELS[name]) for name in models}
+    out: list[Work] = []
+    random_data = write_jsonl(prompts(), root / "train.jsonl")
+    built: dict[str, Path] = {}
+
+    def tiny(name: str) -> Path:
+        if name not in built:
+            built[name] = build_tiny_model(root / name, **MODELS[name])
+        return built[name]
+
+    if "warm" in works or "warm-kl" in works:
+        import pyarrow.parquet as pq
+
+        warm_rows = pq.read_table(WARM_DATA).to_pylist()
+        warm_jsonl = write_jsonl(warm_rows, root / "quickstart-train.jsonl")
+        for kl in (False, True):
+            if ("warm-kl" if kl else "warm") in works:
+                label = f"warm, {'KL' if kl else 'no ref'}"
+                out.append(Work(label, WARM_MODEL, WARM_DATA, warm_jsonl, kl, "gsm8k",
+                                WARM_NEW_TOKENS))  # fmt: skip
+    if "dense" in works:
+        out.append(Work("dense, no ref", tiny("tiny"), random_data, random_data, False, "vowels",
+                        NEW_TOKENS))  # fmt: skip
+    if "degenerate" in works:
+        for name in models:
+            for kl in kls:
+                label = f"DEGENERATE {name}, {'KL' if kl else 'no ref'}"
+                out.append(Work(label, tiny(name), random_data, random_data, kl, "gsm8k",
+                                NEW_TOKENS, degenerate=True))  # fmt: skip
+    return out
 
 
 def param_count(path: Path) -> int:
@@ -93,17 +179,18 @@ def param_count(path: Path) -> int:
 # --- rlcore ---------------------------------------------------------------------------------
 
 
-def rlcore_config(root: Path, model: Path, run: Path, *, kl: bool, workers: int, steps: int) -> str:
+def rlcore_config(work: Work, run: Path, *, workers: int, steps: int) -> str:
     kl_keys = f'use_kl_loss = true\nkl_loss_coef = {BETA}\nkl_loss_type = "low_var_kl"\n'
+    reward = DENSE_REWARD if work.reward == "vowels" else "gsm8k"
     return f"""
 [data]
-train_files = ["{root / "train.jsonl"}"]
+train_files = ["{work.data}"]
 max_prompt_length = 64
-max_response_length = {NEW_TOKENS}
+max_response_length = {work.new_tokens}
 train_batch_size = {PROMPTS}
 
 [model]
-path = "{model}"
+path = "{work.model}"
 
 [actor]
 ppo_mini_batch_size = {PROMPTS}
@@ -120,11 +207,11 @@ n = {N}
 temperature = 1.0
 
 [reward]
-default = ["gsm8k"]
+default = ["{reward}"]
 
 [algorithm]
 name = "grpo"
-{kl_keys if kl else ""}
+{kl_keys if work.kl else ""}
 [trainer]
 total_steps = {steps}
 val_before_train = false
@@ -137,6 +224,37 @@ processes_per_node = {workers}
 """
 
 
+def dense_reward_registry():
+    """The installed plugins plus the dense reward, a batched scorer registered in-process.
+
+    The batched scorer runs in the driver (this process), so the workers never need it.
+    """
+    import torch
+
+    from rlcore.hookspecs import hookimpl
+    from rlcore.interfaces import CONTRACT_VERSION, BaseBatchReward, BatchScores
+    from rlcore.plugins import PluginRegistry
+
+    class VowelShare(BaseBatchReward):
+        """``vowel_share`` of each decoded response (special tokens skipped), TRL's text."""
+
+        def score_batch(self, batch):
+            scores = [vowel_share(text) for text in batch.responses]
+            return BatchScores(scores=torch.tensor(scores, dtype=torch.float32))
+
+    class DenseRewardPlugin:
+        contract_version = CONTRACT_VERSION
+
+        @staticmethod
+        @hookimpl
+        def register_rewards():
+            return {DENSE_REWARD: VowelShare}
+
+    registry = PluginRegistry()
+    registry.register(DenseRewardPlugin(), name="vs-trl-dense-reward")
+    return registry
+
+
 def run_rlcore_child(config_path: str, overrides: list[str]) -> None:
     """In a fresh process: one Ray session, one training run (``--child``)."""
     import ray
@@ -145,19 +263,20 @@ def run_rlcore_child(config_path: str, overrides: list[str]) -> None:
     from rlcore.trainer import run_training
     from rlcore.workers.cluster import start_ray
 
-    config = load_config(config_path, overrides)
+    registry = dense_reward_registry()
+    config = load_config(config_path, overrides, registry=registry)
     start_ray(config.resources)
     try:
-        run_training(config)
+        run_training(config, registry=registry)
     finally:
         ray.shutdown()
 
 
-def rlcore_run(root: Path, tag: str, model: Path, *, kl: bool, workers: int, steps: int,
+def rlcore_run(root: Path, tag: str, work: Work, *, workers: int, steps: int,
                overrides: list[str]) -> dict[str, float]:  # fmt: skip
     run = root / f"run-{tag}"
     cfg = root / f"{tag}.toml"
-    cfg.write_text(rlcore_config(root, model, run, kl=kl, workers=workers, steps=steps + 1))
+    cfg.write_text(rlcore_config(work, run, workers=workers, steps=steps + 1))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     cmd = [sys.executable, __file__, "--child", str(cfg), *overrides]
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
@@ -169,29 +288,37 @@ def rlcore_run(root: Path, tag: str, model: Path, *, kl: bool, workers: int, ste
 
 # --- TRL --------------------------------------------------------------------------------------
 
+# vowel_share's source is put in front of this (trl_run).
 TRL_SCRIPT = r"""
 import json, re, sys, time
 import torch
-torch.set_num_threads(1)
+(model_path, data_path, steps, beta, lr, n, prompts_per_step, new_tokens, out, dtype, threads,
+ reward_name) = sys.argv[1:13]
+steps, n, prompts_per_step, new_tokens = int(steps), int(n), int(prompts_per_step), int(new_tokens)
+torch.set_num_threads(int(threads))
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 import dataclasses
 
-model_path, data_path, steps, beta, lr, n, prompts_per_step, new_tokens, out, dtype = sys.argv[1:11]
-steps, n, prompts_per_step, new_tokens = int(steps), int(n), int(prompts_per_step), int(new_tokens)
 rows = [json.loads(x) for x in open(data_path)]
 ds = Dataset.from_list([{"prompt": r["prompt"], "answer": r["reward_model"]["ground_truth"]}
                         for r in rows])
 
-def reward(completions, answer, **kw):
+def text_of(c):
+    return c[0]["content"] if isinstance(c, list) else c
+
+def gsm8k_strict(completions, answer, **kw):
     out = []
     for c, a in zip(completions, answer):
-        text = c[0]["content"] if isinstance(c, list) else c
-        m = re.findall(r"#### (\-?[0-9\.\,]+)", text)
+        m = re.findall(r"#### (\-?[0-9\.\,]+)", text_of(c))
         out.append(1.0 if m and m[-1].replace(",", "") == a else 0.0)
     return out
 
+def vowels(completions, **kw):
+    return [vowel_share(text_of(c)) for c in completions]
+
+reward = {"gsm8k": gsm8k_strict, "vowels": vowels}[reward_name]
 fields = {f.name for f in dataclasses.fields(GRPOConfig)}
 wanted = dict(output_dir=out + "/trl-out", per_device_train_batch_size=prompts_per_step * n,
               gradient_accumulation_steps=1, num_generations=n, max_completion_length=new_tokens,
@@ -220,9 +347,11 @@ class Clock(TrainerCallback):
 
 trainer.add_callback(Clock())
 trainer.train()
-lengths = [h["completions/mean_length"] for h in trainer.state.log_history
-           if "completions/mean_length" in h]
-json.dump({"step": times, "gen": gen, "lengths": lengths}, open(out + "/trl.json", "w"))
+logs = trainer.state.log_history
+lengths = [h["completions/mean_length"] for h in logs if "completions/mean_length" in h]
+zero_std = [h["frac_reward_zero_std"] for h in logs if "frac_reward_zero_std" in h]
+json.dump({"step": times, "gen": gen, "lengths": lengths, "zero_std": zero_std},
+          open(out + "/trl.json", "w"))
 """
 
 
@@ -248,26 +377,28 @@ def trl_python(venv: Path) -> Path | None:
     return python
 
 
-def trl_run(
-    python: Path, root: Path, tag: str, model: Path, *, kl: bool, steps: int, dtype: str
-) -> dict:
+def trl_run(python: Path, root: Path, tag: str, work: Work, *, steps: int, dtype: str,
+            threads: int) -> dict:  # fmt: skip
     out = root / f"trl-{tag}"
     out.mkdir(exist_ok=True)
     script = root / "trl_grpo.py"
-    script.write_text(TRL_SCRIPT)
-    beta = BETA if kl else 0.0
-    args = [model, root / "train.jsonl", steps, beta, LR, N, PROMPTS, NEW_TOKENS, out, dtype]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    script.write_text(inspect.getsource(vowel_share) + TRL_SCRIPT)
+    beta = BETA if work.kl else 0.0
+    args = [work.model, work.trl_data, steps, beta, LR, N, PROMPTS, work.new_tokens, out, dtype,
+            threads, work.reward]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     env.pop("PYTHONPATH", None)
     subprocess.run([python, script, *map(str, args)], check=True, env=env,
                    stdout=subprocess.DEVNULL)  # fmt: skip
     raw = json.loads((out / "trl.json").read_text())
     step, gen = raw["step"][1:], raw["gen"][1:]  # the warm-up step is left out
     lengths = raw.get("lengths") or [float("nan")]
+    zero_std = raw.get("zero_std") or []
     return {
         "step": statistics.median(step),
         "gen": statistics.median(gen) if gen else None,
         "length": statistics.median(lengths),  # mean completion length: same work as rlcore?
+        "zero_std": statistics.median(zero_std) if zero_std else None,
     }
 
 
@@ -296,7 +427,8 @@ def phase_table(runs: dict[str, dict[str, float]]) -> None:
 
 def degenerate(res: dict) -> bool:
     """Every sampled reward of every rlcore run 0: all advantages 0, the backward skippable."""
-    highs = [r.get("critic/score/max") for runs in res.values() for r in runs]
+    highs = [r.get("critic/score/max") for label, runs in res.items() if label[:3] != "trl"
+             for r in runs]  # fmt: skip
     highs = [h for h in highs if h is not None]
     return bool(highs) and max(highs) == 0.0
 
@@ -306,14 +438,109 @@ def med_of(res: dict, label: str, key: str) -> float | None:
     return statistics.median(vals) if vals else None
 
 
+def ratio_cell(res: dict, trl: str, ours: str) -> str:
+    """rlcore/TRL of the medians, then each repeat's ratio (the runs it interleaved): min-max."""
+    t, o = med_of(res, trl, "step"), med_of(res, ours, "timing_s/step")
+    if not t or not o:
+        return "-"
+    pairs = zip(res.get(trl, []), res.get(ours, []), strict=False)
+    per = [r["timing_s/step"] / x["step"] for x, r in pairs if r.get("timing_s/step")]
+    return f"{o / t:.2f} ({min(per):.2f}-{max(per):.2f})"
+
+
+def report(results: dict[str, dict[str, list]], works: dict[str, Work]) -> None:
+    load = os.getloadavg()
+    print(f"\nload average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} CPUs")
+    print("s/step, medians of repeats; ratio rlcore/TRL (min-max of the per-repeat ratios)")
+    head = ("TRL 1t", "rlcore 1w", "ratio 1 thread", "TRL 2t", "rlcore 2w", "ratio 2 cores")
+    print(f"{'work':<26}" + "".join(f"{h:>11}" if "ratio" not in h else f"{h:>19}"
+                                    for h in head))  # fmt: skip
+    for label, res in results.items():
+        cells = [
+            med_of(res, "trl", "step"),
+            med_of(res, "after", "timing_s/step"),
+            ratio_cell(res, "trl", "after"),
+            med_of(res, "trl-2t", "step"),
+            med_of(res, "after-2w", "timing_s/step"),
+            ratio_cell(res, "trl-2t", "after-2w"),
+        ]
+        line = f"{label + (' *' if degenerate(res) else ''):<26}"
+        for c in cells:
+            if isinstance(c, str):
+                line += f"{c:>19}"
+            else:
+                line += f"{c:>11.2f}" if c else f"{'-':>11}"
+        print(line)
+    for label, res in results.items():
+        work = works[label]
+        after = med_of(res, "after", "timing_s/step")
+        length = med_of(res, "after", "response_length/mean")
+        gen = med_of(res, "after", "timing_s/gen")
+        trl, trl_gen = med_of(res, "trl", "step"), med_of(res, "trl", "gen")
+        parts = [f"\n{label}:"]
+        before = med_of(res, "before", "timing_s/step")
+        if before:
+            parts.append(f"  rlcore levers off ('before') {before:.2f} s/step")
+        if after and gen:
+            tokens = PROMPTS * N * (length or 0) / after
+            parts.append(
+                f"  rlcore 1w: generation {100 * gen / after:.0f}% of the step, "
+                f"{tokens:.0f} response tokens/s"
+            )
+        if trl and trl_gen:
+            parts.append(f"  TRL 1t: generation and scoring {100 * trl_gen / trl:.0f}% of the step")
+        # No metric from a run: the skip did not apply (a KL term makes every row count).
+        skipped = [
+            f"{name} {100 * (med_of(res, run, 'actor/skipped_rows_frac') or 0.0):.0f}%"
+            for name, run in (("1w", "after"), ("2w", "after-2w"))
+            if run in res
+        ]
+        if work.kl:
+            skipped.append("none skippable with a KL term")
+        zero = med_of(res, "trl", "zero_std")
+        trl_note = f"; {100 * zero:.0f}% of its groups had zero spread" if zero is not None else ""
+        parts.append(
+            f"  skipped rows (zero advantage): rlcore {', '.join(skipped) or '-'}; "
+            f"TRL 0% (it computes every row{trl_note})"
+        )
+        trl_len = med_of(res, "trl", "length")
+        parts.append(
+            f"  mean response length: TRL {trl_len if trl_len is not None else float('nan'):.1f}, "
+            f"rlcore {length if length is not None else float('nan'):.1f} "
+            f"(limit {work.new_tokens}; should match)"
+        )
+        if work.degenerate or degenerate(res):
+            parts.append("  * DEGENERATE: every reward 0 (random-init model), so the ratio "
+                         "measures skipped work, not the same work")  # fmt: skip
+        print("\n".join(parts))
+    for label, res in results.items():
+        print(f"\n--- rlcore per phase: {label} (medians of repeats)")
+        merged = {}
+        for name, runs in res.items():
+            if name.startswith("trl"):
+                continue
+            keys = {k for r in runs for k in r}
+            merged[name] = {k: statistics.median(r[k] for r in runs if k in r) for k in keys}
+        phase_table(merged)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument(
+        "--works",
+        nargs="+",
+        default=list(WORKS[:3]),
+        choices=WORKS,
+        help="rows of the table (default: the fair ones, warm warm-kl dense)",
+    )
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS),
+                        help="random-init models of --works degenerate")  # fmt: skip
+    parser.add_argument("--kl", choices=("off", "on", "both"), default="both",
+                        help="reference/KL variants of --works degenerate")  # fmt: skip
     # The first steps after the warm-up can still run slow (rlcore's steps 2-4 took up to
     # 1.4x the later ones here), so a short run over-weights them.
     parser.add_argument("--steps", type=int, default=10, help="measured steps per run")
     parser.add_argument("--repeats", type=int, default=2, help="interleaved repeats")
-    parser.add_argument("--kl", choices=("off", "on", "both"), default="both")
     parser.add_argument("--no-trl", action="store_true", help="rlcore only")
     parser.add_argument(
         "--dtype",
@@ -322,11 +549,17 @@ def main(argv: list[str] | None = None) -> int:
         help="bfloat16: rlcore [model] dtype (FSDP2 mixed precision, float32 master weights) "
         "against TRL's bf16=True (autocast)",
     )
-    parser.add_argument("--no-two-workers", action="store_true")
     parser.add_argument(
-        "--no-before",
+        "--no-two-workers",
         action="store_true",
-        help="leave out rlcore with the levers off (the slow variant on the 17m model)",
+        help="leave out the 2-core columns (TRL 2 threads, rlcore 2 workers)",
+    )
+    parser.add_argument(
+        "--before",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="add rlcore with the levers off (slow on the 17m model); --no-before, the "
+        "default, leaves it out",
     )
     parser.add_argument("--trl-venv", default="/tmp/trl-venv")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -334,97 +567,42 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         run_rlcore_child(args.child, rest)
         return 0
+    if {"warm", "warm-kl"} & set(args.works) and not (WARM_MODEL.is_dir() and WARM_DATA.is_file()):
+        print(f"vs_trl: --works warm needs {WARM_MODEL} and {WARM_DATA}: run "
+              "`python examples/quickstart/prepare.py --seed 0` first")  # fmt: skip
+        return 2
 
     python = None if args.no_trl else trl_python(Path(args.trl_venv))
     kls = {"off": [False], "on": [True], "both": [False, True]}[args.kl]
-    results: dict[tuple[str, bool], dict[str, list]] = {}
+    results: dict[str, dict[str, list]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        models = build(root, args.models)
-        for name, path in models.items():
-            print(f"model {name}: {param_count(path) / 1e6:.2f} M parameters")
+        works = build(root, args.works, args.models, kls)
+        for model in dict.fromkeys(w.model for w in works):
+            print(f"model {model}: {param_count(model) / 1e6:.2f} M parameters")
+        # Per repeat and work: TRL 1 thread, rlcore 1 worker (and levers off), then the
+        # 2-core pair, so each ratio compares runs that ran side by side in time.
+        runs: list[tuple[str, int, list[str]]] = [("trl", 1, []), ("after", 1, [])]
+        if args.before:
+            runs.append(("before", 1, LEVERS_OFF))
+        if not args.no_two_workers:
+            runs += [("trl-2t", 2, []), ("after-2w", 2, [])]
         for rep in range(args.repeats):
-            for name, path in models.items():
-                for kl in kls:
-                    tag = f"{name}-{'kl' if kl else 'nokl'}-{rep}"
-                    res = results.setdefault((name, kl), {})
-                    if python is not None:
-                        trl = trl_run(
-                            python, root, tag, path, kl=kl, steps=args.steps, dtype=args.dtype
-                        )
-                        res.setdefault("trl", []).append(trl)
-                    variants = [("after", 1, [])]
-                    if not args.no_before:
-                        variants.insert(0, ("before", 1, LEVERS_OFF))
-                    if not args.no_two_workers:
-                        variants.append(("after-2w", 2, []))
-                    for label, workers, overrides in variants:
-                        overrides = [*overrides, f"model.dtype={args.dtype}"]
-                        res.setdefault(label, []).append(rlcore_run(
-                            root, f"{tag}-{label}", path, kl=kl, workers=workers,
-                            steps=args.steps, overrides=overrides))  # fmt: skip
-    load = os.getloadavg()
-    print(f"\nload average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} CPUs")
-    tokens = PROMPTS * N * NEW_TOKENS
-    print(f"\n{'work':<22}{'TRL s/step':>12}{'before':>10}{'after':>10}{'after 2w':>10}"
-          f"{'after/TRL':>11}{'tok/s':>9}{'gen %':>8}{'TRL gen %':>10}")  # fmt: skip
-    for (name, kl), res in results.items():
-
-        def med(label: str, key: str = "timing_s/step", res: dict = res) -> float | None:
-            vals = [r[key] for r in res.get(label, []) if r.get(key) is not None]
-            return statistics.median(vals) if vals else None
-
-        trl = statistics.median(r["step"] for r in res["trl"]) if "trl" in res else None
-        trl_gen = [r["gen"] for r in res.get("trl", []) if r["gen"] is not None]
-        after = med("after")
-        cells = [trl, med("before"), after, med("after-2w")]
-        ratio = f"{after / trl:.2f}" if trl and after else "-"
-        gen = med("after", "timing_s/gen")
-        gen_share = f"{100 * gen / after:.0f}" if gen and after else "-"
-        trl_share = f"{100 * statistics.median(trl_gen) / trl:.0f}" if trl_gen and trl else "-"
-        work = f"{name}, {'KL' if kl else 'no ref'}" + (" *" if degenerate(res) else "")
-        print(
-            f"{work:<22}"
-            + "".join(f"{c:>10.2f}" if c else f"{'-':>10}" for c in cells[:1])
-            + "".join(f"{c:>10.2f}" if c else f"{'-':>10}" for c in cells[1:])
-            + f"{ratio:>11}{tokens / after if after else 0:>9.0f}{gen_share:>8}{trl_share:>10}"
-        )
-    for (name, kl), res in results.items():
-        # The spread: each repeat's rlcore run against the TRL run it was interleaved with.
-        pairs = zip(res.get("trl", []), res.get("after", []), strict=False)
-        ratios = [a["timing_s/step"] / t["step"] for t, a in pairs if a.get("timing_s/step")]
-        if ratios:
-            print(
-                f"{name}, {'KL' if kl else 'no ref'}: after/TRL per repeat "
-                + " ".join(f"{r:.2f}" for r in ratios)
-                + f" (min {min(ratios):.2f}, max {max(ratios):.2f})"
-            )
-    for (name, kl), res in results.items():
-        skipped = med_of(res, "after", "actor/skipped_rows_frac")
-        print(
-            f"{name}, {'KL' if kl else 'no ref'}: skipped rows (zero advantage) rlcore "
-            f"{100 * (skipped or 0.0):.0f}%, TRL 0% (it computes every row)"
-            + ("; * DEGENERATE: every reward 0 (random-init model), so the ratio measures "
-               "skipped work, not the same work" if degenerate(res) else "")
-        )  # fmt: skip
-    for (name, kl), res in results.items():
-        if "trl" in res:
-            trl_len = statistics.median(r["length"] for r in res["trl"])
-            ours = med_of(res, "after", "response_length/mean")
-            print(
-                f"{name}, {'KL' if kl else 'no ref'}: mean response length TRL {trl_len:.1f}, "
-                f"rlcore {ours if ours is not None else float('nan'):.1f} "
-                f"(limit {NEW_TOKENS}; should match)"
-            )
-    for (name, kl), res in results.items():
-        print(f"\n--- rlcore per phase: {name}, {'KL' if kl else 'no ref'} (medians of repeats)")
-        merged = {}
-        for label, runs in res.items():
-            if label == "trl":
-                continue
-            keys = {k for r in runs for k in r}
-            merged[label] = {k: statistics.median(r[k] for r in runs if k in r) for k in keys}
-        phase_table(merged)
+            for work in works:
+                res = results.setdefault(work.label, {})
+                tag = f"{work.label.replace(', ', '-').replace(' ', '-')}-{rep}"
+                for label, cores, overrides in runs:
+                    if label.startswith("trl"):
+                        if python is not None:
+                            res.setdefault(label, []).append(trl_run(
+                                python, root, f"{tag}-{label}", work, steps=args.steps,
+                                dtype=args.dtype, threads=cores))  # fmt: skip
+                        continue
+                    overrides = [*overrides, f"model.dtype={args.dtype}"]
+                    res.setdefault(label, []).append(rlcore_run(
+                        root, f"{tag}-{label}", work, workers=cores, steps=args.steps,
+                        overrides=overrides))  # fmt: skip
+    report(results, {w.label: w for w in works})
     return 0
 
 

@@ -1,0 +1,96 @@
+"""``benchmarks/vs_trl.py`` without a training run (the benchmark itself is run by hand, see its
+docstring): the configs it writes load with its dense reward registered, the reward manager
+built from the dense config scores each decoded response with the same ``vowel_share`` that
+TRL's reward function runs, and a missing quickstart warm start is one line and exit 2."""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlcore.config import load_config
+from rlcore.protocol import DataProto
+from rlcore.trainer.builder import build_reward_manager
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "vs_trl.py"
+
+
+@pytest.fixture(scope="module")
+def vs_trl():
+    spec = importlib.util.spec_from_file_location("vs_trl", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["vs_trl"] = module  # its dataclass resolves annotations through it
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        del sys.modules["vs_trl"]
+
+
+def test_a_missing_warm_start_is_one_line_naming_the_command(vs_trl, monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(vs_trl, "WARM_MODEL", tmp_path / "missing")
+    assert vs_trl.main(["--no-trl", "--works", "dense", "warm"]) == 2
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1
+    assert "python examples/quickstart/prepare.py --seed 0" in out[0]
+
+
+def test_the_dense_reward_scores_the_text_trl_scores(vs_trl, tmp_path):
+    from transformers import AutoTokenizer
+
+    works = vs_trl.build(tmp_path, ["dense", "degenerate"], ["tiny"], [True])
+    assert [(w.label, w.reward, w.kl) for w in works] == [
+        ("dense, no ref", "vowels", False),
+        ("DEGENERATE tiny, KL", "gsm8k", True),
+    ]
+    registry = vs_trl.dense_reward_registry()
+    configs = {}
+    for work in works:
+        path = tmp_path / f"{work.reward}.toml"
+        path.write_text(vs_trl.rlcore_config(work, tmp_path / "run", workers=2, steps=2))
+        configs[work.reward] = load_config(path, registry=registry)
+    assert configs["gsm8k"].algorithm.options.use_kl_loss
+    assert list(configs["vowels"].reward.default) == [vs_trl.DENSE_REWARD]
+
+    # The decoded responses (special tokens skipped), scored by the reward manager the run
+    # builds from the dense config: rlcore's scorer against the function TRL's script runs.
+    tokenizer = AutoTokenizer.from_pretrained(works[0].model)
+    texts = ["aXe io", "xyz", "", "héllo <|im_end|>"]
+    eos = tokenizer.eos_token_id
+    ids = [tokenizer(t, add_special_tokens=False)["input_ids"] + [eos] for t in texts]
+    width = max(map(len, ids))
+    responses = torch.full((len(ids), width), tokenizer.pad_token_id)
+    mask = torch.zeros(len(ids), width, dtype=torch.long)
+    for i, row in enumerate(ids):
+        responses[i, : len(row)] = torch.tensor(row)
+        mask[i, : len(row)] = 1
+    prompts = torch.full((len(ids), 2), tokenizer.pad_token_id)
+    data = DataProto.from_dict(
+        tensors={
+            "prompts": prompts,
+            "responses": responses,
+            "input_ids": torch.cat([prompts, responses], 1),
+            "attention_mask": torch.cat([torch.ones_like(prompts), mask], 1),
+            "response_mask": mask,
+        },
+        non_tensors={
+            "data_source": ["arithmetic"] * len(ids),
+            "reward_model": [{"style": "rule", "ground_truth": "0"}] * len(ids),
+        },
+    )
+    manager = build_reward_manager(configs["vowels"], tokenizer, registry=registry)
+    try:
+        out, _ = manager(data)
+    finally:
+        manager.close()
+    trl_side: dict = {}
+    exec(inspect.getsource(vs_trl.vowel_share), trl_side)  # what TRL_SCRIPT is prefixed with
+    decoded = ["aXe io", "xyz", "", "héllo "]  # the EOS and the special token are skipped
+    expected = [trl_side["vowel_share"](t) for t in decoded]
+    assert expected == [4 / 6, 0.0, 0.0, 1 / 6]
+    assert list(out.non_tensor_batch["score"]) == pytest.approx(expected)

@@ -37,11 +37,13 @@ with 2 workers x 1 thread (``--no-two-workers`` leaves these two out); ``--befor
 with issue 16's levers off (``actor.reuse_on_policy_log_probs=false
 actor.skip_zero_advantage_rows=false actor.engine.log_prob_chunk_tokens=0
 actor.engine.share_prompts=false actor.engine.use_remove_padding=false``; the reference engine
-inherits the actor's options). Each run does one warm-up step (left out) and ``--steps``
-measured ones. Printed: s/step, rlcore/TRL at 1 thread and at 2 cores with each repeat's ratio
-(the runs it interleaved) and their min/max, the share of skipped (zero-advantage) rows in each
-framework (TRL computes every row; its share of zero-spread groups is printed beside it), the
-mean response length of both (they should match), generation shares and per-phase tables.
+inherits the actor's options), and ``--overlap`` rlcore one_step_off with the rollout on a
+process of its own (2 processes, against TRL's 2 threads; its samples are one version old).
+Each run does one warm-up step (left out) and ``--steps`` measured ones. Printed: s/step,
+rlcore/TRL at 1 thread and at 2 cores with each repeat's ratio (the runs it interleaved) and
+their min/max, the share of skipped (zero-advantage) rows in each framework (TRL computes every
+row; its share of zero-spread groups is printed beside it), the mean response length of both
+(they should match), generation shares and per-phase tables.
 
 TRL is installed by this script into its own virtual environment (``--trl-venv``, default
 /tmp/trl-venv) with this environment's torch and transformers pinned through a constraints
@@ -80,6 +82,15 @@ LEVERS_OFF = [
     "actor.engine.log_prob_chunk_tokens=0",
     "actor.engine.share_prompts=false",
     "actor.engine.use_remove_padding=false",
+]
+# The overlap variant (issue 28's one-step-off): the trainer on the 1-process global pool, the
+# rollout on a 1-process pool of its own generating batch k+1 while batch k trains. Samples
+# are then one weight version old (rollout_is "token", the async modes' default, corrects
+# them): the same work per step, not the same on-policy algorithm.
+OVERLAP = [
+    "resources.pools.gen={processes_per_node=1}",
+    'resources.placement={rollout="gen"}',
+    "trainer.async_mode=one_step_off",
 ]
 WORKER_PHASES = (
     "generate",
@@ -503,6 +514,12 @@ def report(results: dict[str, dict[str, list]], works: dict[str, Work]) -> None:
             f"  skipped rows (zero advantage): rlcore {', '.join(skipped) or '-'}; "
             f"TRL 0% (it computes every row{trl_note})"
         )
+        overlap = med_of(res, "overlap", "timing_s/step")
+        if overlap:
+            parts.append(
+                f"  rlcore one_step_off, rollout on its own process (2 processes): "
+                f"{overlap:.2f} s/step; against TRL 2t {ratio_cell(res, 'trl-2t', 'overlap')}"
+            )
         trl_len = med_of(res, "trl", "length")
         parts.append(
             f"  mean response length: TRL {trl_len if trl_len is not None else float('nan'):.1f}, "
@@ -561,6 +578,12 @@ def main(argv: list[str] | None = None) -> int:
         help="add rlcore with the levers off (slow on the 17m model); --no-before, the "
         "default, leaves it out",
     )
+    parser.add_argument(
+        "--overlap",
+        action="store_true",
+        help="add rlcore one_step_off with the rollout on a process of its own (2 processes "
+        "on the 2 cores), against TRL with 2 threads",
+    )
     parser.add_argument("--trl-venv", default="/tmp/trl-venv")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args, rest = parser.parse_known_args(argv)
@@ -587,6 +610,8 @@ def main(argv: list[str] | None = None) -> int:
             runs.append(("before", 1, LEVERS_OFF))
         if not args.no_two_workers:
             runs += [("trl-2t", 2, []), ("after-2w", 2, [])]
+        if args.overlap:
+            runs.append(("overlap", 1, OVERLAP))
         for rep in range(args.repeats):
             for work in works:
                 res = results.setdefault(work.label, {})

@@ -128,30 +128,14 @@ class Work:
 # --- data and models ----------------------------------------------------------------------
 
 
-def prompts() -> list[dict]:
-    pairs = [(a, b) for a in range(20) for b in range(20)]
-    return [
-        {
-            "data_source": "arithmetic",
-            "prompt": [{"role": "user", "content": f"What is {a} + {b}?"}],
-            "reward_model": {"style": "rule", "ground_truth": str(a + b)},
-            "extra_info": {"index": i},
-        }
-        for i, (a, b) in enumerate(pairs)
-    ]
-
-
-def write_jsonl(rows: list[dict], path: Path) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
-
-
 def build(root: Path, works: list[str], models: list[str], kls: list[bool]) -> list[Work]:
     """The models and data the selected works train, under ``root``."""
+    from rlcore.testing.runs import arithmetic_rows, write_jsonl
     from rlcore.testing.tiny_model import build_tiny_model
 
     out: list[Work] = []
-    random_data = write_jsonl(prompts(), root / "train.jsonl")
+    pairs = [(a, b) for a in range(20) for b in range(20)]
+    random_data = write_jsonl(arithmetic_rows(pairs), root / "train.jsonl")
     built: dict[str, Path] = {}
 
     def tiny(name: str) -> Path:

@@ -338,12 +338,17 @@ def _resolve(
         return None, [(name_path, str(err))]
 
 
-def _plugin_config(registry: PluginRegistry, choice: _Choice) -> tuple[Any, list[Problem]]:
+def _plugin_config(
+    registry: PluginRegistry, choice: _Choice, trainer: TrainerConfig | None
+) -> tuple[Any, list[Problem]]:
     cls, problems = _resolve(registry, choice.kind, choice.name, choice.name_path)
     if cls is None:
         return None, problems
     config_cls: type = cls.Config  # type: ignore[attr-defined]
-    return structure(choice.options, config_cls, choice.path, choice.candidates)
+    options = choice.options
+    if choice.kind == "algorithm":
+        options = _async_rollout_is(options, config_cls, trainer)
+    return structure(options, config_cls, choice.path, choice.candidates)
 
 
 #: ``algorithm.rollout_is`` in the asynchronous modes when the config leaves it unset: their
@@ -354,20 +359,15 @@ def _plugin_config(registry: PluginRegistry, choice: _Choice) -> tuple[Any, list
 ASYNC_ROLLOUT_IS = "token"
 
 
-def _async_rollout_is(
-    choice: _Choice, trainer: TrainerConfig | None, registry: PluginRegistry
-) -> _Choice:
+def _async_rollout_is(options: Any, config_cls: type, trainer: TrainerConfig | None) -> Any:
     """The algorithm's options with ``rollout_is`` = :data:`ASYNC_ROLLOUT_IS` when
-    ``trainer.async_mode`` is not ``off``, the algorithm has the key and the config left it
-    unset; an explicit value (``"none"`` included) is kept."""
-    if trainer is None or trainer.async_mode == "off" or not isinstance(choice.options, dict):
-        return choice
-    if "rollout_is" in choice.options:
-        return choice
-    cls, _ = _resolve(registry, choice.kind, choice.name, choice.name_path)
-    if cls is None or "rollout_is" not in attrs.fields_dict(cls.Config):  # type: ignore[attr-defined]
-        return choice
-    return attrs.evolve(choice, options={**choice.options, "rollout_is": ASYNC_ROLLOUT_IS})
+    ``trainer.async_mode`` is not ``off``, the algorithm's ``Config`` has the key and the
+    config left it unset; an explicit value (``"none"`` included) is kept."""
+    if trainer is None or trainer.async_mode == "off" or not isinstance(options, dict):
+        return options
+    if "rollout_is" in options or "rollout_is" not in attrs.fields_dict(config_cls):
+        return options
+    return {**options, "rollout_is": ASYNC_ROLLOUT_IS}
 
 
 def _reward_configs(
@@ -680,9 +680,7 @@ def _build_config(
 
     # Each selected plugin validates its own keys, even where a core key was wrong.
     for choice in choices:
-        if choice.kind == "algorithm":
-            choice = _async_rollout_is(choice, sections["trainer"], registry)
-        options, found = _plugin_config(registry, choice)
+        options, found = _plugin_config(registry, choice, sections["trainer"])
         problems.extend(found)
         owner_key = str(choice.path[0])
         owner = sections.get(owner_key)

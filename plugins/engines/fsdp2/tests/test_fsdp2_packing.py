@@ -422,3 +422,51 @@ def test_flex_packed_attention_matches_the_per_row_path_and_cpu_keeps_per_row():
     module = SimpleNamespace(num_key_value_groups=1)
     out, _ = varlen_sdpa_attention(module, q, k, v, None, cu_seq_lens_q=cu)
     assert torch.equal(out, reference.transpose(1, 2).contiguous())
+
+
+def _per_segment_shared_attention(q, k, v, groups):
+    """The reference: one sdpa per prompt and per response (prompt keys, then causal)."""
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    k, v = (x.repeat_interleave(q.shape[1] // x.shape[1], dim=1) for x in (k, v))
+    outs, at = [], 0
+    for prompt, rows in groups:
+        pk, pv = k[:, :, at : at + prompt], v[:, :, at : at + prompt]
+        if prompt:
+            outs.append(sdpa(q[:, :, at : at + prompt], pk, pv, is_causal=True))
+        at += prompt
+        for n in rows:
+            if n:
+                keys = torch.cat([pk, k[:, :, at : at + n]], dim=2)
+                values = torch.cat([pv, v[:, :, at : at + n]], dim=2)
+                seen = torch.ones(n, prompt + n, dtype=torch.bool)
+                seen[:, prompt:] = torch.ones(n, n, dtype=torch.bool).tril()
+                outs.append(sdpa(q[:, :, at : at + n], keys, values, attn_mask=seen))
+            at += n
+    return torch.cat(outs, dim=2).transpose(1, 2)
+
+
+@pytest.mark.parametrize("block_tokens", [1 << 16, 40])
+def test_batched_shared_prompt_attention_matches_one_call_per_segment(monkeypatch, block_tokens):
+    """Outputs and input gradients equal the per-segment reference: groups of uneven
+    prompts, a prompt-less group, empty responses, and (40) one block per group."""
+    from rlcore_fsdp2 import shared_attention
+
+    monkeypatch.setattr(shared_attention, "BLOCK_KEY_TOKENS", block_tokens)
+    shared_attention._layout.cache_clear()
+    groups = ((5, (3, 0, 7)), (0, (4, 2)), (9, (1, 6, 6, 2)), (2, (0,)))
+    n = sum(p + sum(rows) for p, rows in groups)
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 4, n, 16, generator=gen, requires_grad=True)  # 2 query heads per K/V
+    k, v = (torch.randn(1, 2, n, 16, generator=gen, requires_grad=True) for _ in range(2))
+    got, _ = shared_attention.shared_prompt_attention(q, k, v, groups, 0.0, None)
+    want = _per_segment_shared_attention(q, k, v, groups)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+    weights = torch.randn(got.shape, generator=gen)
+    grads_got = torch.autograd.grad((got * weights).sum(), (q, k, v))
+    grads_want = torch.autograd.grad((want * weights).sum(), (q, k, v))
+    for a, b in zip(grads_got, grads_want, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+    calls = shared_attention._layout(groups, q.dtype, q.device).calls
+    # one block: its prompts' call and its responses'; else a block per group (3 of the 4
+    # groups have a prompt, 3 have a live response)
+    assert len(calls) == (2 if block_tokens > 1000 else 6)

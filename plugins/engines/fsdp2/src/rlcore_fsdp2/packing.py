@@ -17,15 +17,14 @@ Shared prompts (``share_prompts``): rows next to each other with the same prompt
 ``n`` samples of one prompt) pack that prompt once, followed by each row's response:
 ``[prompt, response_1, ..., response_n]``. Each response attends to the shared prompt and
 causally to itself (:func:`varlen_sdpa_attention` reads the layout from
-:data:`PROMPT_GROUPS_KWARG`); the prompt's hidden states are computed once and their
-gradient is the sum over the rows that read them, as it is when each row carries a copy.
-The prompt's tokens run once instead of ``n`` times: on the quickstart (prompts ~35
-tokens, responses ~18) that is most of the tokens.
+:data:`PROMPT_GROUPS_KWARG`; :mod:`rlcore_fsdp2.shared_attention` runs it batched); the
+prompt's hidden states are computed once and their gradient is the sum over the rows that
+read them, as it is when each row carries a copy. The prompt's tokens run once instead of
+``n`` times: on the quickstart (prompts ~35 tokens, responses ~18) that is most of them.
 """
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import attrs
@@ -33,6 +32,7 @@ import torch
 
 from rlcore.engine_utils import prompt_group_starts
 from rlcore_fsdp2.flex import flex_ready, packed_flex_attention
+from rlcore_fsdp2.shared_attention import PromptGroups, shared_prompt_attention
 
 # The transformers attention implementation name under which varlen_sdpa_attention runs.
 VARLEN_SDPA = "rlcore_varlen_sdpa"
@@ -41,10 +41,6 @@ _NATIVE_VARLEN = ("flash_attention_2", "flash_attention_3", "flash_attention_4")
 # The model-forward keyword that carries a shared-prompt layout down to the attention
 # function (transformers passes unknown attention kwargs through, checkpoint recompute too).
 PROMPT_GROUPS_KWARG = "rlcore_prompt_groups"
-
-# A shared-prompt layout: per group, the prompt's token count and each row's response count,
-# in packed order ([prompt, response_1, ..., response_n] per group).
-PromptGroups = tuple[tuple[int, tuple[int, ...]], ...]
 
 
 @attrs.frozen(kw_only=True)
@@ -247,12 +243,12 @@ def varlen_sdpa_attention(
             "use_remove_padding = false (or attn_implementation = 'flash_attention_2')"
         )
         raise NotImplementedError(msg)
+    if rlcore_prompt_groups is not None:
+        return shared_prompt_attention(query, key, value, rlcore_prompt_groups, dropout, scaling)
     groups = getattr(module, "num_key_value_groups", 1)
     if groups > 1:  # grouped-query attention: one K/V head serves `groups` query heads
         key = key.repeat_interleave(groups, dim=1)
         value = value.repeat_interleave(groups, dim=1)
-    if rlcore_prompt_groups is not None:
-        return _shared_prompt_attention(query, key, value, rlcore_prompt_groups, dropout, scaling)
     if (
         cu_seq_lens_q is not None
         and query.shape[0] == 1
@@ -279,67 +275,3 @@ def varlen_sdpa_attention(
     ]
     out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
     return out.transpose(1, 2).contiguous(), None
-
-
-def _shared_prompt_attention(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    groups: PromptGroups,
-    dropout: float,
-    scaling: float | None,
-) -> tuple[torch.Tensor, None]:
-    """Attention over a shared-prompt packed (1, H, N, D) sequence (K/V heads expanded)."""
-    bounds = [n for prompt, rows in groups for n in (prompt, *rows)]
-    parts_q = torch.split(query, bounds, dim=2)
-    parts_k = torch.split(key, bounds, dim=2)
-    parts_v = torch.split(value, bounds, dim=2)
-    sdpa = torch.nn.functional.scaled_dot_product_attention
-    outs, i = [], 0
-    for prompt, rows in groups:
-        prompt_k, prompt_v = parts_k[i], parts_v[i]
-        if prompt > 0:
-            outs.append(
-                sdpa(
-                    parts_q[i], prompt_k, prompt_v, dropout_p=dropout, scale=scaling, is_causal=True
-                )
-            )
-        i += 1
-        for n in rows:
-            q, k, v = parts_q[i], parts_k[i], parts_v[i]
-            i += 1
-            if n == 0:
-                continue
-            if prompt == 0:
-                outs.append(sdpa(q, k, v, dropout_p=dropout, scale=scaling, is_causal=True))
-                continue
-            outs.append(
-                sdpa(
-                    q,
-                    torch.cat([prompt_k, k], dim=2),
-                    torch.cat([prompt_v, v], dim=2),
-                    attn_mask=_prompt_then_causal_mask(prompt, n, query.dtype, query.device),
-                    dropout_p=dropout,
-                    scale=scaling,
-                )
-            )
-    out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
-    return out.transpose(1, 2).contiguous(), None
-
-
-@functools.lru_cache(maxsize=4096)
-def _prompt_then_causal_mask(
-    prompt: int, response: int, dtype: torch.dtype, device: torch.device
-) -> torch.Tensor:
-    """(response, prompt + response) additive mask: every prompt key, then the response
-    causally (0 where attended, -inf elsewhere).
-
-    sdpa's ``is_causal`` aligns the triangle top-left when queries are fewer than keys,
-    which would hide the response's own earlier tokens behind the prompt: hence a mask.
-    Additive rather than bool: sdpa converts a bool mask on every call (15% of the
-    attention time at 64 tokens, measured on CPU); cached, this one is built once.
-    """
-    hidden = torch.ones(response, response, dtype=torch.bool, device=device).triu(1)
-    mask = torch.zeros(response, prompt + response, dtype=dtype, device=device)
-    mask[:, prompt:] = mask[:, prompt:].masked_fill(hidden, float("-inf"))
-    return mask

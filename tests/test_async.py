@@ -172,6 +172,32 @@ def test_the_async_modes_correct_for_the_rollout_unless_told_not_to(
     assert config.algorithm.options.rollout_is == expected
 
 
+@pytest.mark.parametrize(
+    ("rollout_dtype", "algorithm_options", "expected"),
+    [
+        ("bfloat16", "", "token"),  # a bfloat16 engine for the float32 policy
+        ("bfloat16", 'rollout_is = "none"', "none"),
+        ("float32", "", "none"),  # the policy's own dtype
+        (None, "", "none"),  # unset: model.dtype
+    ],
+)
+def test_a_rollout_in_another_dtype_is_corrected_unless_told_not_to(
+    assets, tmp_path, rollout_dtype, algorithm_options, expected
+):
+    """A rollout plugin's ``dtype`` other than ``model.dtype`` samples from rounded weights:
+    ``algorithm.rollout_is`` then defaults to ``token`` too (the vLLM plugin's Config loads
+    without vLLM: discovery imports no backend)."""
+    from rlcore.config import load_config_text
+
+    text = _toml(assets, tmp_path, "", algorithm_options=algorithm_options)
+    text = text.replace(PLACE_ROLLOUT, "").replace('name = "hf"', 'name = "vllm"', 1)
+    if rollout_dtype is not None:
+        text = text.replace('name = "vllm"', f'name = "vllm"\ndtype = "{rollout_dtype}"', 1)
+    config = load_config_text(text, source="bf16.toml")
+    assert config.rollout.name == "vllm"
+    assert config.algorithm.options.rollout_is == expected
+
+
 class _Rollout:
     """A stand-in for the split policy's rollout side: rows tagged with a fixed version (the
     queue's policy logic is under test here, not generation)."""

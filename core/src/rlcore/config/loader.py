@@ -339,35 +339,52 @@ def _resolve(
 
 
 def _plugin_config(
-    registry: PluginRegistry, choice: _Choice, trainer: TrainerConfig | None
+    registry: PluginRegistry, choice: _Choice, off_policy_rollout: bool
 ) -> tuple[Any, list[Problem]]:
     cls, problems = _resolve(registry, choice.kind, choice.name, choice.name_path)
     if cls is None:
         return None, problems
     config_cls: type = cls.Config  # type: ignore[attr-defined]
     options = choice.options
-    if choice.kind == "algorithm":
-        options = _async_rollout_is(options, config_cls, trainer)
+    if choice.kind == "algorithm" and off_policy_rollout:
+        options = _default_rollout_is(options, config_cls)
     return structure(options, config_cls, choice.path, choice.candidates)
 
 
-#: ``algorithm.rollout_is`` in the asynchronous modes when the config leaves it unset: their
-#: samples come from older weights. Without the correction the quickstart's one-step-off and
-#: fully-async runs ended 2-19 points under the synchronous run of the same seed; with it their
-#: means over 3 seeds were 1.2 and 2.2 points under (docs/placement.md, "Measured on the
-#: quickstart").
-ASYNC_ROLLOUT_IS = "token"
+#: ``algorithm.rollout_is`` when the rollout's samples are not the policy's own and the config
+#: leaves it unset (:func:`_off_policy_rollout`). In the asynchronous modes, without the
+#: correction the quickstart's one-step-off and fully-async runs ended 2-19 points under the
+#: synchronous run of the same seed; with it their means over 3 seeds were 1.2 and 2.2 points
+#: under (docs/placement.md, "Measured on the quickstart"). A bfloat16 rollout engine for a
+#: float32 policy samples from a rounded policy (|rollout - trainer| log-prob ~2e-3 on the
+#: quickstart, README "vLLM against HF"): the same correction, as verl's truncated IS.
+DEFAULT_ROLLOUT_IS = "token"
 
 
-def _async_rollout_is(options: Any, config_cls: type, trainer: TrainerConfig | None) -> Any:
-    """The algorithm's options with ``rollout_is`` = :data:`ASYNC_ROLLOUT_IS` when
-    ``trainer.async_mode`` is not ``off``, the algorithm's ``Config`` has the key and the
-    config left it unset; an explicit value (``"none"`` included) is kept."""
-    if trainer is None or trainer.async_mode == "off" or not isinstance(options, dict):
+def _off_policy_rollout(
+    trainer: TrainerConfig | None, model: ModelConfig | None, choices: list[_Choice]
+) -> bool:
+    """Whether the rollout samples from other weights than the policy's: an asynchronous
+    ``trainer.async_mode`` (older versions), or a rollout plugin's ``dtype`` option set to
+    another dtype than ``model.dtype`` (vLLM's bfloat16 engine for a float32 policy)."""
+    if trainer is not None and trainer.async_mode != "off":
+        return True
+    rollout = next((c for c in choices if c.kind == "rollout" and c.path == ("rollout",)), None)
+    if model is None or rollout is None or not isinstance(rollout.options, dict):
+        return False
+    dtype = rollout.options.get("dtype")
+    return isinstance(dtype, str) and dtype != model.dtype
+
+
+def _default_rollout_is(options: Any, config_cls: type) -> Any:
+    """The algorithm's options with ``rollout_is`` = :data:`DEFAULT_ROLLOUT_IS` when its
+    ``Config`` has the key and the config left it unset; an explicit value (``"none"``
+    included) is kept."""
+    if not isinstance(options, dict) or "rollout_is" in options:
         return options
-    if "rollout_is" in options or "rollout_is" not in attrs.fields_dict(config_cls):
+    if "rollout_is" not in attrs.fields_dict(config_cls):
         return options
-    return {**options, "rollout_is": ASYNC_ROLLOUT_IS}
+    return {**options, "rollout_is": DEFAULT_ROLLOUT_IS}
 
 
 def _reward_configs(
@@ -679,8 +696,9 @@ def _build_config(
     problems.extend(found)
 
     # Each selected plugin validates its own keys, even where a core key was wrong.
+    off_policy = _off_policy_rollout(sections["trainer"], sections["model"], choices)
     for choice in choices:
-        options, found = _plugin_config(registry, choice, sections["trainer"])
+        options, found = _plugin_config(registry, choice, off_policy)
         problems.extend(found)
         owner_key = str(choice.path[0])
         owner = sections.get(owner_key)

@@ -162,8 +162,9 @@ class PolicyGradientAlgorithm(BaseAlgorithm):
         - ``rollout_is``: ``none`` | ``token`` | ``sequence``: truncated importance weights
           ``min(pi_old / pi_rollout, rollout_is_cap)`` on the policy loss, from the batch's
           ``rollout_log_probs`` (vLLM/SGLang rollouts; :mod:`rlcore.rl.rollout_is`). Left
-          unset in the asynchronous modes, the loader makes it ``token`` (their samples are
-          one or more weight versions old; docs/placement.md).
+          unset, the loader makes it ``token`` in the asynchronous modes (their samples are
+          one or more weight versions old; docs/placement.md) and where the rollout engine's
+          ``dtype`` is not ``model.dtype`` (a bfloat16 vLLM for a float32 policy).
         - ``use_kl_loss`` / ``kl_loss_coef`` / ``kl_loss_type``: KL to the reference as a loss
           term (GRPO's way); ``kl_loss_type`` one of k1/kl, abs, k2/mse, k3/low_var_kl, each
           optionally with ``+`` (value of the estimator, gradient of k2).
@@ -227,7 +228,7 @@ class PolicyGradientAlgorithm(BaseAlgorithm):
             "Truncated importance weights min(pi_old / pi_rollout, rollout_is_cap) "
             "on the policy loss, per token or per sequence, from the rollout's "
             "log-probs; none: off. Left unset with trainer.async_mode one_step_off or "
-            "fully_async: token.",
+            "fully_async, or a rollout dtype other than model.dtype: token.",
             validator=_v.in_(ROLLOUT_IS_LEVELS),
         )
         rollout_is_cap: float = key(

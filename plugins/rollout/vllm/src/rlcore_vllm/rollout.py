@@ -88,12 +88,13 @@ class VLLMRollout(BaseRollout):
         # float32 master weights; update_weights casts): on this CPU (AVX512-BF16) it generates
         # the quickstart's batch in 0.69 s instead of 0.89 s. The rollout's log-probs then differ
         # from the trainer's by bfloat16 rounding: rollout/logprob_diff_* measures it and
-        # [algorithm] rollout_is corrects for it.
+        # [algorithm] rollout_is corrects for it (the loader's default then: token).
         dtype: Literal["float32", "bfloat16", "float16"] | None = key(
             None,
             "vLLM's weights and compute dtype (verl's rollout.dtype); unset: "
             "model.dtype. bfloat16 with a float32 policy is the usual split "
-            "(rollout/logprob_diff_* measures the rounding).",
+            "(rollout/logprob_diff_* measures the rounding; algorithm.rollout_is then "
+            "defaults to token).",
             validator=attrs.validators.optional(attrs.validators.in_(DTYPE_NAMES)),
         )
         # GPU: share of device memory vLLM may take (weights + KV cache). CPU: only used when

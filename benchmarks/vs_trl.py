@@ -92,6 +92,10 @@ OVERLAP = [
     'resources.placement={rollout="gen"}',
     "trainer.async_mode=one_step_off",
 ]
+# --vllm: the vLLM rollout's fast path on CPU, a bfloat16 engine for the float32 policy (the
+# loader then defaults algorithm.rollout_is to "token").
+VLLM = ["rollout.name=vllm", "rollout.dtype=bfloat16"]
+VLLM_PYTHON = Path(__file__).resolve().parents[1] / ".venv-vllm" / "bin" / "python"
 WORKER_PHASES = (
     "generate",
     "actor_forward",
@@ -268,12 +272,13 @@ def run_rlcore_child(config_path: str, overrides: list[str]) -> None:
 
 
 def rlcore_run(root: Path, tag: str, work: Work, *, workers: int, steps: int,
-               overrides: list[str]) -> dict[str, float]:  # fmt: skip
+               overrides: list[str], python: str = sys.executable,
+               ) -> dict[str, float]:  # fmt: skip
     run = root / f"run-{tag}"
     cfg = root / f"{tag}.toml"
     cfg.write_text(rlcore_config(work, run, workers=workers, steps=steps + 1))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    cmd = [sys.executable, __file__, "--child", str(cfg), *overrides]
+    cmd = [python, __file__, "--child", str(cfg), *overrides]
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     rows = [r for r in rows if r.get("step", 0) > 1]  # the warm-up step is left out
@@ -466,6 +471,8 @@ def report(results: dict[str, dict[str, list]], works: dict[str, Work]) -> None:
             else:
                 line += f"{c:>11.2f}" if c else f"{'-':>11}"
         print(line)
+    if any("vllm" in res for res in results.values()):
+        vllm_table(results)
     for label, res in results.items():
         work = works[label]
         after = med_of(res, "after", "timing_s/step")
@@ -525,6 +532,33 @@ def report(results: dict[str, dict[str, list]], works: dict[str, Work]) -> None:
         phase_table(merged)
 
 
+def vllm_table(results: dict[str, dict[str, list]]) -> None:
+    """rlcore with the vLLM rollout (bfloat16 engine, float32 policy) against the same TRL runs."""
+    print("\nwith rollout.name=vllm, rollout.dtype=bfloat16 (float32 policy; rollout_is token):")
+    head = ("TRL 1t", "vLLM 1w", "ratio 1 thread", "TRL 2t", "vLLM 2w", "ratio 2 cores",
+            "gen 1w", "|dlogp|")  # fmt: skip
+    print(f"{'work':<26}" + "".join(f"{h:>19}" if "ratio" in h else f"{h:>11}" for h in head))
+    for label, res in results.items():
+        cells = [
+            med_of(res, "trl", "step"),
+            med_of(res, "vllm", "timing_s/step"),
+            ratio_cell(res, "trl", "vllm"),
+            med_of(res, "trl-2t", "step"),
+            med_of(res, "vllm-2w", "timing_s/step"),
+            ratio_cell(res, "trl-2t", "vllm-2w"),
+            med_of(res, "vllm", "timing_s/gen"),
+            med_of(res, "vllm", "rollout/logprob_diff_mean"),
+        ]
+        line = f"{label:<26}"
+        for c in cells:
+            if isinstance(c, str):
+                line += f"{c:>19}"
+            else:
+                line += f"{c:>11.3g}" if c else f"{'-':>11}"
+        print(line)
+    print("  |dlogp|: mean |vLLM - trainer| log-prob of the sampled tokens (bfloat16 rounding)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -568,6 +602,17 @@ def main(argv: list[str] | None = None) -> int:
         help="add rlcore one_step_off with the rollout on a process of its own (2 processes "
         "on the 2 cores), against TRL with 2 threads",
     )
+    parser.add_argument(
+        "--vllm",
+        action="store_true",
+        help="add rlcore with the vLLM rollout (bfloat16 engine for the float32 policy), 1 "
+        "worker and 2 workers, run by --vllm-python",
+    )
+    parser.add_argument(
+        "--vllm-python",
+        default=str(VLLM_PYTHON),
+        help="the interpreter of the vLLM environment (README, 'vLLM rollout')",
+    )
     parser.add_argument("--trl-venv", default="/tmp/trl-venv")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args, rest = parser.parse_known_args(argv)
@@ -579,6 +624,10 @@ def main(argv: list[str] | None = None) -> int:
               "`python examples/quickstart/prepare.py --seed 0` first")  # fmt: skip
         return 2
 
+    if args.vllm and subprocess.run([args.vllm_python, "-c", "import vllm"]).returncode != 0:
+        print(f"vs_trl: --vllm needs vLLM in --vllm-python {args.vllm_python}: build it with "
+              "`bash scripts/test_vllm.sh` (README, 'vLLM rollout')")  # fmt: skip
+        return 2
     python = None if args.no_trl else trl_python(Path(args.trl_venv))
     kls = {"off": [False], "on": [True], "both": [False, True]}[args.kl]
     results: dict[str, dict[str, list]] = {}
@@ -596,6 +645,10 @@ def main(argv: list[str] | None = None) -> int:
             runs += [("trl-2t", 2, []), ("after-2w", 2, [])]
         if args.overlap:
             runs.append(("overlap", 1, OVERLAP))
+        if args.vllm:
+            runs.append(("vllm", 1, VLLM))
+            if not args.no_two_workers:
+                runs.append(("vllm-2w", 2, VLLM))
         for rep in range(args.repeats):
             for work in works:
                 res = results.setdefault(work.label, {})
@@ -608,9 +661,10 @@ def main(argv: list[str] | None = None) -> int:
                                 dtype=args.dtype, threads=cores))  # fmt: skip
                         continue
                     overrides = [*overrides, f"model.dtype={args.dtype}"]
+                    interpreter = args.vllm_python if label.startswith("vllm") else sys.executable
                     res.setdefault(label, []).append(rlcore_run(
                         root, f"{tag}-{label}", work, workers=cores, steps=args.steps,
-                        overrides=overrides))  # fmt: skip
+                        overrides=overrides, python=interpreter))  # fmt: skip
     report(results, {w.label: w for w in works})
     return 0
 

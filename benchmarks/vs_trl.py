@@ -6,6 +6,7 @@
     python benchmarks/vs_trl.py --works degenerate --models tiny --kl both --repeats 3
     python benchmarks/vs_trl.py --works degenerate --models 17m --kl off --steps 3
     python benchmarks/vs_trl.py --dtype bfloat16     # both in bf16 (TRL autocast, rlcore FSDP2 MP)
+    python benchmarks/vs_trl.py --vllm               # + rlcore with the vLLM rollout (.venv-vllm)
 
 The works (``--works``; the default is the first three, the fair rows of issue 32):
 
@@ -38,7 +39,11 @@ with issue 16's levers off (``actor.reuse_on_policy_log_probs=false
 actor.skip_zero_advantage_rows=false actor.engine.log_prob_chunk_tokens=0
 actor.engine.share_prompts=false actor.engine.use_remove_padding=false``; the reference engine
 inherits the actor's options), and ``--overlap`` rlcore one_step_off with the rollout on a
-process of its own (2 processes, against TRL's 2 threads; its samples are one version old).
+process of its own (2 processes, against TRL's 2 threads; its samples are one version old);
+``--vllm`` adds rlcore with the vLLM rollout, a bfloat16 engine for the float32 policy
+(``rollout.name=vllm rollout.dtype=bfloat16``; ``rollout_is`` then defaults to ``token``) at
+1 and 2 workers, run by ``--vllm-python`` (default ``.venv-vllm/bin/python``, made by
+``scripts/test_vllm.sh``), with a table of its own.
 Each run does one warm-up step (left out) and ``--steps`` measured ones. Printed: s/step,
 rlcore/TRL at 1 thread and at 2 cores with each repeat's ratio (the runs it interleaved) and
 their min/max, the share of skipped (zero-advantage) rows in each framework (TRL computes every
@@ -532,6 +537,13 @@ def report(results: dict[str, dict[str, list]], works: dict[str, Work]) -> None:
         phase_table(merged)
 
 
+def has_vllm(python: str) -> bool:
+    """Whether ``python`` exists and imports vLLM."""
+    if not Path(python).is_file():
+        return False
+    return subprocess.run([python, "-c", "import vllm"], capture_output=True).returncode == 0
+
+
 def vllm_table(results: dict[str, dict[str, list]]) -> None:
     """rlcore with the vLLM rollout (bfloat16 engine, float32 policy) against the same TRL runs."""
     print("\nwith rollout.name=vllm, rollout.dtype=bfloat16 (float32 policy; rollout_is token):")
@@ -624,7 +636,7 @@ def main(argv: list[str] | None = None) -> int:
               "`python examples/quickstart/prepare.py --seed 0` first")  # fmt: skip
         return 2
 
-    if args.vllm and subprocess.run([args.vllm_python, "-c", "import vllm"]).returncode != 0:
+    if args.vllm and not has_vllm(args.vllm_python):
         print(f"vs_trl: --vllm needs vLLM in --vllm-python {args.vllm_python}: build it with "
               "`bash scripts/test_vllm.sh` (README, 'vLLM rollout')")  # fmt: skip
         return 2

@@ -40,6 +40,27 @@ def test_a_missing_warm_start_is_one_line_naming_the_command(vs_trl, monkeypatch
     assert "python examples/quickstart/prepare.py --seed 0" in out[0]
 
 
+def test_vllm_columns_without_vllm_are_one_line_naming_the_command(vs_trl, capsys, tmp_path):
+    missing = tmp_path / "no-venv" / "bin" / "python"
+    argv = ["--no-trl", "--works", "dense", "--vllm", "--vllm-python", str(missing)]
+    assert vs_trl.main(argv) == 2
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1
+    assert "bash scripts/test_vllm.sh" in out[0]
+
+
+def test_the_vllm_overrides_load_with_the_rollout_correction(vs_trl, tmp_path):
+    """The --vllm runs' config: vLLM's bfloat16 engine for the float32 policy, and with it
+    rollout_is "token" by default (the plugin's Config loads without vLLM)."""
+    (work,) = vs_trl.build(tmp_path, ["dense"], ["tiny"], [False])
+    path = tmp_path / "vllm.toml"
+    path.write_text(vs_trl.rlcore_config(work, tmp_path / "run", workers=1, steps=2))
+    config = load_config(path, vs_trl.VLLM, registry=vs_trl.dense_reward_registry())
+    assert (config.rollout.name, config.rollout.options.dtype) == ("vllm", "bfloat16")
+    assert config.model.dtype == "float32"
+    assert config.algorithm.options.rollout_is == "token"
+
+
 def test_the_dense_reward_scores_the_text_trl_scores(vs_trl, tmp_path):
     from transformers import AutoTokenizer
 

@@ -66,6 +66,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -457,25 +458,7 @@ def report(results: dict[str, dict[str, list]], works: dict[str, Work]) -> None:
     load = os.getloadavg()
     print(f"\nload average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} CPUs")
     print("s/step, medians of repeats; ratio rlcore/TRL (min-max of the per-repeat ratios)")
-    head = ("TRL 1t", "rlcore 1w", "ratio 1 thread", "TRL 2t", "rlcore 2w", "ratio 2 cores")
-    print(f"{'work':<26}" + "".join(f"{h:>11}" if "ratio" not in h else f"{h:>19}"
-                                    for h in head))  # fmt: skip
-    for label, res in results.items():
-        cells = [
-            med_of(res, "trl", "step"),
-            med_of(res, "after", "timing_s/step"),
-            ratio_cell(res, "trl", "after"),
-            med_of(res, "trl-2t", "step"),
-            med_of(res, "after-2w", "timing_s/step"),
-            ratio_cell(res, "trl-2t", "after-2w"),
-        ]
-        line = f"{label + (' *' if degenerate(res) else ''):<26}"
-        for c in cells:
-            if isinstance(c, str):
-                line += f"{c:>19}"
-            else:
-                line += f"{c:>11.2f}" if c else f"{'-':>11}"
-        print(line)
+    ratio_table(results, ("rlcore 1w", "rlcore 2w"), ("after", "after-2w"), mark=degenerate)
     if any("vllm" in res for res in results.values()):
         vllm_table(results)
     for label, res in results.items():
@@ -544,30 +527,44 @@ def has_vllm(python: str) -> bool:
     return subprocess.run([python, "-c", "import vllm"], capture_output=True).returncode == 0
 
 
-def vllm_table(results: dict[str, dict[str, list]]) -> None:
-    """rlcore with the vLLM rollout (bfloat16 engine, float32 policy) against the same TRL runs."""
-    print("\nwith rollout.name=vllm, rollout.dtype=bfloat16 (float32 policy; rollout_is token):")
-    head = ("TRL 1t", "vLLM 1w", "ratio 1 thread", "TRL 2t", "vLLM 2w", "ratio 2 cores",
-            "gen 1w", "|dlogp|")  # fmt: skip
+def ratio_table(
+    results: dict[str, dict[str, list]],
+    names: tuple[str, str],
+    runs: tuple[str, str],
+    *,
+    extra: dict[str, tuple[str, str]] | None = None,
+    digits: str = ".2f",
+    mark: Callable[[dict], bool] = lambda res: False,
+) -> None:
+    """One row per work: TRL 1t, ``runs[0]`` (1 worker), their ratio, TRL 2t, ``runs[1]``
+    (2 workers), their ratio, then each ``extra`` column's (run, metric) median."""
+    extra = extra or {}
+    head = ("TRL 1t", names[0], "ratio 1 thread", "TRL 2t", names[1], "ratio 2 cores", *extra)
     print(f"{'work':<26}" + "".join(f"{h:>19}" if "ratio" in h else f"{h:>11}" for h in head))
     for label, res in results.items():
         cells = [
             med_of(res, "trl", "step"),
-            med_of(res, "vllm", "timing_s/step"),
-            ratio_cell(res, "trl", "vllm"),
+            med_of(res, runs[0], "timing_s/step"),
+            ratio_cell(res, "trl", runs[0]),
             med_of(res, "trl-2t", "step"),
-            med_of(res, "vllm-2w", "timing_s/step"),
-            ratio_cell(res, "trl-2t", "vllm-2w"),
-            med_of(res, "vllm", "timing_s/gen"),
-            med_of(res, "vllm", "rollout/logprob_diff_mean"),
+            med_of(res, runs[1], "timing_s/step"),
+            ratio_cell(res, "trl-2t", runs[1]),
+            *(med_of(res, run, key) for run, key in extra.values()),
         ]
-        line = f"{label:<26}"
+        line = f"{label + (' *' if mark(res) else ''):<26}"
         for c in cells:
             if isinstance(c, str):
                 line += f"{c:>19}"
             else:
-                line += f"{c:>11.3g}" if c else f"{'-':>11}"
+                line += f"{c:>11{digits}}" if c else f"{'-':>11}"
         print(line)
+
+
+def vllm_table(results: dict[str, dict[str, list]]) -> None:
+    """rlcore with the vLLM rollout (bfloat16 engine, float32 policy) against the same TRL runs."""
+    print("\nwith rollout.name=vllm, rollout.dtype=bfloat16 (float32 policy; rollout_is token):")
+    extra = {"gen 1w": ("vllm", "timing_s/gen"), "|dlogp|": ("vllm", "rollout/logprob_diff_mean")}
+    ratio_table(results, ("vLLM 1w", "vLLM 2w"), ("vllm", "vllm-2w"), extra=extra, digits=".3g")
     print("  |dlogp|: mean |vLLM - trainer| log-prob of the sampled tokens (bfloat16 rounding)")
 
 

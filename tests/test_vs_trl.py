@@ -115,3 +115,26 @@ def test_the_dense_reward_scores_the_text_trl_scores(vs_trl, tmp_path):
     expected = [trl_side["vowel_share"](t) for t in decoded]
     assert expected == [4 / 6, 0.0, 0.0, 1 / 6]
     assert list(out.non_tensor_batch["score"]) == pytest.approx(expected)
+
+
+def test_the_report_prints_each_table_with_its_ratios(vs_trl, capsys, tmp_path):
+    """The tables from runs' medians: rlcore/TRL per column, each repeat's ratio min-max."""
+    (work,) = vs_trl.build(tmp_path, ["dense"], ["tiny"], [False])
+
+    def rlcore(step, gen):
+        return {"timing_s/step": step, "timing_s/gen": gen, "rollout/logprob_diff_mean": 0.002}
+
+    res = {
+        "trl": [{"step": 2.0}, {"step": 2.0}],
+        "after": [rlcore(1.0, 0.5), rlcore(1.2, 0.5)],
+        "trl-2t": [{"step": 1.0}, {"step": 1.0}],
+        "after-2w": [rlcore(0.5, 0.2), rlcore(0.5, 0.2)],
+        "vllm": [rlcore(1.5, 0.7), rlcore(1.7, 0.7)],
+    }
+    vs_trl.report({work.label: res}, {work.label: work})
+    lines = capsys.readouterr().out.splitlines()
+    main, vllm = (lines[i + 1] for i, line in enumerate(lines) if line.startswith("work"))
+    assert main.split()[-8:] == ["2.00", "1.10", "0.55", "(0.50-0.60)", "1.00", "0.50", "0.50",
+                                 "(0.50-0.50)"]  # fmt: skip
+    # no 2-worker vLLM run: those cells are "-"; then generation and |dlogp|
+    assert vllm.split()[-9:] == ["2", "1.6", "0.80", "(0.75-0.85)", "1", "-", "-", "0.7", "0.002"]

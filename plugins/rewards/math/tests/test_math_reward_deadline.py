@@ -112,6 +112,33 @@ def test_deadline_survives_alarm_landing_in_a_finalizer():
     assert time.monotonic() - start < 2.0
 
 
+class _RaisesInDel:
+    def __del__(self) -> None:
+        raise ValueError("swallowed: raised in a finalizer")
+
+
+def test_deadline_never_fires_inside_the_unraisable_hook(monkeypatch):
+    """A raise swallowed in a finalizer goes to ``sys.unraisablehook`` (pytest's formats its
+    traceback there); a tick landing in the hook must wait, or the hook itself fails."""
+    reported: list[str] = []
+
+    def slow_hook(unraisable) -> None:  # as slow as formatting a traceback under load
+        _busy(0.3)
+        reported.append(type(unraisable.exc_value).__name__)
+
+    monkeypatch.setattr(sys, "unraisablehook", slow_hook)
+
+    def work() -> None:
+        _RaisesInDel()  # dropped at once: __del__ raises, the hook runs for 0.3 s
+        _busy(3.0)
+
+    start = time.monotonic()
+    with pytest.raises(DeadlineExceeded):
+        call_with_deadline(work, 0.05)
+    assert reported == ["ValueError"]  # the hook ran to its end
+    assert time.monotonic() - start < 2.0
+
+
 @pytest.fixture
 def cpu_hogs():
     """Two busy-loop processes: the machine as loaded as a full CI run on 2 cores."""

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -49,19 +50,30 @@ def in_import_or_finalizer(frame: FrameType | None, stop: object = None) -> bool
 
     Walks outwards until ``stop`` (a code object) or the bottom of the stack. Raising there
     would leave a half-initialised module in ``sys.modules`` (import) or be swallowed by
-    Python (``__del__``, weakref callbacks).
+    Python (``__del__``, weakref callbacks, and ``sys.unraisablehook`` itself: the hook that
+    reports a swallowed raise; pytest's formats the traceback there, and a raise inside it
+    failed the test that had hit the deadline with "Failed to process unraisable exception").
     """
+    hook = _unraisable_hook_code()
     while frame is not None:
         code = frame.f_code
         if code is stop:
             return False
         name = code.co_filename
-        if code.co_name == "__del__" or name.endswith(_FINALIZER_FILES):
+        if code.co_name == "__del__" or name.endswith(_FINALIZER_FILES) or code is hook:
             return True
         if name.startswith(_IMPORT_FILES):
             return True
         frame = frame.f_back
     return False
+
+
+def _unraisable_hook_code() -> object:
+    """The code object of ``sys.unraisablehook`` when it is Python code (pytest's is a
+    ``functools.partial`` of a function); None for the interpreter's built-in hook."""
+    hook = sys.unraisablehook
+    hook = getattr(hook, "func", hook)
+    return getattr(hook, "__code__", None)
 
 
 def _inside(frame: FrameType | None, code: object) -> bool:

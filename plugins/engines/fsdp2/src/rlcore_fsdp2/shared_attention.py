@@ -128,10 +128,8 @@ def _layout(groups: PromptGroups, dtype: torch.dtype, device: torch.device) -> _
             if hi > lo and (rows_in + live) * (p + r) > BLOCK_KEY_TOKENS:
                 break
             rows_in, pmax, rmax, hi = rows_in + live, p, r, hi + 1
-        for call, positions in _block(groups[lo:hi], starts[lo:hi], dtype):
-            calls.append(attrs.evolve(call, **{
-                name: getattr(call, name).to(device) for name in attrs.fields_dict(_Call)
-            }))  # fmt: skip
+        for call, positions in _block(groups[lo:hi], starts[lo:hi], dtype, device):
+            calls.append(call)
             written.append(positions)
         lo = hi
     order = torch.cat(written) if written else torch.zeros(0, dtype=torch.long)
@@ -141,10 +139,10 @@ def _layout(groups: PromptGroups, dtype: torch.dtype, device: torch.device) -> _
 
 
 def _block(
-    groups: PromptGroups, starts: list[int], dtype: torch.dtype
+    groups: PromptGroups, starts: list[int], dtype: torch.dtype, device: torch.device
 ) -> list[tuple[_Call, torch.Tensor]]:
-    """A block's calls (its prompts, then its responses; none where there are none), each
-    with the packed positions its valid outputs cover, in order."""
+    """A block's calls on ``device`` (its prompts, then its responses; none where there are
+    none), each with the packed positions (CPU) its valid outputs cover, in order."""
     neg = torch.finfo(dtype).min  # additive mask: finite, so a 0 * -inf never makes a NaN
     prompted = [(s, p) for (p, _), s in zip(groups, starts, strict=True) if p > 0]
     rows = []  # (group start, prompt, response start, response length) of each live row
@@ -179,6 +177,11 @@ def _block(
     for query_index, key_index, seen, valid in calls:
         flat = valid.reshape(-1).nonzero().squeeze(1)
         mask = torch.zeros(seen.shape, dtype=dtype).masked_fill(~seen, neg).unsqueeze(1)
-        call = _Call(query_index=query_index, key_index=key_index, mask=mask, valid=flat)
+        call = _Call(
+            query_index=query_index.to(device),
+            key_index=key_index.to(device),
+            mask=mask.to(device),
+            valid=flat.to(device),
+        )
         out.append((call, query_index.reshape(-1)[flat]))
     return out

@@ -71,6 +71,9 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from step_flops import ModelShape, StepWork, step_flops
+
 MODELS = {
     "tiny": {"hidden": 128, "layers": 2, "heads": 4, "kv_heads": 2, "tie_word_embeddings": True},
     "17m": {"hidden": 512, "layers": 6, "heads": 8, "kv_heads": 8, "tie_word_embeddings": False},
@@ -355,8 +358,9 @@ trainer.add_callback(Clock())
 trainer.train()
 logs = trainer.state.log_history
 lengths = [h["completions/mean_length"] for h in logs if "completions/mean_length" in h]
+longest = [h["completions/max_length"] for h in logs if "completions/max_length" in h]
 zero_std = [h["frac_reward_zero_std"] for h in logs if "frac_reward_zero_std" in h]
-json.dump({"step": times, "gen": gen, "lengths": lengths, "zero_std": zero_std},
+json.dump({"step": times, "gen": gen, "lengths": lengths, "longest": longest, "zero_std": zero_std},
           open(out + "/trl.json", "w"))
 """
 
@@ -400,10 +404,12 @@ def trl_run(python: Path, root: Path, tag: str, work: Work, *, steps: int, dtype
     step, gen = raw["step"][1:], raw["gen"][1:]  # the warm-up step is left out
     lengths = raw.get("lengths") or [float("nan")]
     zero_std = raw.get("zero_std") or []
+    longest = raw.get("longest", [])[1:]
     return {
         "step": statistics.median(step),
         "gen": statistics.median(gen) if gen else None,
         "length": statistics.median(lengths),  # mean completion length: same work as rlcore?
+        "longest": statistics.median(longest) if longest else None,  # decode steps per step
         "zero_std": statistics.median(zero_std) if zero_std else None,
     }
 
@@ -499,6 +505,9 @@ def report(results: dict[str, dict[str, list]], works: dict[str, Work]) -> None:
                 f"  rlcore one_step_off, rollout on its own process (2 processes): "
                 f"{overlap:.2f} s/step; against TRL 2t {ratio_cell(res, 'trl-2t', 'overlap')}"
             )
+        flops = flop_line(work, res)
+        if flops:
+            parts.append(flops)
         trl_len = med_of(res, "trl", "length")
         parts.append(
             f"  mean response length: TRL {trl_len if trl_len is not None else float('nan'):.1f}, "
@@ -518,6 +527,42 @@ def report(results: dict[str, dict[str, list]], works: dict[str, Work]) -> None:
             keys = {k for r in runs for k in r}
             merged[name] = {k: statistics.median(r[k] for r in runs if k in r) for k in keys}
         phase_table(merged)
+
+
+def step_gflops(work: Work, res: dict) -> dict[str, dict[str, float]]:
+    """Each framework's model FLOPs per step (``benchmarks/step_flops.py``), in GFLOP, from
+    the 1-thread runs' medians: rlcore's shared prefill and prompts and its trained share of
+    rows, TRL's every row (padding not counted: a lower bound for TRL)."""
+    prompt = med_of(res, "after", "prompt_length/mean")
+    mine = tuple(med_of(res, "after", f"response_length/{k}") for k in ("mean", "max"))
+    trl = (med_of(res, "trl", "length"), med_of(res, "trl", "longest"))
+    if prompt is None or None in mine or None in trl:
+        return {}
+    shape = ModelShape.from_config(work.model)
+    skipped = med_of(res, "after", "actor/skipped_rows_frac") or 0.0
+    common = dict(groups=PROMPTS, n=N, prompt=prompt, reference=work.kl)
+    ours = StepWork(response=mine[0], longest=mine[1], shared_prefill=True, shared_prompts=True,
+                    trained_share=1.0 - skipped, **common)  # fmt: skip
+    theirs = StepWork(response=trl[0], longest=trl[1], shared_prefill=False,
+                      shared_prompts=False, **common)  # fmt: skip
+    return {
+        name: {k: v / 1e9 for k, v in step_flops(shape, w).items()}
+        for name, w in (("rlcore", ours), ("trl", theirs))
+    }
+
+
+def flop_line(work: Work, res: dict) -> str | None:
+    """The model FLOPs of both and their ratio: the time ratio at equal FLOP rates."""
+    gflops = step_gflops(work, res)
+    if not gflops:
+        return None
+    ours, theirs = gflops["rlcore"], gflops["trl"]
+    return (
+        f"  model FLOPs per step (benchmarks/step_flops.py): TRL >= {theirs['total']:.1f} G "
+        f"(generation {theirs['generate']:.1f}), rlcore {ours['total']:.1f} G (generation "
+        f"{ours['generate']:.1f}); FLOP ratio rlcore/TRL {ours['total'] / theirs['total']:.2f}: "
+        "the time ratio at equal FLOP rates"
+    )
 
 
 def has_vllm(python: str) -> bool:

@@ -25,11 +25,14 @@ def vs_trl():
     spec = importlib.util.spec_from_file_location("vs_trl", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     sys.modules["vs_trl"] = module  # its dataclass resolves annotations through it
+    path = list(sys.path)
     try:
-        spec.loader.exec_module(module)
+        spec.loader.exec_module(module)  # puts benchmarks/ on sys.path, for step_flops
         yield module
     finally:
         del sys.modules["vs_trl"]
+        sys.modules.pop("step_flops", None)
+        sys.path[:] = path
 
 
 def test_a_missing_warm_start_is_one_line_naming_the_command(vs_trl, monkeypatch, capsys, tmp_path):
@@ -138,3 +141,71 @@ def test_the_report_prints_each_table_with_its_ratios(vs_trl, capsys, tmp_path):
                                  "(0.50-0.50)"]  # fmt: skip
     # no 2-worker vLLM run: those cells are "-"; then generation and |dlogp|
     assert vllm.split()[-9:] == ["2", "1.6", "0.80", "(0.75-0.85)", "1", "-", "-", "0.7", "0.002"]
+
+
+def test_the_flop_count_equals_torch_flop_counter_on_a_real_model(vs_trl, tmp_path):
+    """``benchmarks/step_flops.py`` against ``FlopCounterMode`` on the dense row's model: a
+    training forward+backward (3 forwards) and a ``generate`` (prefill, then one forward per
+    later token), exactly. Eager attention, so the counter sees its matmuls; eager computes
+    every query against every key of a prefill, where the FLOP model counts the causal half."""
+    from step_flops import ModelShape, StepWork, causal_keys, step_flops
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers import AutoModelForCausalLM
+
+    (work,) = vs_trl.build(tmp_path, ["dense"], ["tiny"], [False])
+    model = AutoModelForCausalLM.from_pretrained(work.model, attn_implementation="eager")
+    shape = ModelShape.from_config(work.model)
+    rows, length, new = 4, 24, 10
+    ids = torch.randint(3, shape.vocab, (rows, length), generator=torch.Generator().manual_seed(0))
+    square = rows * length * length  # every query against every key
+
+    with FlopCounterMode(display=False) as counter:
+        model(input_ids=ids).logits.sum().backward()
+    assert counter.get_total_flops() == 3 * shape.forward(rows * length, square, rows * length)
+
+    model.eval()
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True,
+                       max_new_tokens=new, min_new_tokens=new, pad_token_id=0)  # fmt: skip
+    work_flops = step_flops(shape, StepWork(groups=rows, n=1, prompt=length, response=new,
+                                            longest=new, shared_prefill=False,
+                                            shared_prompts=False))  # fmt: skip
+    causal_prefill = rows * causal_keys(length)
+    prefill_square = shape.layers * 4 * shape.q_width * (square - causal_prefill)
+    assert counter.get_total_flops() == work_flops["generate"] + prefill_square
+
+
+def test_shared_prompts_save_exactly_the_repeated_prompts(vs_trl):
+    """One prompt per group instead of n: the saving is n - 1 prompt passes per group (their
+    matmuls and attention), nothing else; skipped groups leave the update only."""
+    from step_flops import ModelShape, StepWork, causal_keys, step_flops
+
+    shape = ModelShape(layers=2, hidden=128, q_width=128, kv_width=64, intermediate=256, vocab=259)
+    base = dict(groups=16, n=8, prompt=40, response=20, longest=30, checkpointing=False)
+    plain = step_flops(shape, StepWork(shared_prefill=False, shared_prompts=False, **base))
+    shared = step_flops(shape, StepWork(shared_prefill=True, shared_prompts=True, **base))
+    repeated = 16 * 7  # prompt passes saved
+    prompt_pass = shape.decoder_forward(40, causal_keys(40))
+    assert plain["generate"] - shared["generate"] == pytest.approx(
+        repeated * (prompt_pass + 2 * shape.hidden * shape.vocab)  # the prefill's last logits
+    )
+    assert plain["update"] - shared["update"] == pytest.approx(3 * repeated * prompt_pass)
+    half = step_flops(shape, StepWork(shared_prefill=True, shared_prompts=True,
+                                      trained_share=0.5, reference=True, **base))  # fmt: skip
+    assert half["generate"] == shared["generate"]
+    assert half["update"] == pytest.approx(shared["update"] / 2)
+    assert half["reference"] == pytest.approx(shared["update"] / 3)  # one forward of all
+
+
+def test_the_report_prints_both_frameworks_flops(vs_trl, capsys, tmp_path):
+    (work,) = vs_trl.build(tmp_path, ["dense"], ["tiny"], [False])
+    rlcore = {"timing_s/step": 1.0, "prompt_length/mean": 30.0, "response_length/mean": 60.0,
+              "response_length/max": 64.0, "actor/skipped_rows_frac": 0.0}  # fmt: skip
+    res = {"trl": [{"step": 2.0, "length": 60.0, "longest": 64.0}], "after": [rlcore]}
+    gflops = vs_trl.step_gflops(work, res)
+    assert gflops["rlcore"]["total"] < gflops["trl"]["total"]
+    assert gflops["rlcore"]["reference"] == gflops["trl"]["reference"] == 0.0
+    vs_trl.report({work.label: res}, {work.label: work})
+    out = capsys.readouterr().out
+    ratio = gflops["rlcore"]["total"] / gflops["trl"]["total"]
+    assert f"FLOP ratio rlcore/TRL {ratio:.2f}" in out

@@ -58,6 +58,16 @@ class HFRollout(BaseRollout):
             "cache every step). Same tokens.",
         )
 
+        # rlcore_hf.sampler: a cumulative sum and searchsorted per step instead of
+        # torch.multinomial (0.05 vs 0.84 ms per step for 128 rows on a CPU). Same distribution,
+        # another random stream: false gives transformers' own draws (older runs' tokens).
+        inverse_cdf_sampling: bool = key(
+            True,
+            "Draw each sampled token by inverse CDF (a cumulative sum and searchsorted) "
+            "instead of torch.multinomial, which is ~15x slower per step on a CPU. The same "
+            "distribution, another random stream: false reproduces transformers' own draws.",
+        )
+
         share_prompt_prefill: bool | None = key(
             None,
             "Prefill each distinct prompt once and copy its KV cache and last logits to "
@@ -119,6 +129,16 @@ class HFRollout(BaseRollout):
         }
         if _is_greedy(sampling):
             kwargs.update(do_sample=False)
+        elif self.config.inverse_cdf_sampling:
+            from transformers import LogitsProcessorList
+
+            from rlcore_hf.sampler import InverseCdfSampler
+
+            # A greedy generate whose last processor samples: argmax picks its draw.
+            sampler = InverseCdfSampler(
+                temperature=sampling.temperature, top_k=max(sampling.top_k, 0), top_p=sampling.top_p
+            )
+            kwargs.update(do_sample=False, logits_processor=LogitsProcessorList([sampler]))
         else:
             kwargs.update(
                 do_sample=True,

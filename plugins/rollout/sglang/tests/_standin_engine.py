@@ -1,8 +1,9 @@
 """A stand-in for ``sglang.Engine`` that enforces what SGLang 0.5.23 does, read from its source.
 
-SGLang has no CPU build, so the plugin's engine path is driven on CPU through this class. It is
-not a model: a response is a function of the prompt and of the weights SGLang holds. What it
-enforces, each rule from the 0.5.23 wheel (paths under ``python/sglang/srt/``):
+SGLang's CPU engine needs a from-source CPU build of sgl-kernel (no package index carries one;
+the README says where 0.5.23 stops), so the plugin's engine path is driven on CPU through this
+class. It is not a model: a response is a function of the prompt and of the weights SGLang
+holds. What it enforces, each rule from the 0.5.23 wheel (paths under ``python/sglang/srt/``):
 
 - One bound event loop. ``Engine.loop`` is made once (``entrypoints/engine.py:396``, by
   ``_ensure_event_loop`` at ``:1404-1414``); the tokenizer manager binds its output-handling

@@ -1,7 +1,8 @@
 """The SGLang rollout's engine path on CPU, through a stand-in engine that enforces SGLang
 0.5.23's rules (``_standin_engine``: one bound event loop, weights dropped on release, resume
 of an unreleased tag refused, flush refused while running, a SIGTERM handler on the first
-request, a shutdown that kills every child). SGLang itself never ran here (no CPU build)."""
+request, a shutdown that kills every child). SGLang itself never ran here (its CPU
+engine needs a CPU build of sgl-kernel that no package index carries; see the README)."""
 
 from __future__ import annotations
 

@@ -47,7 +47,10 @@ Written against SGLang 0.5.23 (the PyPI wheel ``sglang-0.5.23``; paths below are
   SIGTERM handler (added on the first request in the main thread,
   ``tokenizer_manager.py:2451-2455``) is taken off again: the worker's own stays.
 
-No SGLang engine has run this code: SGLang has no CPU build, and the CI machines have no GPU.
+No SGLang engine has run this code: the CI machines have no GPU, and SGLang's CPU engine needs a
+from-source CPU build of sgl-kernel (tried 2026-12-04 with 0.5.23 and ``SGLANG_USE_CPU_ENGINE=1``:
+it stops at ``from sgl_kernel import copy_all_layer_kv_cache_cpu``,
+``kernels/ops/kvcache/cache_move.py:10``; the package index's sglang-kernel 0.4.10 is CUDA-only).
 What is tested on CPU is everything around the engine: the translation functions against
 outputs of SGLang's exact shape, the server arguments, the weight buckets, Config validation and
 the one-line errors where SGLang or a GPU is missing. ``scripts/gpu_check.sh`` runs the engine

@@ -126,6 +126,7 @@ def test_written_parquet_loads_unfiltered_within_the_config_limits(prepare, mode
         QUICKSTART / "distill.toml",
         QUICKSTART / "judge.toml",
         GSM8K_EXAMPLE / "grpo.toml",
+        GSM8K_EXAMPLE / "grpo_7b_8gpu.toml",
         GSM8K_EXAMPLE / "ppo.toml",
         GSM8K_EXAMPLE / "rloo.toml",
         GSM8K_EXAMPLE / "smoke.toml",

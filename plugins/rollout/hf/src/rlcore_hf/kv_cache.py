@@ -12,6 +12,13 @@ Everything else of ``DynamicLayer`` is kept. Its methods that replace ``keys``/`
 (``crop``, ``batch_select_indices``, ``reset``, ...) leave a tensor that is not our view; the
 next ``update`` notices and copies it into a fresh buffer, so those stay correct.
 
+With ``share_prefix`` (the rollout's ``share_prompt_kv``), the layer also keeps a prompt's keys
+and values once for all of its samples: when the shared prefill expands its G distinct prompts
+to runs of n rows (``batch_select_indices``), the prefill's keys stay as they are
+(:attr:`GrowingKVLayer.prefix`, G rows) and a fresh buffer takes each row's generated tokens.
+``update`` then returns those alone, and
+:func:`rlcore_hf.prefix_attention.prefix_sdpa_attention` attends over both.
+
 Only for transformers versions whose ``DynamicCache`` is made of ``DynamicLayer`` objects
 (5.19 and 5.24 here); :func:`growing_cache` returns None elsewhere (and for models with
 sliding-window or other special layers), and ``generate`` then builds its own cache as usual.
@@ -34,7 +41,7 @@ except ImportError:  # pragma: no cover - older transformers: generate keeps its
 __all__ = ["GrowingKVLayer", "cache_keyword", "growing_cache"]
 
 
-def growing_cache(model: Any, reserve: int) -> Any | None:
+def growing_cache(model: Any, reserve: int, *, share_prefix: bool = False) -> Any | None:
     """A ``DynamicCache`` for ``model`` whose layers are :class:`GrowingKVLayer`; or None."""
     if DynamicLayer is None:
         return None
@@ -42,7 +49,7 @@ def growing_cache(model: Any, reserve: int) -> Any | None:
     layers = getattr(cache, "layers", None)
     if not layers or any(type(layer) is not DynamicLayer for layer in layers):
         return None  # sliding-window, KV-sharing or other layers: keep transformers' own
-    cache.layers = [GrowingKVLayer(reserve) for _ in layers]
+    cache.layers = [GrowingKVLayer(reserve, share_prefix=share_prefix) for _ in layers]
     return cache
 
 
@@ -57,12 +64,23 @@ def cache_keyword(model_class: type) -> str:
 class GrowingKVLayer(DynamicLayer or object):  # type: ignore[misc]
     """``DynamicLayer`` with in-place appends into a preallocated buffer."""
 
-    def __init__(self, reserve: int) -> None:
+    def __init__(self, reserve: int, *, share_prefix: bool = False) -> None:
         super().__init__()
         self.reserve = reserve
+        self.share_prefix = share_prefix
+        # Keys and values (G, K, P, D) of the G distinct prompts, once each; row i's prompt is
+        # prefix[.][i // group_size]. None: every row holds its whole sequence.
+        self.prefix: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.group_size = 0
+        self.prefix_steps = 0  # decoding steps since the prefix was shared ...
+        self.prefix_reads = 0  # ... and those whose attention read it (prefix_attention)
         self._buffers: tuple[torch.Tensor, torch.Tensor] | None = None
         self._view: torch.Tensor | None = None  # the keys tensor we handed out
         self._length = 0
+
+    def get_seq_length(self) -> int:
+        own = super().get_seq_length()
+        return own + (self.prefix[0].shape[-2] if self.prefix is not None else 0)
 
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
@@ -85,17 +103,34 @@ class GrowingKVLayer(DynamicLayer or object):  # type: ignore[misc]
         keys[:, :, self._length : need] = key_states
         values[:, :, self._length : need] = value_states
         self._length = need
+        self.prefix_steps += self.prefix is not None
         self.keys = self._view = keys[:, :, :need]
         self.values = values[:, :, :need]
         return self.keys, self.values
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         """Keep rows ``indices`` (repeats allowed: the shared prompt prefill's expansion),
-        copied straight into a buffer with the current room, so the next step appends."""
+        copied straight into a buffer with the current room, so the next step appends.
+
+        With ``share_prefix``, an expansion of every row into a run of n (row i -> i // n)
+        keeps the rows as the prefix instead, and starts an empty buffer per expanded row."""
+        self._refuse_with_prefix("batch_select_indices")
         if self._buffers is None or self.keys is not self._view:
             super().batch_select_indices(indices)
             return
         keys, values = self._buffers
+        n = _run_length(indices, self.keys.shape[0]) if self.share_prefix else 0
+        if n:
+            self.prefix, self.group_size = (self.keys, self.values), n
+            b, h, _, d = keys.shape
+            self._buffers = (
+                keys.new_empty((b * n, h, self.reserve, d)),
+                values.new_empty((b * n, h, self.reserve, values.shape[-1])),
+            )
+            self._length = 0
+            self.keys = self._view = self._buffers[0][:, :, :0]
+            self.values = self._buffers[1][:, :, :0]
+            return
         self._buffers = (
             keys.new_empty((len(indices), *keys.shape[1:])),
             values.new_empty((len(indices), *values.shape[1:])),
@@ -113,3 +148,33 @@ class GrowingKVLayer(DynamicLayer or object):  # type: ignore[misc]
             keys[:, :, : self._length] = self.keys
             values[:, :, : self._length] = self.values
         self._buffers = (keys, values)
+
+    def _refuse_with_prefix(self, method: str) -> None:
+        if self.prefix is not None:
+            msg = f"GrowingKVLayer.{method} after the prompt prefix was shared is not supported"
+            raise NotImplementedError(msg)
+
+    def crop(self, tokens_to_remove: int) -> None:
+        self._refuse_with_prefix("crop")
+        super().crop(tokens_to_remove)
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        self._refuse_with_prefix("batch_repeat_interleave")
+        super().batch_repeat_interleave(repeats)
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        self._refuse_with_prefix("reorder_cache")
+        super().reorder_cache(beam_idx)
+
+    def reset(self) -> None:
+        self.prefix, self.group_size = None, 0
+        super().reset()
+
+
+def _run_length(indices: torch.Tensor, rows: int) -> int:
+    """n if ``indices`` is [0]*n + [1]*n + ... + [rows-1]*n, else 0."""
+    if rows == 0 or len(indices) % rows:
+        return 0
+    n = len(indices) // rows
+    expected = torch.arange(rows, device=indices.device).repeat_interleave(n)
+    return n if torch.equal(indices.to(expected.dtype), expected) else 0

@@ -77,6 +77,13 @@ class HFRollout(BaseRollout):
             "matmuls may round a prompt differently in a smaller batch).",
         )
 
+        share_prompt_kv: bool | None = key(
+            None,
+            "With the shared prefill, also keep each prompt's keys/values once for its n "
+            "samples while decoding (each step reads them once per prompt, not once per "
+            "sample), with attn_implementation 'sdpa'. Unset: as share_prompt_prefill.",
+        )
+
         @max_batch_size.validator
         def _check_max_batch_size(self, attribute: Any, value: int | None) -> None:
             if value is not None and value < 1:
@@ -96,12 +103,17 @@ class HFRollout(BaseRollout):
             if spec.device == "cuda"
             else torch.device("cpu")
         )
+        attn_implementation = self.config.attn_implementation
+        if self._shares_prompt_kv():
+            from rlcore_hf.prefix_attention import attention_for_prefix_sharing
+
+            attn_implementation = attention_for_prefix_sharing()  # sdpa, or ours when decoding
         try:
             model = AutoModelForCausalLM.from_pretrained(
                 spec.model_path,
                 dtype=dtype_from_name(spec.dtype),
                 trust_remote_code=spec.trust_remote_code,
-                attn_implementation=self.config.attn_implementation,
+                attn_implementation=attn_implementation,
             )
         except OSError as err:
             msg = f"[rollout] cannot load a model from model_path={spec.model_path!r}: {err}"
@@ -175,9 +187,10 @@ class HFRollout(BaseRollout):
             for start in range(0, len(prompts), step):
                 ids = input_ids[start : start + step].to(self.device)
                 mask = attention_mask[start : start + step].to(self.device)
-                with self._shared_prefill(ids, mask):
+                cache_kwargs = self._cache_kwargs(sampling)
+                with self._shared_prefill(ids, mask), self._shared_kv(cache_kwargs):
                     out = self.model.generate(
-                        input_ids=ids, attention_mask=mask, **kwargs, **self._cache_kwargs(sampling)
+                        input_ids=ids, attention_mask=mask, **kwargs, **cache_kwargs
                     )
                 sequences = out.sequences if sampling.return_log_probs else out
                 resp = sequences[:, ids.shape[1] :]  # (b, <= R)
@@ -195,16 +208,33 @@ class HFRollout(BaseRollout):
         )  # fmt: skip
         return DataProto.from_dict(tensors=tensors)
 
+    def _shares_prefill(self) -> bool:
+        share = self.config.share_prompt_prefill
+        return self.device.type == "cpu" if share is None else share
+
+    def _shares_prompt_kv(self) -> bool:
+        share = self.config.share_prompt_kv
+        on = self._shares_prefill() if share is None else share
+        return on and self.config.preallocate_kv_cache and self.config.attn_implementation == "sdpa"
+
     def _shared_prefill(
         self, ids: torch.Tensor, mask: torch.Tensor
     ) -> contextlib.AbstractContextManager[Any]:
         """One prefill per distinct prompt in ``generate`` (rlcore_hf.shared_prefill), if on."""
-        share = self.config.share_prompt_prefill
-        if not (self.device.type == "cpu" if share is None else share):
+        if not self._shares_prefill():
             return contextlib.nullcontext()
         from rlcore_hf.shared_prefill import shared_prefill
 
         return shared_prefill(self.model, ids, mask)
+
+    def _shared_kv(self, cache_kwargs: dict[str, Any]) -> contextlib.AbstractContextManager[Any]:
+        """Decoding that reads each prompt's keys once (rlcore_hf.prefix_attention), if on."""
+        if not (cache_kwargs and self._shares_prompt_kv()):
+            return contextlib.nullcontext()
+        from rlcore_hf.prefix_attention import decoding_with
+
+        (cache,) = cache_kwargs.values()
+        return decoding_with(cache)
 
     def _cache_kwargs(self, sampling: SamplingParams) -> dict[str, Any]:
         """A fresh preallocated KV cache for one ``generate`` call (none: transformers')."""
@@ -212,8 +242,11 @@ class HFRollout(BaseRollout):
             return {}
         from rlcore_hf.kv_cache import cache_keyword, growing_cache
 
-        cache = growing_cache(self.model, reserve=sampling.max_new_tokens)
-        return {} if cache is None else {cache_keyword(type(self.model)): cache}
+        share = self._shares_prompt_kv()
+        cache = growing_cache(self.model, reserve=sampling.max_new_tokens, share_prefix=share)
+        if cache is None:
+            return {}
+        return {cache_keyword(type(self.model)): cache}
 
     # --- weights --------------------------------------------------------------------------
 

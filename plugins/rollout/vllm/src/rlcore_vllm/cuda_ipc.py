@@ -293,9 +293,7 @@ class IpcWeightSender:
 
     def open(self) -> None:
         """The one-time handshake: the worker decodes packed chunks (``ipc_engine.py:149-158``)."""
-        self.engine.collective_rpc(
-            "init_weight_transfer_engine", kwargs={"init_info": {"packed": True}}
-        )
+        self._call("init_weight_transfer_engine", {"packed": True})
 
     def send(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> int:
         """One sync: start, a chunk per ``update_weights``, finish. Returns the bytes sent."""

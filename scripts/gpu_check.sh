@@ -18,8 +18,10 @@
 #   vllm_rollout      vLLM generate, log-probs vs HF, update_weights, sleep/wake
 #                                                                     (scripts/gpu_check_vllm.py)
 #   fsdp2_vllm_sync   FSDP2 -> vLLM weight sync, vLLM's log-probs against the trainer's, in the
-#                     colocated memory order (peak device memory per phase printed)
-#                                                                     (scripts/gpu_check_sync.py)
+#                     colocated memory order (peak device memory per phase printed), through
+#                     safetensors files                               (scripts/gpu_check_sync.py)
+#   fsdp2_vllm_ipc    the same through vLLM's CUDA IPC weight-transfer backend (weight_sync =
+#                     "cuda_ipc": FAILs where it is not used)                        (same script)
 #
 # Offline, with a 64 MiB carry (the device tool): the GPU machine brings its own CUDA torch;
 # the pure-Python rest is carried as wheels in ./.gpu_deps/wheels (made here with
@@ -108,7 +110,8 @@ run_check megatron megatron.core "$PY" plugins/engines/megatron/scripts/gpu_chec
     --device cuda "${ARGS[@]}"
 run_check sglang_rollout sglang "$PY" plugins/rollout/sglang/gpu_check.py
 run_check vllm_rollout vllm "$PY" scripts/gpu_check_vllm.py --device cuda
-run_check fsdp2_vllm_sync vllm "$PY" scripts/gpu_check_sync.py --device cuda
+run_check fsdp2_vllm_sync vllm "$PY" scripts/gpu_check_sync.py --device cuda --weight-sync files
+run_check fsdp2_vllm_ipc vllm "$PY" scripts/gpu_check_sync.py --device cuda --weight-sync cuda_ipc
 
 echo
 printf '%-16s %-5s %s\n' check result note

@@ -2,6 +2,7 @@
 the trainer's, in the colocated memory order, with the device memory of each phase printed.
 
     python scripts/gpu_check_sync.py [--device cuda|cpu] [--steps 2] [--break-sync] [--lora]
+                                     [--weight-sync auto|cuda_ipc|files]
 
 Per step, as a colocated policy worker runs it: the FSDP2 actor (bf16 mixed precision on a GPU)
 takes an optimizer step with a large learning rate (so the weights move visibly), streams its
@@ -17,6 +18,10 @@ and ``--device cpu --break-sync`` fails (0.47 at step 0); plugins/rollout/vllm/t
 "adapter"``: each sync (``rlcore.trainer.roles.push_weights``, as the policy worker runs it)
 sends only the adapter, which vLLM serves as a LoRA request under a new id; the bytes of the
 adapter sync and of the merged weights it replaces are printed per step.
+``--weight-sync``: the rollout's ``weight_sync``. On a GPU the rollout runs vLLM's async engine
+(a subprocess), so ``cuda_ipc`` syncs through vLLM's CUDA IPC backend (``rlcore_vllm.cuda_ipc``)
+and ``files`` through safetensors buckets; the transport used is printed, and a forced one that
+was not used FAILs the check. On CPU the engine is in-process: the tensors go directly.
 Exits 77 (SKIP) without a CUDA device for ``--device cuda``.
 
 Runs from a plain checkout (``core/src`` and the plugins' ``src`` on ``sys.path``); needs vLLM.
@@ -75,6 +80,12 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--break-sync", action="store_true", help="skip the weight copy (must FAIL)")
     ap.add_argument("--lora", action="store_true", help="LoRA actor, adapter-only sync")
+    ap.add_argument(
+        "--weight-sync",
+        default="auto",
+        choices=["auto", "cuda_ipc", "files"],
+        help="[rollout] weight_sync (cuda_ipc: vLLM's CUDA IPC backend, GPU only)",
+    )
     args = ap.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         print("no CUDA device: skipping the FSDP2 -> vLLM sync check")
@@ -129,9 +140,15 @@ def main() -> int:
                 gpu_memory_utilization=0.3,
                 lora_sync="adapter" if args.lora else "merged",
                 max_lora_rank=8,
+                weight_sync=args.weight_sync,
             ),
         )
         memory.mark("rollout built (after offload)")
+        print(f"weight sync transport: {rollout.weight_sync} (weight_sync = {args.weight_sync})")
+        # A forced transport must be the one used (files on an in-process engine: direct).
+        used = {args.weight_sync, "direct"} if args.weight_sync == "files" else {args.weight_sync}
+        if args.weight_sync != "auto" and rollout.weight_sync not in used:
+            failures.append(f"weight_sync = {args.weight_sync} used {rollout.weight_sync}")
         prompts = make_prompts(tok).repeat(N, interleave=True)
         sampling = SamplingParams(max_new_tokens=32, temperature=1.0, return_log_probs=True)
         gen = rollout.generate(prompts, sampling)
@@ -188,4 +205,10 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from rlcore.errors import RlcoreError
+
+    try:
+        sys.exit(main())
+    except RlcoreError as err:  # a config this check cannot run (one line, not a traceback)
+        print(f"FSDP2 -> vLLM sync check FAILED: {err}")
+        sys.exit(1)

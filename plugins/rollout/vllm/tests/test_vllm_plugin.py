@@ -104,15 +104,19 @@ def test_tensor_parallel_engine_kwargs_disable_custom_all_reduce(model_path):
     assert external_launcher_kwargs(2)["disable_custom_all_reduce"] is True
     spec = RolloutSpec(model_path=model_path, device="cuda", dtype="bfloat16")
     kwargs = {}
-    for tp in (1, 2):
+    # TP 1 (the async engine, in a subprocess) with the CUDA IPC sync; TP 2: in-process.
+    for tp, sync in ((1, "cuda_ipc"), (2, "direct")):
         # The kwargs of a GPU engine, without starting one (no GPU here): the engine's own method.
         rollout = object.__new__(VLLMRollout)
         rollout.spec, rollout.config = spec, VLLMRollout.Config(tensor_parallel_size=tp)
         rollout.on_cpu, rollout.dtype, rollout.max_model_len, rollout.seed = False, "bf16", 64, 0
+        rollout.weight_sync = sync
         kwargs[tp] = rollout._engine_kwargs()
     assert kwargs[2]["disable_custom_all_reduce"] is True
     assert kwargs[2]["distributed_executor_backend"] == "external_launcher"
     assert "disable_custom_all_reduce" not in kwargs[1]
+    assert kwargs[1]["weight_transfer_config"] == {"backend": "ipc"}
+    assert "weight_transfer_config" not in kwargs[2]
     try:
         from vllm.engine.arg_utils import EngineArgs
     except ImportError:
@@ -120,7 +124,8 @@ def test_tensor_parallel_engine_kwargs_disable_custom_all_reduce(model_path):
     import dataclasses
 
     fields = {f.name for f in dataclasses.fields(EngineArgs)}
-    assert set(kwargs[2]) <= fields, sorted(set(kwargs[2]) - fields)
+    for tp in (1, 2):
+        assert set(kwargs[tp]) <= fields, sorted(set(kwargs[tp]) - fields)
 
 
 def test_the_gpu_extra_bounds_vllm_to_the_minor_release_it_was_written_for():

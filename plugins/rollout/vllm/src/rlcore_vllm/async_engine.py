@@ -12,8 +12,9 @@ A caller that stops waiting (``asyncio.wait_for`` of the agent loop) cancels its
 the cancellation crosses to the engine loop, where ``AsyncLLM.generate`` aborts the request
 and frees its KV cache.
 
-``AsyncLLM`` always runs EngineCore in a subprocess (``AsyncMPClient``): weights cross as
-files (:mod:`rlcore_vllm.weights`), as in the multiprocess ``vllm.LLM``.
+``AsyncLLM`` always runs EngineCore in a subprocess (``AsyncMPClient``): weights cross by CUDA
+IPC handle on a GPU (:mod:`rlcore_vllm.cuda_ipc`) or as files (:mod:`rlcore_vllm.weights`), as
+in the multiprocess ``vllm.LLM``.
 """
 
 from __future__ import annotations

@@ -41,6 +41,14 @@ from rlcore.interfaces import (
     key,
 )
 from rlcore.protocol import DataProto
+from rlcore_vllm.cuda_ipc import (
+    WEIGHT_SYNC_CHOICES,
+    IpcWeightSender,
+    Transport,
+    choose_transport,
+    ipc_backend_file_missing,
+    ipc_backend_missing,
+)
 from rlcore_vllm.lora import MAX_LORA_RANKS, AdapterSlot
 from rlcore_vllm.model_info import check_cpu_head_size, model_config, special_ids
 from rlcore_vllm.parallel import (
@@ -189,11 +197,28 @@ class VLLMRollout(BaseRollout):
             "request, an RPC (s).",
             validator=attrs.validators.gt(0.0),
         )
-        # Bucket size for weight sync in multiprocess mode (safetensors files in /dev/shm).
+        # Bucket size of a weight sync to an engine in a subprocess: the safetensors files
+        # (/dev/shm) or the CUDA IPC staging buffer (grown to the largest tensor if smaller).
         weight_bucket_mb: int = key(
             512,
-            "Weight sync bucket size in MiB in multiprocess mode (safetensors files in /dev/shm).",
+            "Weight sync bucket size in MiB for an engine in a subprocess: each safetensors "
+            "file (weight_sync = files) or the GPU staging buffer (cuda_ipc; a larger tensor "
+            "gets a buffer of its own size).",
             validator=attrs.validators.ge(1),
+        )
+        # How weights reach an engine in a subprocess (the async engine, multiprocessing).
+        # cuda_ipc: vLLM's "ipc" weight-transfer backend, the tensors stay on the GPU
+        # (rlcore_vllm.cuda_ipc); files: safetensors buckets through /dev/shm (or disk). An
+        # in-process engine reads the trainer's stream directly: neither applies.
+        weight_sync: Literal["auto", "cuda_ipc", "files"] = key(
+            "auto",
+            "How a weight sync reaches a vLLM engine in a subprocess (async_engine, "
+            "multiprocessing): cuda_ipc shares a GPU staging buffer with vLLM's workers by "
+            "CUDA IPC handle (vLLM's ipc weight-transfer backend; the engine on the trainer's "
+            "GPU); files writes safetensors buckets to /dev/shm (disk when it is too small); "
+            "auto: cuda_ipc on a CUDA device where vLLM has that backend, else files. An "
+            "in-process engine reads the trainer's tensors directly.",
+            validator=attrs.validators.in_(WEIGHT_SYNC_CHOICES),
         )
         # "adapter": a LoRA actor sends only its adapter each sync and vLLM serves it through
         # its LoRA support (rlcore_vllm.lora); "merged": full W + scaling * B @ A tensors.
@@ -243,18 +268,29 @@ class VLLMRollout(BaseRollout):
         cls, spec: RolloutSpec, config: BaseRollout.Config, *, world_size: int, where: str
     ) -> None:
         """Before Ray starts (vLLM itself not imported): ``tensor_parallel_size`` against the
-        device, the engine mode and the policy workers; on CPU, the model's head size."""
+        device, the engine mode and the policy workers; ``weight_sync = "cuda_ipc"`` against
+        the device, the engine mode and the vLLM installed here; on CPU, the model's head
+        size."""
         if not isinstance(config, VLLMRollout.Config):
             return
         on_cpu = spec.device == "cpu"
         tp = config.tensor_parallel_size
         default_async = not on_cpu and tp == 1
+        async_engine = default_async if config.async_engine is None else config.async_engine
         check_tensor_parallel(
             tp,
             on_cpu=on_cpu,
-            async_engine=default_async if config.async_engine is None else config.async_engine,
+            async_engine=async_engine,
             multiprocessing=config.multiprocessing,
             world=world_size,
+        )
+        # As __init__ decides it in each policy worker (its torch.distributed world spans them).
+        wants_mp = world_size > 1 if config.multiprocessing is None else config.multiprocessing
+        choose_transport(
+            config.weight_sync,
+            on_cpu=on_cpu,
+            in_process=tp > 1 or (not async_engine and not wants_mp),
+            backend_missing=ipc_backend_file_missing,
         )
         if on_cpu:
             check_cpu_head_size(spec, model_config(spec))
@@ -303,6 +339,9 @@ class VLLMRollout(BaseRollout):
             if cfg.lora_sync == "adapter"
             else None
         )
+        # How update_weights reaches the engine: decided at the start, where vLLM is imported.
+        self.weight_sync: Transport = "direct" if self.in_process else "files"
+        self._ipc: IpcWeightSender | None = None
         self.llm = self._start_engine()
 
     # --- engine start ---------------------------------------------------------------------
@@ -346,6 +385,9 @@ class VLLMRollout(BaseRollout):
             kwargs.update(enable_lora=True, max_lora_rank=cfg.max_lora_rank, max_loras=1)
         if cfg.tensor_parallel_size > 1:
             kwargs.update(external_launcher_kwargs(cfg.tensor_parallel_size))
+        if self.weight_sync == "cuda_ipc":
+            # vLLM 0.32 engine/arg_utils.py:844 (a dict becomes WeightTransferConfig, 880-882).
+            kwargs["weight_transfer_config"] = {"backend": "ipc"}
         return kwargs
 
     def _start_engine(self) -> Any:
@@ -364,15 +406,27 @@ class VLLMRollout(BaseRollout):
             except ImportError as err:
                 msg = f"rollout 'vllm' needs vLLM, which cannot be imported ({err}); {INSTALL_HINT}"
                 raise ConfigError(msg) from err
+            self.weight_sync = choose_transport(
+                self.config.weight_sync,
+                on_cpu=self.on_cpu,
+                in_process=self.in_process,
+                backend_missing=ipc_backend_missing,
+            )
             try:
+                llm: Any
                 if self.async_engine:
                     from rlcore_vllm.async_engine import AsyncEngine
 
                     timeout = self.config.request_timeout_s
-                    return AsyncEngine(self._engine_kwargs(), timeout_s=timeout)
-                return LLM(**self._engine_kwargs())
+                    llm = AsyncEngine(self._engine_kwargs(), timeout_s=timeout)
+                else:
+                    llm = LLM(**self._engine_kwargs())
             except (ValueError, RuntimeError) as err:
                 raise _start_error(err, self) from err
+        if self.weight_sync == "cuda_ipc":
+            self._ipc = IpcWeightSender(llm, capacity_bytes=self.config.weight_bucket_mb << 20)
+            self._ipc.open()
+        return llm
 
     # --- generation -----------------------------------------------------------------------
 
@@ -503,9 +557,11 @@ class VLLMRollout(BaseRollout):
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Reload the streamed (HF name, full tensor) pairs into the engine, in place.
 
-        In-process: one ``reload_weights`` call consumes the stream lazily. Multiprocess:
-        buckets of whole layers (``weight_bucket_mb``) through safetensors files. The prefix
-        cache is reset afterwards (its KV entries belong to the old weights).
+        In-process: one ``reload_weights`` call consumes the stream lazily. Multiprocess
+        (``weight_sync``): chunks of a GPU staging buffer by CUDA IPC handle
+        (:mod:`rlcore_vllm.cuda_ipc`), or buckets of whole layers (``weight_bucket_mb``)
+        through safetensors files. The prefix cache is reset afterwards (its KV entries belong
+        to the old weights).
         """
         self.wake_up_weights()  # the KV cache wakes at generate (or the worker's wake_up)
         # Cast here, one tensor at a time: vLLM would cast too, but warns once per tensor and
@@ -515,8 +571,11 @@ class VLLMRollout(BaseRollout):
             (name, t.to(dtype) if t.is_floating_point() and t.dtype != dtype else t)
             for name, t in named_tensors
         )
-        if self.in_process:
+        if self.weight_sync == "direct":
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": named_tensors})
+        elif self.weight_sync == "cuda_ipc":
+            assert self._ipc is not None
+            self._ipc.send(named_tensors)
         else:
             budget = self.config.weight_bucket_mb << 20
             for bucket in layer_buckets(named_tensors, budget):

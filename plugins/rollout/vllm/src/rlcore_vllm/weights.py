@@ -6,7 +6,7 @@ linear weights; a plain ``load_weights`` after start would leave them stale). It
 subset of the weights per call, but a layer must arrive whole within one call: a fused module
 (``qkv_proj`` = q, k, v) finished with only part of its tensors keeps stale values.
 
-Two transports, chosen by how the engine runs:
+Transports, chosen by how the engine runs (and ``[rollout] weight_sync``):
 
 - in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, one worker): one ``collective_rpc`` call
   consumes the engine's stream lazily, so memory is bounded by what the training engine
@@ -14,13 +14,16 @@ Two transports, chosen by how the engine runs:
 - multiprocess (EngineCore and workers in subprocesses): tensors in ``collective_rpc``
   arguments would be serialized as nested lists, so each bucket (whole layers, about
   ``bucket_bytes``) is written to a safetensors file in shared memory (``/dev/shm``) and the
-  workers read it through :class:`WeightSyncExtension`, which vLLM mixes into its worker class.
+  workers read it through :class:`WeightSyncExtension`, which vLLM mixes into its worker class;
+- multiprocess on a CUDA device: by CUDA IPC handle, through vLLM's ``ipc`` weight-transfer
+  backend (:mod:`rlcore_vllm.cuda_ipc`).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import pickle
 import re
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -128,6 +131,18 @@ class WeightSyncExtension:
             worker: Any = self
             worker.reload_weights(weights_iterator=stream())
         return len(names)
+
+    def rlcore_update_weights_ipc(self, update_info: dict[str, Any], handles: bytes) -> None:
+        """One chunk of a CUDA IPC sync (:mod:`rlcore_vllm.cuda_ipc`) into vLLM's own
+        ``Worker.update_weights`` (vLLM 0.32: ``v1/worker/gpu_worker.py:1550``).
+
+        ``handles``: the pickled ``{GPU UUID: rebuild_cuda_tensor args}`` of the staging
+        buffer. It crosses as bytes because vLLM's msgpack channel refuses its ``torch.dtype``
+        and classes unless ``VLLM_ALLOW_INSECURE_SERIALIZATION`` opens every message to pickle
+        (``v1/serial_utils.py:220-225``); the sender is the rollout that started this engine.
+        """
+        worker: Any = self
+        worker.update_weights({**update_info, "ipc_handles": pickle.loads(handles)})
 
 
 class _DropMessages(logging.Filter):

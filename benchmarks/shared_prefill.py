@@ -1,4 +1,10 @@
-"""Generation that shares the prompt: the HF rollout with ``share_prompt_prefill`` on and off.
+"""The HF rollout's generation levers, each on and off: ``share_prompt_prefill`` (default),
+``share_prompt_kv`` and ``inverse_cdf_sampling`` (``--lever``).
+
+The prefill lever is measured with ``share_prompt_kv`` off on both sides (it would otherwise
+follow the prefill's setting); the other two with everything else at its default. With
+``inverse_cdf_sampling`` the two sides draw from one distribution with different random
+streams, so their tokens are not compared ("n/a").
 
 GRPO's ``n`` samples of a prompt are ``n`` identical adjacent rows; with the lever on, each
 distinct prompt is prefilled once and its KV cache and last logits copied to its samples
@@ -77,11 +83,14 @@ def make_rows(path: str, length: int, prompts: int, n: int) -> DataProto:
     return batch.repeat(n, interleave=True)
 
 
+LEVERS = ("share_prompt_prefill", "share_prompt_kv", "inverse_cdf_sampling")
+
+
 def bench(name: str, path: str, length: int, args: argparse.Namespace) -> dict:
     spec = RolloutSpec(model_path=path, max_response_length=args.max_new_tokens, seed=5)
+    pinned = {"share_prompt_kv": False} if args.lever == "share_prompt_prefill" else {}
     rollouts = {
-        share: HFRollout(spec, HFRollout.Config(share_prompt_prefill=share))
-        for share in (False, True)
+        on: HFRollout(spec, HFRollout.Config(**{args.lever: on, **pinned})) for on in (False, True)
     }
     rows = make_rows(path, length, args.prompts, args.n)
     sampling = SamplingParams(temperature=1.0, max_new_tokens=args.max_new_tokens)
@@ -113,8 +122,8 @@ def bench(name: str, path: str, length: int, args: argparse.Namespace) -> dict:
         "on": statistics.median(times[True]),
         "ratio": statistics.median(ratios),
         "spread": (min(ratios), max(ratios)),
-        "same": same,
-        "lp_diff": lp_diff,
+        "same": None if args.lever == "inverse_cdf_sampling" else same,
+        "lp_diff": None if args.lever == "inverse_cdf_sampling" else lp_diff,
     }
 
 
@@ -122,6 +131,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    ap.add_argument("--lever", choices=LEVERS, default=LEVERS[0])
     ap.add_argument("--models", default="quickstart,20m")
     ap.add_argument("--prompt-lengths", default="34,256")
     ap.add_argument("--prompts", type=int, default=8, help="distinct prompts per call")
@@ -139,7 +149,7 @@ def main() -> None:
                 results.append(bench(name, path, length, args))
     load_after = os.getloadavg()[0]
     print(
-        f"\nshared prompt prefill: {args.prompts} prompts x n={args.n}, {args.max_new_tokens} "
+        f"\n{args.lever}: {args.prompts} prompts x n={args.n}, {args.max_new_tokens} "
         f"new tokens, temperature 1, float32, 1 thread; median of {args.reps} interleaved "
         f"repeats; load average {load_before:.1f} -> {load_after:.1f} on {os.cpu_count()} cores\n"
     )
@@ -149,10 +159,12 @@ def main() -> None:
     )
     for r in results:
         lo, hi = r["spread"]
+        same = {True: "yes", False: "NO", None: "n/a"}[r["same"]]
+        lp_diff = "n/a" if r["lp_diff"] is None else f"{r['lp_diff']:.1e}"
         print(
             f"{r['model']:<16}{r['length']:>7}{r['rows']:>6}{r['tokens']:>8}{r['off']:>9.3f}"
             f"{r['on']:>8.3f}{r['ratio']:>8.2f}{f'{lo:.2f}-{hi:.2f}':>13}  "
-            f"{'yes' if r['same'] else 'NO':<11}  {r['lp_diff']:.1e}"
+            f"{same:<11}  {lp_diff}"
         )
 
 

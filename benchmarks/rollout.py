@@ -76,11 +76,16 @@ def build(name: str, out: Path) -> str:
         from make_model import make_model
 
         return str(make_model(out / "quickstart"))
+    if name == "tiny":  # benchmarks/vs_trl.py's dense row: 0.33M parameters, tied
+        from rlcore.testing.tiny_model import build_tiny_model
+
+        return str(build_tiny_model(out / "tiny", hidden=128, layers=2, heads=4, kv_heads=2,
+                                    tie_word_embeddings=True))  # fmt: skip
     if name == "20m":
         from rlcore.testing.tiny_model import build_tiny_model
 
         return str(build_tiny_model(out / "20m", hidden=512, layers=8, heads=8, kv_heads=4))
-    msg = f"unknown model {name!r}: quickstart, 20m"
+    msg = f"unknown model {name!r}: quickstart, tiny, 20m"
     raise SystemExit(msg)
 
 

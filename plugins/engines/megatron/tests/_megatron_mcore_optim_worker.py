@@ -47,13 +47,13 @@ def run(name: str, tp: int, pp: int, dtype: str, distributed: bool, model_path: 
         losses.append(engine.forward_backward(batch, token_mean_loss, temperature=1.0)["loss"])
         if step == 0:  # where the gradients are before the step
             live = [p for p in engine.model.parameters() if p.requires_grad]
-            in_buffers = engine._mcore is not None and all(
+            in_buffers = engine.mcore_optimizer is not None and all(
                 p.grad is None and p.main_grad.abs().sum() > 0 for p in live
             )
             in_grads = all(p.grad is not None for p in live)
         norms.append(engine.optimizer_step(lr=1e-3))
     # Adam's first moments this rank holds, against its parameters (ZeRO-1 shards them)
-    optim_state = engine._state()
+    optim_state = engine._state()  # the checkpoint's tensors of this rank
     moment_numel = sum(t.numel() for k, t in optim_state.items() if k.endswith("/exp_avg"))
     param_numel = sum(p.numel() for p in engine.model.parameters() if p.requires_grad)
     params = {n: t.float().clone() for n, t in engine.named_parameters_for_sync()}
@@ -93,7 +93,7 @@ def run(name: str, tp: int, pp: int, dtype: str, distributed: bool, model_path: 
                 "moved": torch.tensor(any(not torch.equal(g[0], g[2]) for g in gathered)),
                 "again_equal": torch.tensor(all(torch.equal(g[2], g[3]) for g in gathered)),
                 "mismatch_error": mismatch,
-                "uses_mcore": torch.tensor(engine._mcore is not None),
+                "uses_mcore": torch.tensor(engine.mcore_optimizer is not None),
                 "param_dtype": str(next(engine.model.parameters()).dtype),
                 "grads_in_buffers": torch.tensor(in_buffers),
                 "grads_in_param_grad": torch.tensor(in_grads),

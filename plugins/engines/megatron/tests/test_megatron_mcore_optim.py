@@ -190,6 +190,24 @@ def test_one_process_reads_the_weights_of_a_distributed_optimizer_checkpoint(run
     assert all(torch.equal(loaded[n], got["params"][n]) for n in loaded)
 
 
+@pytest.mark.slow
+def test_the_bf16_gpu_check_passes_its_cpu_dry_run():
+    """scripts/gpu_check_bf16.py (run by scripts/gpu_check.sh on a GPU) with --device cpu: the
+    same checks on one gloo process, so a GPU run fails only for what differs on the GPU."""
+    script = Path(__file__).parents[1] / "scripts" / "gpu_check_bf16.py"
+    run = subprocess.run(
+        [sys.executable, str(script), "--device", "cpu"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "megatron bf16 GPU check: all passed" in run.stdout
+    assert "ok  params after 2 steps vs float32" in run.stdout
+
+
 # --- single process ----------------------------------------------------------------------------
 
 

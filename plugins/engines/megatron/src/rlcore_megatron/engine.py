@@ -92,7 +92,7 @@ class MegatronEngine(GuardedSteps, BaseEngine):
 
     Extra public surface beyond the contract: ``layout`` (sizes and ranks), ``compute_logits``
     (full-vocab logits, for tests), ``global_step``, ``skipped_steps``, ``lr`` (the learning
-    rate of the last step), ``model`` and ``dims``.
+    rate of the last step), ``model``, ``dims`` and ``mcore_optimizer``.
     """
 
     @attrs.frozen(kw_only=True)
@@ -352,6 +352,11 @@ class MegatronEngine(GuardedSteps, BaseEngine):
 
     def eval_mode(self) -> None:
         self.model.eval()
+
+    @property
+    def mcore_optimizer(self) -> McoreOptimizer | None:
+        """megatron-core's DDP + optimizer this engine trains through (None: the plain path)."""
+        return self._mcore
 
     @property
     def _tied_output(self) -> bool:

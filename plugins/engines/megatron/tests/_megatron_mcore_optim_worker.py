@@ -1,11 +1,13 @@
 """One rank of the 2-process runs of megatron-core's DDP + optimizer (test_megatron_mcore_optim).
 
 argv: out_dir, then scenarios ``NAME:TP:PP:DTYPE:DISTRIBUTED:MODEL_PATH`` (DISTRIBUTED 0/1:
-``use_distributed_optimizer``). Each scenario builds an actor engine (megatron's parallel state
-rebuilt between scenarios), takes two optimizer steps on the test batch (each data-parallel
-rank on its half), saves a checkpoint, takes a third step, loads the checkpoint and computes
-the log-probs again. Rank 0 writes ``out_dir/NAME.pt`` (tensors only, read back with
-``weights_only=True``). Env: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT.
+``use_distributed_optimizer``; ``gpu``: not set, and the engine's probe answers as for a CUDA
+device, which takes bfloat16 to megatron's ``Float16OptimizerWithFloat16Params``). Each
+scenario builds an actor engine (megatron's parallel state rebuilt between scenarios), takes
+two optimizer steps on the test batch (each data-parallel rank on its half), saves a
+checkpoint, takes a third step, loads the checkpoint and computes the log-probs again. Rank 0
+writes ``out_dir/NAME.pt`` (tensors only, read back with ``weights_only=True``). Env: RANK,
+WORLD_SIZE, MASTER_ADDR, MASTER_PORT.
 """
 
 from __future__ import annotations
@@ -21,8 +23,14 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from _common import make_batch, token_mean_loss
 
+import rlcore_megatron.engine as engine_module
 from rlcore.interfaces import EngineSpec, OptimConfig
 from rlcore_megatron.engine import MegatronEngine, MegatronError
+from rlcore_megatron.mcore_optimizer import uses_mcore_optimizer
+
+
+def _probe_as_on_gpu(device: str, dtype: str, use_distributed_optimizer: bool) -> bool:
+    return uses_mcore_optimizer("cuda", dtype, use_distributed_optimizer)
 
 
 def run(name: str, tp: int, pp: int, dtype: str, distributed: bool, model_path: str, out: Path):
@@ -112,6 +120,10 @@ def main() -> None:
     dist.init_process_group("gloo", timeout=timedelta(seconds=120))
     for scenario in sys.argv[2:]:
         name, tp, pp, dtype, distributed, model_path = scenario.split(":", 5)
+        # a test double of the device probe only: everything else runs as it does on CPU
+        engine_module.uses_mcore_optimizer = (  # type: ignore[assignment]
+            _probe_as_on_gpu if distributed == "gpu" else uses_mcore_optimizer
+        )
         run(name, int(tp), int(pp), dtype, distributed == "1", model_path, out_dir)
     dist.destroy_process_group()
 

@@ -23,11 +23,13 @@ from rlcore_megatron.mcore_optimizer import checkpoint_optimizer_mismatch, uses_
 torch.set_num_threads(1)
 
 WORKER = Path(__file__).with_name("_megatron_mcore_optim_worker.py")
-# scenario -> (tensor_parallel, pipeline_parallel, dtype, use_distributed_optimizer, model)
-SCENARIOS = {
+# scenario -> (tensor_parallel, pipeline_parallel, dtype, use_distributed_optimizer, model);
+# "gpu": not set, the device probe answering as for CUDA (GPU bfloat16's default path)
+SCENARIOS: dict[str, tuple[int, int, str, bool | str, str]] = {
     "plain": (1, 1, "float32", False, "untied"),  # the plain path: torch AdamW, DP=2
     "dist": (1, 1, "float32", True, "untied"),  # DistributedOptimizer sharded over DP=2
     "bf16": (1, 1, "bfloat16", True, "untied"),  # bf16 model, float32 main params, DP=2
+    "bf16gpu": (1, 1, "bfloat16", "gpu", "untied"),  # Float16OptimizerWithFloat16Params
     "tp2dist": (2, 1, "float32", True, "untied"),
     "pp2plain": (1, 2, "float32", False, "tied"),  # tied embeddings across the stages
     "pp2dist": (1, 2, "float32", True, "tied"),
@@ -35,6 +37,7 @@ SCENARIOS = {
 }
 # scenario -> the plain-path run it must match
 REFERENCE = {"dist": "plain", "bf16": "plain", "tp2dist": "plain", "pp2dist": "pp2plain"}
+REFERENCE["bf16gpu"] = "plain"
 REFERENCE["pp2bf16"] = "pp2plain"
 
 
@@ -54,7 +57,7 @@ def runs(tmp_path_factory):
         "tied": str(build_tiny_model(tmp / "tied", tie_word_embeddings=True)),
     }
     scenarios = [
-        f"{n}:{tp}:{pp}:{dtype}:{int(d)}:{models[m]}"
+        f"{n}:{tp}:{pp}:{dtype}:{d if d == 'gpu' else int(d)}:{models[m]}"
         for n, (tp, pp, dtype, d, m) in SCENARIOS.items()
     ]
     port = _free_port()
@@ -114,7 +117,7 @@ def test_distributed_optimizer_steps_equal_the_plain_path(runs, scenario):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("scenario", ["bf16", "pp2bf16"])
+@pytest.mark.parametrize("scenario", ["bf16", "bf16gpu", "pp2bf16"])
 def test_bf16_with_float32_main_params_matches_float32_to_bf16_precision(runs, scenario):
     got, ref = runs[scenario], runs[REFERENCE[scenario]]
     assert got["param_dtype"] == "torch.bfloat16"
@@ -131,7 +134,7 @@ def test_bf16_with_float32_main_params_matches_float32_to_bf16_precision(runs, s
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("scenario", ["dist", "bf16", "tp2dist", "pp2dist"])
+@pytest.mark.parametrize("scenario", ["dist", "bf16", "bf16gpu", "tp2dist", "pp2dist"])
 def test_gradients_live_in_megatrons_buffers(runs, scenario):
     got = runs[scenario]
     assert bool(got["grads_in_buffers"])
@@ -145,6 +148,8 @@ def test_distributed_optimizer_shards_adam_state_over_data_parallel_ranks(runs):
     assert int(plain["moment_numel"]) == int(plain["param_numel"])  # every rank: all of it
     # ZeRO-1 over DP = 2: rank 0 holds half of the (padded) buffer
     assert int(dist_["moment_numel"]) == pytest.approx(int(dist_["param_numel"]) / 2, rel=0.01)
+    # without it (GPU bf16's default): every rank holds all of it, as float32 main params
+    assert int(runs["bf16gpu"]["moment_numel"]) == int(runs["bf16gpu"]["param_numel"])
 
 
 @pytest.mark.slow

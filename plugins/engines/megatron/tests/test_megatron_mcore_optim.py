@@ -226,16 +226,26 @@ def test_the_probe_keeps_the_cpu_default_on_the_plain_path():
 
 
 def test_optimizer_checkpoint_mismatch_lines():
-    saved = {"layout": [1, 1, 2], "distributed_optimizer": True}
-    assert checkpoint_optimizer_mismatch(saved, "actor", True, 2) is None
-    line = checkpoint_optimizer_mismatch(saved, "actor", True, 4)
+    saved = {"layout": [1, 1, 2], "optimizer": "megatron-distributed"}
+    assert checkpoint_optimizer_mismatch(saved, "actor", "megatron-distributed", 2) is None
+    line = checkpoint_optimizer_mismatch(saved, "actor", "megatron-distributed", 4)
     assert line is not None
     assert "of 2 data-parallel ranks, this run has 4" in line
-    line = checkpoint_optimizer_mismatch(saved, "critic", False, 2)
+    line = checkpoint_optimizer_mismatch(saved, "critic", "torch", 2)
     assert line is not None
-    assert "critic.engine.use_distributed_optimizer = true" in line
-    old = {"layout": [1, 1, 2]}  # saved before the key existed: the plain optimizer
-    assert checkpoint_optimizer_mismatch(old, "actor", False, 4) is None
-    line = checkpoint_optimizer_mismatch(old, "actor", True, 2)
+    assert "resume with critic.engine.use_distributed_optimizer = true" in line
+    old = {"layout": [1, 1, 2]}  # saved before the megatron path existed: the plain optimizer
+    assert checkpoint_optimizer_mismatch(old, "actor", "torch", 4) is None
+    line = checkpoint_optimizer_mismatch(old, "actor", "megatron", 2)
     assert line is not None
-    assert "= false, this run sets true" in line
+    assert "is 'torch', this run's is 'megatron'" in line
+    assert 'model.dtype = "float32"' in line
+    bf16 = {"layout": [1, 1, 2], "optimizer": "megatron"}  # GPU bfloat16 without the key
+    line = checkpoint_optimizer_mismatch(bf16, "actor", "torch", 2)
+    assert line is not None
+    assert (
+        'model.dtype = "bfloat16" on GPU and actor.engine.use_distributed_optimizer = false' in line
+    )
+    for line in (checkpoint_optimizer_mismatch(s, "actor", "x", 1) for s in (saved, old, bf16)):
+        assert line is not None
+        assert "\n" not in line

@@ -68,6 +68,7 @@ from rlcore_megatron.mapping import (
 from rlcore_megatron.mcore_optimizer import (
     McoreOptimizer,
     checkpoint_optimizer_mismatch,
+    optimizer_kind,
     uses_mcore_optimizer,
 )
 from rlcore_megatron.model import build_model, global_name, layer_offset, transformer_config
@@ -725,7 +726,7 @@ class MegatronEngine(GuardedSteps, BaseEngine):
             "global_step": self.global_step,
             "skipped_steps": self.skipped_steps,
             "layout": [self.layout.tp, self.layout.pp, self.layout.dp],
-            "distributed_optimizer": self._mcore is not None and self._mcore.distributed,
+            "optimizer": optimizer_kind(self._mcore),
             "group_steps": self._mcore.group_steps() if self._mcore is not None else [],
         }
         if dist.get_rank() == 0:
@@ -751,15 +752,15 @@ class MegatronEngine(GuardedSteps, BaseEngine):
             )
             raise MegatronError(msg)
         if self._guard is not None:
-            mine = self._mcore is not None and self._mcore.distributed
-            problem = checkpoint_optimizer_mismatch(extra, self.spec.role, mine, self.layout.dp)
+            kind = optimizer_kind(self._mcore)
+            problem = checkpoint_optimizer_mismatch(extra, self.spec.role, kind, self.layout.dp)
             if problem:
                 raise MegatronError(f"[{self.spec.role}] checkpoint {path!r}: {problem}")
         state = self._state()
         # In place: the tensors are the live ones.
         dcp.load(state, checkpoint_id=path)  # type: ignore[attr-defined]
-        if self._mcore is not None and extra.get("group_steps"):
-            self._mcore.load_group_steps(extra["group_steps"])
+        if self._mcore is not None:
+            self._mcore.load_group_steps(extra.get("group_steps", []))
         if self._guard is not None:  # an engine without an optimizer takes no steps
             self._guard.load_state_dict(extra)
 

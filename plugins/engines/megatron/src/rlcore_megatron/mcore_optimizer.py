@@ -19,9 +19,9 @@ their CUDA names; the compat layer answers them), which is how the tests run it.
 
 Loss normalisation stays rlcore's (per-token losses already divided by the mini-batch totals):
 the DDP wrapper is told ``calculate_per_token_loss`` (megatron-core 0.16.1
-distributed/distributed_data_parallel.py:272-278: gradient scaling factor 1, summed over DP)
+distributed/distributed_data_parallel.py:254-259: gradient scaling factor 1, summed over DP)
 and :func:`finalize_model_grads` is called without ``num_tokens`` (no rescaling,
-distributed/finalize_model_grads.py:484).
+distributed/finalize_model_grads.py:484-496).
 """
 
 from __future__ import annotations
@@ -35,7 +35,12 @@ import torch
 from rlcore.engine_utils import OptimizerGuard
 from rlcore.interfaces import OptimConfig
 
-__all__ = ["McoreOptimizer", "checkpoint_optimizer_mismatch", "uses_mcore_optimizer"]
+__all__ = [
+    "McoreOptimizer",
+    "checkpoint_optimizer_mismatch",
+    "optimizer_kind",
+    "uses_mcore_optimizer",
+]
 
 
 def uses_mcore_optimizer(device: str, dtype: str, use_distributed_optimizer: bool) -> bool:
@@ -48,24 +53,41 @@ def uses_mcore_optimizer(device: str, dtype: str, use_distributed_optimizer: boo
     return use_distributed_optimizer or (device.startswith("cuda") and dtype == "bfloat16")
 
 
+# What a checkpoint's optimizer state is, by kind, and the settings that train with that kind.
+_KIND_SETTINGS = {
+    "torch": 'model.dtype = "float32" (or any dtype on CPU) and {key} = false',
+    "megatron": 'model.dtype = "bfloat16" on GPU and {key} = false',
+    "megatron-distributed": "{key} = true",
+}
+
+
+def optimizer_kind(mcore: McoreOptimizer | None) -> str:
+    """The kind of optimizer state an engine checkpoints: ``torch`` (the plain path's AdamW),
+    ``megatron`` (float32 main params), ``megatron-distributed`` (their DP shards)."""
+    if mcore is None:
+        return "torch"
+    return "megatron-distributed" if mcore.distributed else "megatron"
+
+
 def checkpoint_optimizer_mismatch(
-    saved: dict[str, Any], role: str, distributed: bool, dp: int
+    saved: dict[str, Any], role: str, kind: str, dp: int
 ) -> str | None:
     """Why a training engine cannot load the optimizer state of a checkpoint (None: it can).
 
-    ``saved`` is the engine's JSON of the checkpoint; ``distributed`` and ``dp`` this run's
-    ``use_distributed_optimizer`` and data-parallel size. A distributed optimizer's shards reload
-    only into a distributed optimizer at the data-parallel size they were saved at.
+    ``saved`` is the engine's JSON of the checkpoint (no ``optimizer``: saved before the
+    megatron path existed, the plain one); ``kind`` and ``dp`` this run's
+    :func:`optimizer_kind` and data-parallel size. The kinds hold different tensors; a
+    distributed optimizer's shards reload only at the data-parallel size they were saved at.
     """
-    was = bool(saved.get("distributed_optimizer", False))
     key = f"{role}.engine.use_distributed_optimizer"
-    if was != distributed:
+    was = str(saved.get("optimizer", "torch"))
+    if was != kind:
+        settings = _KIND_SETTINGS.get(was, "the settings it was saved with").format(key=key)
         return (
-            f"saved with {key} = {str(was).lower()}, this run sets "
-            f"{str(distributed).lower()} (the optimizer state does not convert): set it as "
-            "when the checkpoint was saved"
+            f"its optimizer state is {was!r}, this run's is {kind!r} (the state does not "
+            f"convert): resume with {settings}, as when it was saved"
         )
-    if distributed and int(saved["layout"][2]) != dp:
+    if kind == "megatron-distributed" and int(saved["layout"][2]) != dp:
         return (
             f"holds the distributed optimizer's shards of {saved['layout'][2]} data-parallel "
             f"ranks, this run has {dp} (resharding them is not supported yet)"
@@ -129,7 +151,7 @@ class McoreOptimizer:
             clip_grad=0.0,  # clipped by clip() below, with the guard's non-finite skip
         )
         # config_overrides={}: every parameter decays, as torch's AdamW on the plain path
-        # (None would exempt biases and norms: optimizer/__init__.py:167-172).
+        # (None would exempt biases and 1-d params: optimizer/__init__.py:137-143, 78-94).
         self.optimizer = get_megatron_optimizer(
             opt_config, [self.module], config_overrides={}, use_gloo_process_groups=False
         )
@@ -224,7 +246,7 @@ class McoreOptimizer:
                             "exp_avg": torch.zeros_like(p),
                             "exp_avg_sq": torch.zeros_like(p),
                         }
-            else:  # TE / apex FusedAdam: megatron's own initialiser (optimizer/__init__.py:393)
+            else:  # TE / apex FusedAdam: megatron's own initialiser (optimizer/__init__.py:391-399)
                 opt.init_state_fn(inner, opt.config)
 
     def state(self, names: dict[int, str], prefix: str) -> dict[str, torch.Tensor]:
@@ -242,17 +264,18 @@ class McoreOptimizer:
                     state[f"{prefix}/{name}/{slot}"] = value
         return state
 
-    def group_steps(self) -> list[int]:
-        """Per-group step counters of fused optimizers (TE/apex keep ``step`` in the group)."""
-        return [int(g["step"]) for g in self.param_groups if "step" in g]
+    def group_steps(self) -> list[int | None]:
+        """Per-group step counters of fused optimizers (TE/apex FusedAdam keep ``step`` in the
+        group, from their first step on; torch's AdamW keeps it in the state: None)."""
+        return [int(g["step"]) if "step" in g else None for g in self.param_groups]
 
-    def load_group_steps(self, steps: list[int]) -> None:
-        groups = [g for g in self.param_groups if "step" in g]
-        for group, step in zip(groups, steps, strict=True):
-            group["step"] = step
-
-    @torch.no_grad()
-    def reload_model_params(self) -> None:
-        """After the model's parameters were overwritten (a weights-only load): main
-        parameters from them again (megatron's ``reload_model_params``)."""
-        self.optimizer.reload_model_params()
+    def load_group_steps(self, steps: list[int | None]) -> None:
+        """Restore :meth:`group_steps` (a fresh optimizer has no counters in its groups yet)."""
+        if len(steps) != len(self.param_groups):
+            msg = f"{len(steps)} saved parameter groups, the optimizer has {len(self.param_groups)}"
+            raise ValueError(msg)
+        for group, step in zip(self.param_groups, steps, strict=True):
+            if step is None:
+                group.pop("step", None)
+            else:
+                group["step"] = step

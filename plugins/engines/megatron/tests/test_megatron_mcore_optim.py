@@ -18,6 +18,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _common import make_batch
+
 from rlcore_megatron.mcore_optimizer import checkpoint_optimizer_mismatch, uses_mcore_optimizer
 
 torch.set_num_threads(1)
@@ -214,6 +218,46 @@ def test_the_bf16_gpu_check_passes_its_cpu_dry_run():
 
 
 # --- single process ----------------------------------------------------------------------------
+
+
+def _value_loss(outputs, mb, totals):
+    mask = mb.batch["response_mask"].float()
+    loss = ((outputs.values - 1.0) ** 2 * mask).sum() / totals.tokens
+    return loss, {"loss": float(loss.detach())}
+
+
+@pytest.mark.slow
+def test_critic_value_head_steps_equal_through_the_distributed_optimizer(tmp_path):
+    from megatron.core import parallel_state
+
+    from rlcore.interfaces import EngineSpec, OptimConfig
+    from rlcore.testing.tiny_model import build_tiny_model
+    from rlcore_megatron.engine import MegatronEngine
+
+    path = str(build_tiny_model(tmp_path / "model"))
+    spec = EngineSpec(
+        role="critic",
+        model_path=path,
+        optim=OptimConfig(lr=1e-3),
+        micro_batch_size=2,
+        value_head=True,
+    )
+    batch = make_batch()
+    got = {}
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        for distributed in (False, True):
+            config = MegatronEngine.Config(use_distributed_optimizer=distributed)
+            engine = MegatronEngine(spec, config)
+            assert (engine.mcore_optimizer is not None) == distributed
+            engine.forward_backward(batch, _value_loss, temperature=1.0)
+            norm = engine.optimizer_step(lr=1e-3)
+            got[distributed] = (norm, engine.compute_values(batch))
+    finally:
+        parallel_state.destroy_model_parallel()
+        dist.destroy_process_group()
+    assert got[True][0] == pytest.approx(got[False][0], rel=1e-5)
+    assert float((got[True][1] - got[False][1]).abs().max()) < 1e-5
 
 
 def test_the_probe_keeps_the_cpu_default_on_the_plain_path():

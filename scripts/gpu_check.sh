@@ -13,6 +13,9 @@
 #   megatron          megatron-core engine, NCCL, one rank: logits vs HF, steps, sync, checkpoint
 #                     (plugins/engines/megatron/scripts/gpu_check.py; TP > 1 needs two GPUs:
 #                     NCCL refuses two ranks on one device)
+#   megatron_bf16     megatron-core's bf16 path: Float16Module, DDP grad buffers, distributed
+#                     optimizer over float32 main params; steps against float32 within bf16
+#                     tolerance, checkpoint (plugins/engines/megatron/scripts/gpu_check_bf16.py)
 #   sglang_rollout    SGLang conformance (float32), sleep -> wake_up -> re-sync, generate_one
 #                     from a foreign event loop            (plugins/rollout/sglang/gpu_check.py)
 #   vllm_rollout      vLLM generate, log-probs vs HF, update_weights, sleep/wake
@@ -108,6 +111,8 @@ run_check device_pick "" env CUDA_VISIBLE_DEVICES="$first_gpu" \
     "$PY" scripts/gpu_check.py --device cuda --steps 1 --local-rank 1
 run_check megatron megatron.core "$PY" plugins/engines/megatron/scripts/gpu_check.py \
     --device cuda "${ARGS[@]}"
+run_check megatron_bf16 megatron.core "$PY" plugins/engines/megatron/scripts/gpu_check_bf16.py \
+    --device cuda
 run_check sglang_rollout sglang "$PY" plugins/rollout/sglang/gpu_check.py
 run_check vllm_rollout vllm "$PY" scripts/gpu_check_vllm.py --device cuda
 run_check fsdp2_vllm_sync vllm "$PY" scripts/gpu_check_sync.py --device cuda --weight-sync files

@@ -13,6 +13,7 @@ CHECKS = [
     "fsdp2_hf_grpo",
     "device_pick",
     "megatron",
+    "megatron_bf16",
     "sglang_rollout",
     "vllm_rollout",
     "fsdp2_vllm_sync",
@@ -56,4 +57,4 @@ def test_require_turns_every_skip_into_a_fail(no_cuda):
     for name in CHECKS:
         assert f"FAIL {name}: no CUDA device" in lines
     assert not any(line.startswith("SKIP") for line in lines)
-    assert "6 FAIL" in lines[-1]
+    assert f"{len(CHECKS)} FAIL" in lines[-1]

@@ -31,6 +31,18 @@ def test_cuda_calls_answer_cpu_inside_the_block_only():
             torch.zeros(1, device="cuda")
 
 
+def test_tensor_type_reads_as_on_a_gpu_inside_the_block_only():
+    """megatron's optimizers accept parameters by their CUDA type names
+    (optimizer/distrib_optimizer.py:361,420; optimizer/optimizer.py:671,690)."""
+    p = torch.nn.Parameter(torch.zeros(2))
+    with cpu_compat():
+        assert p.type() == "torch.cuda.FloatTensor"
+        assert torch.zeros(1, dtype=torch.bfloat16).type() == "torch.cuda.BFloat16Tensor"
+        assert p.type(torch.float64).dtype == torch.float64  # a conversion stays a conversion
+        assert p.device.type == "cpu"
+    assert p.type() == "torch.FloatTensor"
+
+
 def test_rng_tracker_forks_its_own_stream_and_restores_the_callers():
     tracker = CpuRNGStatesTracker()
     tracker.add("model-parallel-rng", 123)

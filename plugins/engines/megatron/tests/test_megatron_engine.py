@@ -206,6 +206,15 @@ def test_conformance(tiny_path):
     check_engine(MegatronEngine, model_path=tiny_path, atol=1e-5)
 
 
+def test_conformance_with_megatrons_distributed_optimizer(tiny_path):
+    """The same contract through megatron-core's DDP grad buffers and DistributedOptimizer
+    (lr applied exactly, non-finite skip, micro-batch-independent norm, checkpoints)."""
+    from rlcore.testing.conformance import check_engine
+
+    config = MegatronEngine.Config(use_distributed_optimizer=True)
+    check_engine(MegatronEngine, config, model_path=tiny_path, atol=1e-5)
+
+
 def test_sequence_parallel_is_refused_in_one_line_because_the_local_spec_norm_refuses_it():
     """megatron-core's local spec takes RMSNorm from LocalSpecProvider.layer_norm: torch's norm
     (WrappedTorchNorm), which asserts ``not sequence_parallel`` -- with or without apex. The
@@ -230,3 +239,19 @@ def test_sequence_parallel_is_refused_in_one_line_because_the_local_spec_norm_re
         with pytest.raises(ValueError, match="sequence_parallel = true is not supported") as err:
             MegatronEngine.Config(tensor_parallel=tp, sequence_parallel=True)
         assert "\n" not in str(err.value)
+
+
+def test_parallel_state_outliving_its_process_group_is_rebuilt():
+    """A one-process check that made and destroyed its own group leaves megatron's parallel
+    state behind; the next engine must not reuse its dead groups (megatron's DDP would)."""
+    from megatron.core import parallel_state as ps
+
+    from rlcore_megatron.parallel import init_parallel
+
+    init_parallel("cpu", tp=1, pp=1, where="[actor.engine]")
+    stale = ps.get_model_parallel_group()
+    dist.destroy_process_group()
+    assert ps.model_parallel_is_initialized()  # what the destroyed group left behind
+    init_parallel("cpu", tp=1, pp=1, where="[actor.engine]")
+    assert ps.get_model_parallel_group() is not stale
+    assert dist.get_process_group_ranks(ps.get_model_parallel_group()) == [0]

@@ -12,6 +12,12 @@ so a GPU run never sees it.
 - a tensor factory asked for ``device="cuda"`` (megatron's pipeline schedules hard-code it
   for a token counter) gets the CPU, and ``tensor.cuda()`` stays on the CPU
   (:class:`_CudaFactoriesOnCpu`, a torch function mode);
+- ``tensor.type()`` (no argument) reads as on a GPU, ``torch.cuda.FloatTensor``: megatron's
+  optimizers accept parameters only by these names (megatron-core 0.16.1
+  optimizer/distrib_optimizer.py:361-437, optimizer/optimizer.py:671-700, otherwise
+  ``TypeError: Wrapped parameters must be one of torch.cuda.FloatTensor, ...``) and its
+  gradient clipping asserts them (optimizer/clip_grads.py:167); ``type(dtype)`` converts
+  as ever;
 - ``torch.cuda.is_available()`` keeps returning False (not patched);
 - megatron's RNG tracker is replaced by :class:`CpuRNGStatesTracker`, which forks the CPU
   generator instead of a CUDA one (same semantics: named states, seeded once, restored after
@@ -114,7 +120,8 @@ def _no_synchronize(device: Any = None) -> None:
 
 
 class _CudaFactoriesOnCpu(TorchFunctionMode):
-    """``device="cuda"`` in a call's kwargs becomes CPU; ``Tensor.cuda()`` returns the tensor."""
+    """``device="cuda"`` in a call's kwargs becomes CPU; ``Tensor.cuda()`` returns the tensor;
+    ``Tensor.type()`` answers the CUDA type name."""
 
     def __torch_function__(
         self,
@@ -126,6 +133,8 @@ class _CudaFactoriesOnCpu(TorchFunctionMode):
         kwargs = kwargs or {}
         if func is torch.Tensor.cuda:
             return args[0]  # tied embeddings across stages call weight.data.cuda()
+        if func is torch.Tensor.type and len(args) == 1 and not kwargs:
+            return _cuda_type_name(args[0])
         device = kwargs.get("device")
         if device is not None and torch.device(device).type == "cuda":
             kwargs = {**kwargs, "device": "cpu"}
@@ -154,3 +163,9 @@ def cpu_compat() -> Iterator[None]:
             if _depth == 0:
                 for name in _PATCHES:
                     setattr(torch.cuda, name, _saved.pop(name))
+
+
+def _cuda_type_name(tensor: torch.Tensor) -> str:
+    """``tensor.type()`` as on a GPU: ``torch.FloatTensor`` -> ``torch.cuda.FloatTensor``."""
+    name: str = torch.Tensor.type(tensor)
+    return name if ".cuda." in name else name.replace("torch.", "torch.cuda.", 1)

@@ -48,6 +48,8 @@ from rlcore.engine_utils import (
 from rlcore.errors import ConfigError, EngineError
 from rlcore.interfaces import BaseEngine, BatchTotals, EngineSpec, LossFn, ModelOutputs, key
 from rlcore.protocol import DataProto
+from rlcore_megatron.config_checks import LORA_UNSUPPORTED as LORA_UNSUPPORTED
+from rlcore_megatron.config_checks import no_lora, positive
 from rlcore_megatron.cpu_compat import cpu_compat, install_cpu_rng_tracker
 from rlcore_megatron.forward import (
     attention_mask,
@@ -63,6 +65,12 @@ from rlcore_megatron.mapping import (
     merge_to_hf,
     shard_from_hf,
 )
+from rlcore_megatron.mcore_optimizer import (
+    McoreOptimizer,
+    checkpoint_optimizer_mismatch,
+    optimizer_kind,
+    uses_mcore_optimizer,
+)
 from rlcore_megatron.model import build_model, global_name, layer_offset, transformer_config
 from rlcore_megatron.parallel import clip_grad_norm, init_parallel, reduce_gradients
 
@@ -76,35 +84,6 @@ class MegatronError(EngineError):
     """The megatron engine cannot do what was asked (missing checkpoint, wrong role, ...)."""
 
 
-def _positive(instance: Any, attribute: Any, value: int) -> None:
-    if value < 1:
-        msg = f"{attribute.name} must be >= 1, got {value}"
-        raise ValueError(msg)
-
-
-# rlcore-fsdp2's LoRA options (verl's names) and their "off" values: accepted here only to say,
-# in one line on the first one set, that this engine has no LoRA yet.
-_LORA_OFF: dict[str, Any] = {
-    "lora_rank": 0,
-    "lora_alpha": None,
-    "lora_dropout": None,
-    "target_modules": None,
-    "exclude_modules": None,
-}
-LORA_UNSUPPORTED = (
-    'LoRA is not supported in rlcore-megatron yet; train LoRA with name = "fsdp2" in this '
-    "table (pip install 'rlcore-fsdp2[lora]'), or remove the LoRA options"
-)
-
-
-def _no_lora(instance: Any, attribute: Any, value: Any) -> None:
-    if value == _LORA_OFF[attribute.name]:
-        return
-    first = next(k for k, off in _LORA_OFF.items() if getattr(instance, k) != off)
-    if attribute.name == first:  # one line, on the first LoRA key the user set
-        raise ValueError(LORA_UNSUPPORTED)
-
-
 def _single_process() -> bool:
     return not dist.is_initialized() or dist.get_world_size() == 1
 
@@ -114,7 +93,7 @@ class MegatronEngine(GuardedSteps, BaseEngine):
 
     Extra public surface beyond the contract: ``layout`` (sizes and ranks), ``compute_logits``
     (full-vocab logits, for tests), ``global_step``, ``skipped_steps``, ``lr`` (the learning
-    rate of the last step), ``model`` and ``dims``.
+    rate of the last step), ``model``, ``dims`` and ``mcore_optimizer``.
     """
 
     @attrs.frozen(kw_only=True)
@@ -124,13 +103,13 @@ class MegatronEngine(GuardedSteps, BaseEngine):
         tensor_parallel: int = key(
             1,
             "Tensor-parallel size (ranks one layer is split over).",
-            validator=_positive,
+            validator=positive,
             allowed=">= 1",
         )
         pipeline_parallel: int = key(
             1,
             "Pipeline-parallel size (stages the layers are split into).",
-            validator=_positive,
+            validator=positive,
             allowed=">= 1",
         )
         # Shard activations of norms/dropout along the sequence over the TP group.
@@ -142,36 +121,45 @@ class MegatronEngine(GuardedSteps, BaseEngine):
             allowed="false",
         )
 
-        # Not supported: set, they fail validation with LORA_UNSUPPORTED (see _LORA_OFF).
+        use_distributed_optimizer: bool = key(
+            False,
+            "Train with megatron-core's DistributedDataParallel and DistributedOptimizer: "
+            "float32 main parameters and Adam moments sharded over the data-parallel ranks "
+            "(ZeRO-1), gradients reduce-scattered from megatron's grad buffers. With "
+            'model.dtype = "bfloat16" the model computes in bfloat16 (on GPU that happens '
+            "without this key too); checkpoints then reload at the same data-parallel size.",
+        )
+
+        # Not supported: set, they fail validation with LORA_UNSUPPORTED (config_checks).
         lora_rank: int = key(
             0,
             "Not supported by this engine (accepted only to say so): any value but "
             "0 fails validation.",
-            validator=_no_lora,
+            validator=no_lora,
             allowed="0",
         )
         lora_alpha: float | None = key(
             None,
             "Not supported by this engine: setting it fails validation.",
-            validator=_no_lora,
+            validator=no_lora,
             allowed="unset",
         )
         lora_dropout: float | None = key(
             None,
             "Not supported by this engine: setting it fails validation.",
-            validator=_no_lora,
+            validator=no_lora,
             allowed="unset",
         )
         target_modules: str | tuple[str, ...] | None = key(
             None,
             "Not supported by this engine: setting it fails validation.",
-            validator=_no_lora,
+            validator=no_lora,
             allowed="unset",
         )
         exclude_modules: tuple[str, ...] | None = key(
             None,
             "Not supported by this engine: setting it fails validation.",
-            validator=_no_lora,
+            validator=no_lora,
             allowed="unset",
         )
 
@@ -248,11 +236,18 @@ class MegatronEngine(GuardedSteps, BaseEngine):
                 self.config, tensor_parallel=1, pipeline_parallel=1, sequence_parallel=False
             )
         cfg = self.config
-        if trains and spec.dtype != "float32":
-            # Not silent: megatron's mixed-precision optimizer is not wired in yet.
+        # megatron-core's DDP + optimizer (bf16 with float32 main params, ZeRO-1), or the plain
+        # path (torch AdamW on float32 parameters): mcore_optimizer.uses_mcore_optimizer.
+        dist_opt = cfg.use_distributed_optimizer
+        uses_mcore = trains and uses_mcore_optimizer(spec.device, spec.dtype, dist_opt)
+        bf16 = uses_mcore and spec.dtype == "bfloat16"
+        if trains and spec.dtype != "float32" and not bf16:
+            # Not silent: only bfloat16 has megatron's mixed precision here (float16 would need
+            # loss scaling); the plain path trains float32 parameters.
             log.warning(
-                "%s: the megatron engine trains in float32 (model.dtype = %s is used by the "
-                "reference and the export only)",
+                "%s: the megatron engine trains in float32 here (model.dtype = %s is used by "
+                "the reference and the export only; bfloat16 training takes megatron's mixed "
+                "precision on GPU or with use_distributed_optimizer = true)",
                 where,
                 spec.dtype,
             )
@@ -289,9 +284,9 @@ class MegatronEngine(GuardedSteps, BaseEngine):
                     tp=cfg.tensor_parallel,
                     pp=cfg.pipeline_parallel,
                     sequence_parallel=cfg.sequence_parallel,
-                    # Masters in float32 when training; compute dtype below float32 is a
-                    # GPU matter (megatron's mixed precision optimizer), not handled here.
-                    dtype="float32" if trains else spec.dtype,
+                    # Training in bfloat16: megatron's optimizer keeps float32 main params;
+                    # otherwise a training model's own parameters are the float32 masters.
+                    dtype="bfloat16" if bf16 else "float32" if trains else spec.dtype,
                     on_cpu=self._cpu,
                     recompute=spec.gradient_checkpointing,
                 )
@@ -309,8 +304,16 @@ class MegatronEngine(GuardedSteps, BaseEngine):
         freeze_padding_embedding(self.model, getattr(self.hf_config, "pad_token_id", None))
         self._offset = layer_offset(self.mcore_config)
         self.optimizer: torch.optim.Optimizer | None = None
+        self._mcore: McoreOptimizer | None = None
         self._guard: OptimizerGuard | None = None
-        if trains:
+        if uses_mcore:
+            assert spec.optim is not None
+            with self._compat():
+                self._mcore = McoreOptimizer(
+                    self.model, self.mcore_config, spec.optim, bf16=bf16, distributed=dist_opt
+                )
+            self._guard = self._mcore.guard(role=spec.role, max_norm=spec.grad_clip)
+        elif trains:
             self._build_optimizer()
 
     # --- construction ---------------------------------------------------------------------
@@ -350,6 +353,11 @@ class MegatronEngine(GuardedSteps, BaseEngine):
 
     def eval_mode(self) -> None:
         self.model.eval()
+
+    @property
+    def mcore_optimizer(self) -> McoreOptimizer | None:
+        """megatron-core's DDP + optimizer this engine trains through (None: the plain path)."""
+        return self._mcore
 
     @property
     def _tied_output(self) -> bool:
@@ -402,11 +410,13 @@ class MegatronEngine(GuardedSteps, BaseEngine):
             return output, lambda out: head(out, mb)
 
         fb = get_forward_backward_func()
+        # megatron's DDP wrapper (its grad hooks fill the grad buffers), or the model itself
+        scheduled = self._mcore.module if self._mcore is not None else model
         with self._compat():
             infos = fb(
                 forward_step_func=forward_step,
                 data_iterator=iter(mbs),
-                model=[model],
+                model=[scheduled],
                 num_microbatches=len(mbs),
                 seq_length=length + pad,
                 micro_batch_size=int(mbs[0].batch["input_ids"].shape[0]),
@@ -525,6 +535,9 @@ class MegatronEngine(GuardedSteps, BaseEngine):
     def optimizer_step(self, *, lr: float) -> float:
         """Sum DP gradients, clip to ``spec.grad_clip`` (global TP x PP norm), step at ``lr``."""
         guard = self._require_guard(MegatronError)
+        if self._mcore is not None:  # megatron's reduction, main grads, its clipping
+            with self._compat():
+                return guard.step(lr=lr, clip=self._mcore.clip)
         reduce_gradients(self.model, self.layout, tied_output=self._tied_output)
 
         def clip(max_norm: float) -> float:  # the norm over TP x PP, not torch's local one
@@ -689,7 +702,12 @@ class MegatronEngine(GuardedSteps, BaseEngine):
         tag = f"tp{self.layout.tp_rank}"
         params = self._local_params()
         state: dict[str, Any] = {f"model/{tag}/{n}": p.data for n, p in params.items()}
-        if self.optimizer is not None:
+        if self._mcore is not None:
+            # Distributed optimizer: each data-parallel rank holds another shard.
+            shard = f"/dp{self.layout.dp_rank}" if self._mcore.distributed else ""
+            ids = {id(p): n for n, p in params.items()}
+            state.update(self._mcore.state(ids, f"optim/{tag}{shard}"))
+        elif self.optimizer is not None:
             ids = {id(p): n for n, p in params.items()}
             for p, slots in self.optimizer.state.items():
                 for key, value in slots.items():
@@ -708,6 +726,8 @@ class MegatronEngine(GuardedSteps, BaseEngine):
             "global_step": self.global_step,
             "skipped_steps": self.skipped_steps,
             "layout": [self.layout.tp, self.layout.pp, self.layout.dp],
+            "optimizer": optimizer_kind(self._mcore),
+            "group_steps": self._mcore.group_steps() if self._mcore is not None else [],
         }
         if dist.get_rank() == 0:
             self._extra_file(path).write_text(json.dumps(extra))
@@ -721,7 +741,7 @@ class MegatronEngine(GuardedSteps, BaseEngine):
         extra = json.loads(extra_file.read_text())
         # Data-parallel replicas share keys, so any dp loads; TP/PP shards do not reshard.
         layout = [self.layout.tp, self.layout.pp]
-        if extra["layout"][:2] != layout and self.optimizer is None:
+        if extra["layout"][:2] != layout and self._guard is None:
             self._load_resharded(path, saved_tp=int(extra["layout"][0]))
             return
         if extra["layout"][:2] != layout:
@@ -731,9 +751,16 @@ class MegatronEngine(GuardedSteps, BaseEngine):
                 f"{tuple(layout)} (resharding across TP/PP layouts is not supported yet)"
             )
             raise MegatronError(msg)
+        if self._guard is not None:
+            kind = optimizer_kind(self._mcore)
+            problem = checkpoint_optimizer_mismatch(extra, self.spec.role, kind, self.layout.dp)
+            if problem:
+                raise MegatronError(f"[{self.spec.role}] checkpoint {path!r}: {problem}")
         state = self._state()
         # In place: the tensors are the live ones.
         dcp.load(state, checkpoint_id=path)  # type: ignore[attr-defined]
+        if self._mcore is not None:
+            self._mcore.load_group_steps(extra.get("group_steps", []))
         if self._guard is not None:  # an engine without an optimizer takes no steps
             self._guard.load_state_dict(extra)
 

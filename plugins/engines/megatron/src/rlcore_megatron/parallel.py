@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable
+from typing import Any
 
 import attrs
 import torch
@@ -59,6 +60,10 @@ def init_parallel(
             f"divide the number of processes ({world})"
         )
         raise ConfigError(msg)
+    if ps.model_parallel_is_initialized() and _outlived_its_process_group(ps):
+        # Built on a default group destroyed since (a one-process check that made and tore down
+        # its own): its groups are dead handles, and megatron's DDP would use them.
+        ps.destroy_model_parallel()
     if ps.model_parallel_is_initialized():
         have = (
             ps.get_tensor_model_parallel_world_size(),
@@ -88,6 +93,16 @@ def init_parallel(
         dp_rank=ps.get_data_parallel_rank(),
     )
     return dev, layout
+
+
+def _outlived_its_process_group(ps: Any) -> bool:
+    """Whether megatron's groups belong to no live process group (torch forgets the ranks of
+    every group when the default group is destroyed)."""
+    try:
+        dist.get_process_group_ranks(ps.get_model_parallel_group())
+    except (KeyError, ValueError, RuntimeError):
+        return True
+    return False
 
 
 # Bytes of gradients flattened per all-reduce: one collective for a small model (gloo pays per

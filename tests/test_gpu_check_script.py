@@ -17,6 +17,7 @@ CHECKS = [
     "sglang_rollout",
     "vllm_rollout",
     "fsdp2_vllm_sync",
+    "fsdp2_vllm_ipc",
 ]
 
 

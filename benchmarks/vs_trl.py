@@ -719,7 +719,7 @@ def main(argv: list[str] | None = None) -> int:
                     res.setdefault(label, []).append(rlcore_run(
                         root, f"{tag}-{label}", work, workers=cores, steps=args.steps,
                         overrides=overrides, python=interpreter))  # fmt: skip
-    report(results, {w.label: w for w in works})
+        report(results, {w.label: w for w in works})  # in the block: it reads the models' shapes
     return 0
 
 

@@ -28,6 +28,8 @@ from pathlib import Path
 
 import pytest
 
+from rlcore.testing.ranks import free_port
+
 pytestmark = pytest.mark.slow
 
 # `ray start` on Linux turns --node-ip-address=127.0.0.1 into the host's address, and the
@@ -78,12 +80,6 @@ def _kill_session(sid: int) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 # Ray's token authentication stays on: every process of this cluster gets the same token.
 _TOKEN = secrets.token_hex(32)
 
@@ -102,7 +98,7 @@ def _raylet_of(node: subprocess.Popen) -> int:
 
 @pytest.fixture
 def cluster(tmp_path) -> Iterator[tuple[str, subprocess.Popen, subprocess.Popen]]:
-    port = _free_port()
+    port = free_port()
     address = f"127.0.0.1:{port}"
     # Unix socket paths must stay short: a private folder directly under /tmp.
     temp = tempfile.mkdtemp(prefix="rlc2n-", dir="/tmp")

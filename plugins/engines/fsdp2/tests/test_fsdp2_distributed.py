@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import importlib.util
-import os
-import socket
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
+
+from rlcore.testing.ranks import Ranks
 
 torch.set_num_threads(1)
 
@@ -25,12 +24,6 @@ def _load_worker():
     return module
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     from rlcore.testing.tiny_model import build_tiny_model
@@ -38,42 +31,14 @@ def results(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fsdp2_dist")
     model_path = str(build_tiny_model(tmp / "model", hidden=64, heads=2, kv_heads=1))
     out_file = tmp / "two_ranks.pt"
-    port = _free_port()
-    procs = []
-    for rank in range(2):
-        env = dict(
-            os.environ,
-            RANK=str(rank),
-            LOCAL_RANK=str(rank),
-            WORLD_SIZE="2",
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(port),
-            OMP_NUM_THREADS="1",
-        )
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, str(WORKER), model_path, str(out_file)],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-        )
-    try:
+    with Ranks([sys.executable, str(WORKER), model_path, str(out_file)]) as ranks:
         # The 1-rank reference runs here meanwhile (a private 1-rank group, destroyed after).
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
         try:
             single = _load_worker().run(model_path)
         finally:
             dist.destroy_process_group()
-        for rank, proc in enumerate(procs):
-            out, _ = proc.communicate(timeout=300)
-            assert proc.returncode == 0, f"rank {rank} failed:\n{out[-4000:]}"
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        ranks.wait(timeout=300)
     return single, torch.load(out_file, weights_only=False)
 
 

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import importlib.util
-import os
-import socket
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
+
+from rlcore.testing.ranks import Ranks
 
 pytest.importorskip("peft", reason="LoRA needs the extra: pip install 'rlcore-fsdp2[lora]'")
 torch.set_num_threads(1)
@@ -26,12 +25,6 @@ def _worker():
     return module
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_two_rank_lora_matches_one_rank_and_its_checkpoint_loads_on_one(tmp_path):
     from rlcore.interfaces import EngineSpec
@@ -40,32 +33,11 @@ def test_two_rank_lora_matches_one_rank_and_its_checkpoint_loads_on_one(tmp_path
 
     model_path = str(build_tiny_model(tmp_path / "model", hidden=64, heads=2, kv_heads=1))
     out_file, ckpt = tmp_path / "two.pt", tmp_path / "ckpt"
-    port = _free_port()
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(WORKER), model_path, str(out_file), str(ckpt)],
-            env=dict(
-                os.environ,
-                RANK=str(rank),
-                LOCAL_RANK=str(rank),
-                WORLD_SIZE="2",
-                MASTER_ADDR="127.0.0.1",
-                MASTER_PORT=str(port),
-                OMP_NUM_THREADS="1",
-            ),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for rank in range(2)
-    ]
-    try:
+    with Ranks([sys.executable, str(WORKER), model_path, str(out_file), str(ckpt)]) as ranks:
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
         try:
             single = _worker().run(model_path)
-            for rank, proc in enumerate(procs):
-                out, _ = proc.communicate(timeout=300)
-                assert proc.returncode == 0, f"rank {rank} failed:\n{out[-4000:]}"
+            ranks.wait(timeout=300)
             two = torch.load(out_file, weights_only=False)
             assert single["merged"].keys() == two["merged"].keys()
             for name, tensor in single["merged"].items():
@@ -83,8 +55,3 @@ def test_two_rank_lora_matches_one_rank_and_its_checkpoint_loads_on_one(tmp_path
                 torch.testing.assert_close(tensor, two["merged"][name], atol=0, rtol=0)
         finally:
             dist.destroy_process_group()
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()

@@ -6,9 +6,6 @@ logits, FSDP2's parameters after the same optimizer step) are computed here mean
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,17 +17,13 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from _common import hf_logits, make_batch, token_mean_loss, valid_max_diff, zero_advantage_batch
 
+from rlcore.testing.ranks import Ranks
+
 torch.set_num_threads(1)
 
 WORKER = Path(__file__).with_name("_megatron_dist_worker.py")
 # scenario -> (tensor_parallel, pipeline_parallel, model)
 SCENARIOS = {"tp2": (2, 1, "untied"), "pp2": (1, 2, "tied"), "dp2": (1, 1, "untied")}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _fsdp2_reference(model_path: str) -> dict:
@@ -73,37 +66,9 @@ def runs(tmp_path_factory):
         "tied": str(build_tiny_model(tmp / "tied", tie_word_embeddings=True)),
     }
     scenarios = [f"{n}:{tp}:{pp}:{models[m]}" for n, (tp, pp, m) in SCENARIOS.items()]
-    port = _free_port()
-    procs = []
-    for rank in range(2):
-        env = dict(
-            os.environ,
-            RANK=str(rank),
-            LOCAL_RANK=str(rank),
-            WORLD_SIZE="2",
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(port),
-            OMP_NUM_THREADS="1",
-        )
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, str(WORKER), str(tmp), *scenarios],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-        )
-    try:
+    with Ranks([sys.executable, str(WORKER), str(tmp), *scenarios]) as ranks:
         references = {name: _fsdp2_reference(path) for name, path in models.items()}
-        for rank, proc in enumerate(procs):
-            out, _ = proc.communicate(timeout=400)
-            assert proc.returncode == 0, f"rank {rank} failed:\n{out[-4000:]}"
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        ranks.wait(timeout=400)
     results = {name: torch.load(tmp / f"{name}.pt", weights_only=True) for name in SCENARIOS}
     for name in SCENARIOS:
         results[name]["checkpoint"] = tmp / f"{name}_checkpoint"

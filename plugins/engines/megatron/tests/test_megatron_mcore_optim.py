@@ -9,7 +9,6 @@ between them); the CPU compatibility layer answers megatron's CUDA type checks.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from _common import make_batch
 
+from rlcore.testing.ranks import Ranks
 from rlcore_megatron.mcore_optimizer import checkpoint_optimizer_mismatch, uses_mcore_optimizer
 
 torch.set_num_threads(1)
@@ -45,12 +45,6 @@ REFERENCE["bf16gpu"] = "plain"
 REFERENCE["pp2bf16"] = "pp2plain"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     from rlcore.testing.tiny_model import build_tiny_model
@@ -64,36 +58,8 @@ def runs(tmp_path_factory):
         f"{n}:{tp}:{pp}:{dtype}:{d if d == 'gpu' else int(d)}:{models[m]}"
         for n, (tp, pp, dtype, d, m) in SCENARIOS.items()
     ]
-    port = _free_port()
-    procs = []
-    for rank in range(2):
-        env = dict(
-            os.environ,
-            RANK=str(rank),
-            LOCAL_RANK=str(rank),
-            WORLD_SIZE="2",
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(port),
-            OMP_NUM_THREADS="1",
-        )
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, str(WORKER), str(tmp), *scenarios],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-        )
-    try:
-        for rank, proc in enumerate(procs):
-            out, _ = proc.communicate(timeout=400)
-            assert proc.returncode == 0, f"rank {rank} failed:\n{out[-4000:]}"
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+    with Ranks([sys.executable, str(WORKER), str(tmp), *scenarios]) as ranks:
+        ranks.wait(timeout=400)
     results = {name: torch.load(tmp / f"{name}.pt", weights_only=True) for name in SCENARIOS}
     for name, (*_, model) in SCENARIOS.items():
         results[name]["checkpoint"] = tmp / f"{name}_checkpoint"

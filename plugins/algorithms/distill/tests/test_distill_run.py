@@ -4,7 +4,7 @@ through ``run_training``, the tiny run's model as the student.
 - teacher = the student's own folder: the reverse KL is 0 and so is every advantage; with
   ``reward_weight = 0`` nothing trains (the exported actor equals the student);
 - teacher = a sharper model (the student's weights, output layer scaled): the teacher phase
-  runs every step, ``distill/reverse_kl`` is logged and falls as the student moves toward it,
+  runs every step, ``distill/reverse_kl`` is logged, the exact KL to the teacher falls,
   the teacher role is checkpointed (its folder in the step) and the run resumes from it.
 """
 
@@ -141,7 +141,36 @@ def test_a_sharper_teacher_lowers_the_reverse_kl_and_the_run_resumes(ray_session
         assert r["distill/kl_advantage_mean"] == pytest.approx(-r["distill/reverse_kl"], abs=1e-5)
         assert "actor/pg_loss" in r
     assert kl[0] > 0.0  # the teacher is sharper than the student
-    # the student moved toward the teacher (measured: 0.27 at step 1, falling by about a
-    # third over 8 steps, with a step-to-step noise of about 0.03)
-    assert sum(kl[-3:]) < sum(kl[:3]), kl
-    assert kl[-1] < kl[0], kl
+    # The student moved toward the teacher. Not read off the logged estimate: it is a sample
+    # mean over 512 tokens whose step-to-step noise (about 0.03) is as large as its fall over
+    # 8 steps (measured, seeds 0-2: the last three steps' sum above the first three's in 2 of
+    # 6 runs, either sampler). The exact KL over the whole vocabulary on fixed contexts has no
+    # sampling noise (measured, seeds 0-2: 0.203 before, 0.187-0.192 after).
+    before = _exact_reverse_kl(model, teacher)
+    after = _exact_reverse_kl(tmp_path / "other" / "final_hf", teacher, tokenizer=model)
+    assert after < 0.97 * before, (before, after)
+
+
+def _exact_reverse_kl(student: Path, teacher: Path, tokenizer: Path | None = None) -> float:
+    """KL(student || teacher) summed over the vocabulary, averaged over the positions of the
+    teacher's greedy 8-token answer to each training prompt (fixed contexts, no sampling)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tokenizer or student)
+    s = AutoModelForCausalLM.from_pretrained(student, dtype=torch.float32).eval()
+    t = AutoModelForCausalLM.from_pretrained(teacher, dtype=torch.float32).eval()
+    kls = []
+    with torch.no_grad():
+        for a in range(4):
+            for b in range(4):
+                messages = [{"role": "user", "content": f"What is {a} + {b}?"}]
+                ids = tok.apply_chat_template(
+                    messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
+                )["input_ids"]
+                seq = t.generate(ids, max_new_tokens=8, min_new_tokens=8, do_sample=False)
+                answer = slice(ids.shape[1] - 1, -1)  # the logits that predict the answer
+                ls = torch.log_softmax(s(seq).logits[0, answer], -1)
+                lt = torch.log_softmax(t(seq).logits[0, answer], -1)
+                kls.append((ls.exp() * (ls - lt)).sum(-1).mean())
+    return float(torch.stack(kls).mean())

@@ -209,3 +209,21 @@ def test_the_report_prints_both_frameworks_flops(vs_trl, capsys, tmp_path):
     out = capsys.readouterr().out
     ratio = gflops["rlcore"]["total"] / gflops["trl"]["total"]
     assert f"FLOP ratio rlcore/TRL {ratio:.2f}" in out
+
+
+def test_the_phase_table_judges_the_overlap_by_its_longer_side(vs_trl, capsys):
+    # a synchronous run: the step is the phases' sum, so the share outside them is the measure;
+    # the overlap: generation runs beside the update, so a negative "outside" share would print
+    w = "timing_s/worker/"
+    sync = {"timing_s/step": 1.0, w + "generate": 0.3, w + "actor_forward_backward": 0.6,
+            w + "actor_optimizer": 0.05}  # fmt: skip
+    overlap = {"timing_s/step": 0.66, w + "generate": 0.4, w + "actor_forward_backward": 0.55,
+               w + "actor_optimizer": 0.05, "actor/skipped_rows_frac": 0.25}  # fmt: skip
+    vs_trl.phase_table({"after": sync, "overlap": overlap})
+    out = capsys.readouterr().out
+    assert "after: outside-compute share 5.0% (goal <= 5%), skipped rows 0%" in out
+    assert (
+        "overlap: step / max(generation, update) 1.10 (generation 0.400 s, update 0.600 s; "
+        "goal <= 1.15), skipped rows 25%"
+    ) in out
+    assert "overlap: outside-compute" not in out

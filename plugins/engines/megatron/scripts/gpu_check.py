@@ -60,6 +60,47 @@ def loss_fn(outputs, mb, totals):  # noqa: ANN001, ANN201
     return loss, {"loss": float(loss.detach())}
 
 
+def parse_args(steps: int) -> argparse.Namespace:
+    """``--device`` and ``--steps``; TF32 off, so float32 comparisons hold to 1e-4."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument("--steps", type=int, default=steps)
+    args = parser.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    return args
+
+
+class CheckTable:
+    """One printed line per check as it runs, then the summary line and the exit code."""
+
+    def __init__(self, title: str, width: int) -> None:
+        self.title, self.width = title, width
+        self.rows: list[tuple[str, str, bool]] = []
+
+    def __call__(self, name: str, value: str, ok: bool) -> None:
+        self.rows.append((name, value, ok))
+        print(f"{'ok ' if ok else 'FAIL'} {name:<{self.width}} {value}", flush=True)
+
+    def finish(self, device: str) -> int:
+        """The peak GPU memory row (on CUDA), the summary; 1 if any check failed."""
+        if device == "cuda":
+            self("peak GPU memory", f"{torch.cuda.max_memory_allocated() / 2**20:.0f} MiB", True)
+        failed = [name for name, _, ok in self.rows if not ok]
+        print(f"{self.title}:", "FAILED " + ", ".join(failed) if failed else "all passed")
+        return 1 if failed else 0
+
+
+def checkpoint_restores(engine: MegatronEngine, batch: DataProto, folder: Path) -> bool:
+    """Save, take a step, load: the log-probs equal those at the save, bit for bit."""
+    before = engine.compute_log_prob(batch, temperature=1.0).log_probs
+    engine.save_checkpoint(str(folder))
+    engine.forward_backward(batch, loss_fn, temperature=1.0)
+    engine.optimizer_step(lr=1e-3)
+    engine.load_checkpoint(str(folder))
+    return torch.equal(before, engine.compute_log_prob(batch, temperature=1.0).log_probs)
+
+
 def hf_logits(path: str, batch: DataProto, device: str) -> torch.Tensor:
     from transformers import AutoModelForCausalLM
 
@@ -75,17 +116,8 @@ def hf_logits(path: str, batch: DataProto, device: str) -> torch.Tensor:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
-    parser.add_argument("--steps", type=int, default=3)
-    args = parser.parse_args()
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    rows: list[tuple[str, str, bool]] = []
-
-    def check(name: str, value: str, ok: bool) -> None:
-        rows.append((name, value, ok))
-        print(f"{'ok ' if ok else 'FAIL'} {name:<34} {value}", flush=True)
+    args = parse_args(steps=3)
+    check = CheckTable("megatron GPU check", width=34)
 
     with tempfile.TemporaryDirectory() as tmp:
         path = str(build_tiny_model(Path(tmp) / "model", hidden=256, layers=4, heads=8))
@@ -116,23 +148,13 @@ def main() -> int:
         )
         names = [n for n, _ in engine.named_parameters_for_sync()]
         check("weight sync (HF names)", f"{len(names)} tensors", "lm_head.weight" in names)
-        before = engine.compute_log_prob(batch, temperature=1.0).log_probs
-        engine.save_checkpoint(str(Path(tmp) / "ckpt"))
-        engine.forward_backward(batch, loss_fn, temperature=1.0)
-        engine.optimizer_step(lr=1e-3)
-        engine.load_checkpoint(str(Path(tmp) / "ckpt"))
-        restored = engine.compute_log_prob(batch, temperature=1.0).log_probs
-        check("checkpoint save/load", "log-probs restored", torch.equal(before, restored))
+        ok = checkpoint_restores(engine, batch, Path(tmp) / "ckpt")
+        check("checkpoint save/load", "log-probs restored", ok)
         engine.export_hf(str(Path(tmp) / "hf"))
         exported = hf_logits(str(Path(tmp) / "hf"), batch, args.device)
         diff = float((engine.compute_logits(batch) - exported)[keep].abs().max())
         check("export_hf -> transformers", f"max |diff| {diff:.2e}", diff < 1e-4)
-        if args.device == "cuda":
-            peak = torch.cuda.max_memory_allocated() / 2**20
-            check("peak GPU memory", f"{peak:.0f} MiB", True)
-    failed = [name for name, _, ok in rows if not ok]
-    print("megatron GPU check:", "FAILED " + ", ".join(failed) if failed else "all passed")
-    return 1 if failed else 0
+    return check.finish(args.device)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ tests/test_megatron_mcore_optim.py). Prints a table; exits 1 if a check fails.
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 import tempfile
@@ -28,7 +27,7 @@ for src in ("core/src", "plugins/engines/megatron/src", "plugins/engines/megatro
     sys.path.insert(0, str(ROOT / src))
 
 import torch  # noqa: E402
-from gpu_check import loss_fn, make_batch  # noqa: E402
+from gpu_check import CheckTable, checkpoint_restores, loss_fn, make_batch, parse_args  # noqa: E402
 
 from rlcore.interfaces import EngineSpec, OptimConfig  # noqa: E402
 from rlcore.testing.tiny_model import build_tiny_model  # noqa: E402
@@ -62,17 +61,8 @@ def train(
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
-    parser.add_argument("--steps", type=int, default=2)
-    args = parser.parse_args()
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    rows: list[tuple[str, str, bool]] = []
-
-    def check(name: str, value: str, ok: bool) -> None:
-        rows.append((name, value, ok))
-        print(f"{'ok ' if ok else 'FAIL'} {name:<36} {value}", flush=True)
+    args = parse_args(steps=2)
+    check = CheckTable("megatron bf16 GPU check", width=36)
 
     with tempfile.TemporaryDirectory() as tmp:
         path = str(build_tiny_model(Path(tmp) / "model", hidden=256, layers=4, heads=8))
@@ -116,19 +106,9 @@ def main() -> int:
         in_buffers = all(p.grad is None and getattr(p, "main_grad", None) is not None for p in live)
         check("gradients in megatron's buffers", str(in_buffers), in_buffers)
         bf16.optimizer_step(lr=1e-3)
-        before = bf16.compute_log_prob(batch, temperature=1.0).log_probs
-        bf16.save_checkpoint(str(Path(tmp) / "ckpt"))
-        bf16.forward_backward(batch, loss_fn, temperature=1.0)
-        bf16.optimizer_step(lr=1e-3)
-        bf16.load_checkpoint(str(Path(tmp) / "ckpt"))
-        restored = bf16.compute_log_prob(batch, temperature=1.0).log_probs
-        check("checkpoint save/load", "log-probs restored", torch.equal(before, restored))
-        if args.device == "cuda":
-            peak = torch.cuda.max_memory_allocated() / 2**20
-            check("peak GPU memory", f"{peak:.0f} MiB", True)
-    failed = [name for name, _, ok in rows if not ok]
-    print("megatron bf16 GPU check:", "FAILED " + ", ".join(failed) if failed else "all passed")
-    return 1 if failed else 0
+        ok = checkpoint_restores(bf16, batch, Path(tmp) / "ckpt")
+        check("checkpoint save/load", "log-probs restored", ok)
+    return check.finish(args.device)
 
 
 if __name__ == "__main__":

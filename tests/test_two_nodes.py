@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from rlcore.testing.ranks import free_port
+from rlcore.workers.worker import find_free_port
 
 pytestmark = pytest.mark.slow
 
@@ -98,7 +98,7 @@ def _raylet_of(node: subprocess.Popen) -> int:
 
 @pytest.fixture
 def cluster(tmp_path) -> Iterator[tuple[str, subprocess.Popen, subprocess.Popen]]:
-    port = free_port()
+    port = find_free_port()
     address = f"127.0.0.1:{port}"
     # Unix socket paths must stay short: a private folder directly under /tmp.
     temp = tempfile.mkdtemp(prefix="rlc2n-", dir="/tmp")

@@ -14,19 +14,13 @@ Leaving the block kills whatever is still running, so a failed assertion leaves 
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 from collections.abc import Sequence
 from types import TracebackType
 
-__all__ = ["Ranks", "free_port"]
+from rlcore.workers.worker import find_free_port
 
-
-def free_port() -> int:
-    """A TCP port free on the loopback interface now (the OS picks it)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+__all__ = ["Ranks"]
 
 
 class Ranks:
@@ -36,7 +30,7 @@ class Ranks:
         self, argv: Sequence[str], *, world_size: int = 2, env: dict[str, str] | None = None
     ) -> None:
         self.argv = [str(a) for a in argv]
-        port = str(free_port())
+        port = str(find_free_port())
         self.procs = [
             subprocess.Popen(
                 self.argv,

@@ -16,6 +16,9 @@ from pathlib import Path
 
 import pytest
 
+# the training prompts, "What is a + b?"
+PAIRS = [(a, b) for a in range(4) for b in range(4)]
+
 # resources.placement: the teacher (a frozen role) in a worker group on a pool of its own
 PLACED = 'placement = { teacher = "aux" }\n[resources.pools.aux]\nprocesses_per_node = 1\n'
 
@@ -26,9 +29,7 @@ def _config(
     from rlcore.config import load_config_text
     from rlcore.testing.runs import arithmetic_rows, tiny_run_toml, write_jsonl
 
-    train = write_jsonl(
-        arithmetic_rows([(a, b) for a in range(4) for b in range(4)]), tmp_path / "train.jsonl"
-    )
+    train = write_jsonl(arithmetic_rows(PAIRS), tmp_path / "train.jsonl")
     text = tiny_run_toml(
         model=model,
         train_files=[train],
@@ -157,20 +158,20 @@ def _exact_reverse_kl(student: Path, teacher: Path, tokenizer: Path | None = Non
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from rlcore.testing.runs import arithmetic_rows
+
     tok = AutoTokenizer.from_pretrained(tokenizer or student)
     s = AutoModelForCausalLM.from_pretrained(student, dtype=torch.float32).eval()
     t = AutoModelForCausalLM.from_pretrained(teacher, dtype=torch.float32).eval()
     kls = []
     with torch.no_grad():
-        for a in range(4):
-            for b in range(4):
-                messages = [{"role": "user", "content": f"What is {a} + {b}?"}]
-                ids = tok.apply_chat_template(
-                    messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
-                )["input_ids"]
-                seq = t.generate(ids, max_new_tokens=8, min_new_tokens=8, do_sample=False)
-                answer = slice(ids.shape[1] - 1, -1)  # the logits that predict the answer
-                ls = torch.log_softmax(s(seq).logits[0, answer], -1)
-                lt = torch.log_softmax(t(seq).logits[0, answer], -1)
-                kls.append((ls.exp() * (ls - lt)).sum(-1).mean())
+        for row in arithmetic_rows(PAIRS):
+            ids = tok.apply_chat_template(
+                row["prompt"], add_generation_prompt=True, return_tensors="pt", return_dict=True
+            )["input_ids"]
+            seq = t.generate(ids, max_new_tokens=8, min_new_tokens=8, do_sample=False)
+            answer = slice(ids.shape[1] - 1, -1)  # the logits that predict the answer
+            ls = torch.log_softmax(s(seq).logits[0, answer], -1)
+            lt = torch.log_softmax(t(seq).logits[0, answer], -1)
+            kls.append((ls.exp() * (ls - lt)).sum(-1).mean())
     return float(torch.stack(kls).mean())

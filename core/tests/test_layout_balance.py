@@ -125,3 +125,24 @@ def test_a_group_larger_than_a_share_is_split():
     assert sorted(shares[0] + shares[1]) == list(range(8))
     # Group 0 fills one share and spills two rows into the other, next to group 1.
     assert {tuple(s) for s in shares} == {(0, 1, 2, 3), (4, 5, 6, 7)}
+
+
+def test_skipped_rows_weigh_nothing_so_ranks_get_the_same_rows_to_train():
+    """GRPO with the zero-advantage skip: the update drops whole tied groups, so the layout
+    balances the rows each rank will train, not the rows it holds."""
+    prompt_of = [p for p in range(4) for _ in range(4)]
+    # Group tokens 64, 52, 40, 28; groups 0 and 3 tied (advantage 0: skipped). Balanced on
+    # all tokens, one rank holds 0 and 3 (92 tokens) and the other 1 and 2 (92): all the
+    # training lands on one rank.
+    batch = grouped_batch(prompt_of, [10] * 4 + [7] * 4 + [4] * 4 + [1] * 4)
+    trained_group = torch.tensor([p in (1, 2) for p in prompt_of])
+    batch.batch["advantages"] = torch.where(trained_group, 1.0, 0.0).unsqueeze(1).expand(16, 10)
+
+    def trained_per_rank(**kwargs):
+        out = mini_batch_layout(batch, rows_per_mini_batch=16, world_size=2, **kwargs)
+        rows = out.batch["row"]
+        assert sorted(rows.tolist()) == list(range(16))
+        return sorted([int(trained_group[rows[:8]].sum()), int(trained_group[rows[8:]].sum())])
+
+    assert trained_per_rank(balance_tokens=True) == [0, 8]
+    assert trained_per_rank(balance_tokens=True, skips_zero_advantage_rows=True) == [4, 4]

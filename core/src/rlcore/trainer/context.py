@@ -33,15 +33,23 @@ def select(batch: DataProto, keys: Sequence[str]) -> DataProto:
 
 
 def laid_out(
-    batch: DataProto, keys: Sequence[str], update: UpdateSpec, mesh: Sequence[DispatchInfo]
+    batch: DataProto,
+    keys: Sequence[str],
+    update: UpdateSpec,
+    mesh: Sequence[DispatchInfo],
+    *,
+    skips_zero_advantage_rows: bool = False,
 ) -> DataProto:
     """An update's rows: whole mini-batches per data-parallel rank of the role's ``mesh`` (its
-    engine's ``dispatch_info``; tensor-parallel ranks share rows), zero-weight padding."""
+    engine's ``dispatch_info``; tensor-parallel ranks share rows), zero-weight padding.
+    ``skips_zero_advantage_rows``: the update drops those rows, so ranks are balanced on the
+    rest (:func:`~rlcore.trainer.layout.mini_batch_layout`)."""
     return mini_batch_layout(
         select(batch, keys),
         rows_per_mini_batch=update.rows_per_mini_batch,
         world_size=mesh[0].dp_size,
         balance_tokens=update.balance_tokens,
+        skips_zero_advantage_rows=skips_zero_advantage_rows,
     )
 
 
@@ -111,7 +119,13 @@ class DriverStepContext(StepContext):
             keys = (*keys, "ref_log_prob")
         keys = (*keys, *(k for k in self.algorithm.needs.loss_keys if k not in keys))
         mesh = self.policy.dispatch_info(ACTOR_MESH)
-        return laid_out(batch, keys, self.specs.policy.update, mesh)
+        return laid_out(
+            batch,
+            keys,
+            self.specs.policy.update,
+            mesh,
+            skips_zero_advantage_rows=self.specs.policy.skip_zero_advantage_rows,
+        )
 
     def critic_input(self, batch: DataProto) -> DataProto:
         if self.critic is None or self.specs.critic is None:

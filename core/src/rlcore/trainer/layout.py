@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from rlcore.engine_utils import prompt_group_starts
+from rlcore.trainer.levers import trained_rows
 
 if TYPE_CHECKING:
     from rlcore.protocol import DataProto
@@ -83,7 +84,12 @@ def prompt_groups(batch: DataProto) -> list[int] | None:
 
 
 def mini_batch_layout(
-    batch: DataProto, *, rows_per_mini_batch: int, world_size: int, balance_tokens: bool = False
+    batch: DataProto,
+    *,
+    rows_per_mini_batch: int,
+    world_size: int,
+    balance_tokens: bool = False,
+    skips_zero_advantage_rows: bool = False,
 ) -> DataProto:
     """``batch`` (tensors only) reordered and padded as described in the module docstring.
 
@@ -91,12 +97,18 @@ def mini_batch_layout(
     tokens (:func:`balanced_shares`) instead of contiguous rows: a mini-batch's rows, and so
     its gradient, are the same; the slowest rank, which every rank waits for, is faster. The
     samples of one prompt (:func:`prompt_groups`) stay together on a rank where they fit.
+    ``skips_zero_advantage_rows``: the update leaves zero-advantage rows out of its backward
+    (:func:`rlcore.trainer.levers.drop_zero_advantage_rows`), so their tokens cost a rank
+    nothing and count 0 here: ranks get about the same tokens to train, not to hold.
     """
     rows = len(batch)
     per = max(1, min(rows_per_mini_batch, rows))
     minis = math.ceil(rows / per)
     share = math.ceil(per / world_size)  # rows per rank per mini-batch
     lengths = batch.batch["attention_mask"].sum(-1).tolist() if balance_tokens else []
+    if lengths and skips_zero_advantage_rows and "advantages" in batch.batch:
+        trained = trained_rows(batch).tolist()
+        lengths = [n if keep else 0 for n, keep in zip(lengths, trained, strict=True)]
     groups = prompt_groups(batch) if balance_tokens and world_size > 1 else None
     shares: list[list[list[int]]] = []  # [mini-batch][rank] -> rows
     for m in range(minis):

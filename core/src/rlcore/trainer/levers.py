@@ -29,7 +29,12 @@ if TYPE_CHECKING:
     from rlcore.protocol import DataProto
     from rlcore.trainer.mismatch import MismatchTally
 
-__all__ = ["drop_zero_advantage_rows", "old_log_probs_from_forward", "with_totals"]
+__all__ = [
+    "drop_zero_advantage_rows",
+    "old_log_probs_from_forward",
+    "trained_rows",
+    "with_totals",
+]
 
 
 def old_log_probs_from_forward(loss_fn: LossFn, tally: MismatchTally | None = None) -> LossFn:
@@ -86,14 +91,20 @@ def drop_zero_advantage_rows(
     At least one row is kept so that every rank runs the engine's collectives; a kept
     zero-advantage row adds a zero gradient.
     """
-    import torch
-
     totals = batch_totals(mini_batch, device)
-    advantages = mini_batch.batch["advantages"]  # (b, R)
-    mask = mini_batch.batch["response_mask"].to(torch.bool)
-    active = ((advantages != 0) & mask).any(dim=-1)  # (b,)
+    active = trained_rows(mini_batch)
     if not bool(active.any()):
         active[0] = True
     if bool(active.all()):
         return mini_batch, totals
     return mini_batch.select_idxs(active.cpu().numpy()), totals
+
+
+def trained_rows(batch: DataProto) -> torch.Tensor:
+    """(b,) bool: the rows with a non-zero advantage on a valid token, those
+    :func:`drop_zero_advantage_rows` keeps (the driver's layout balances them over ranks)."""
+    import torch
+
+    advantages = batch.batch["advantages"]  # (b, R)
+    mask = batch.batch["response_mask"].to(torch.bool)
+    return ((advantages != 0) & mask).any(dim=-1)

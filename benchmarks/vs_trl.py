@@ -561,17 +561,52 @@ def step_gflops(work: Work, res: dict) -> dict[str, dict[str, float]]:
 
 
 def flop_line(work: Work, res: dict) -> str | None:
-    """The model FLOPs of both and their ratio: the time ratio at equal FLOP rates."""
+    """The model FLOPs of both and their ratio: the time ratio at equal FLOP rates; then
+    both FLOP rates, the rate rlcore needs for the issue's 0.5, and this CPU's matmul rate on
+    the model's shape (what eager kernels reach at best)."""
     gflops = step_gflops(work, res)
     if not gflops:
         return None
     ours, theirs = gflops["rlcore"], gflops["trl"]
-    return (
+    line = (
         f"  model FLOPs per step (benchmarks/step_flops.py): TRL >= {theirs['total']:.1f} G "
         f"(generation {theirs['generate']:.1f}), rlcore {ours['total']:.1f} G (generation "
         f"{ours['generate']:.1f}); FLOP ratio rlcore/TRL {ours['total'] / theirs['total']:.2f}: "
         "the time ratio at equal FLOP rates"
     )
+    trl, mine = med_of(res, "trl", "step"), med_of(res, "after", "timing_s/step")
+    if not trl or not mine:
+        return line
+    matmul = matmul_rate(ModelShape.from_config(work.model))
+    return line + (
+        f"\n  FLOP rates at 1 thread: TRL {theirs['total'] / trl:.1f} GFLOP/s, rlcore "
+        f"{ours['total'] / mine:.1f}; rlcore/TRL 0.5 needs rlcore at "
+        f"{ours['total'] / (0.5 * trl):.1f} GFLOP/s over the whole step; this CPU's "
+        f"1-thread matmul on the model's MLP shape: {matmul:.1f} GFLOP/s"
+    )
+
+
+def matmul_rate(shape: ModelShape, tokens: int = 8192) -> float:
+    """GFLOP/s of one thread on ``tokens`` x hidden @ hidden x intermediate (the model's MLP
+    up-projection, as a packed training micro-batch runs it): best of 5."""
+    import time
+
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        g = torch.Generator().manual_seed(0)
+        a = torch.randn(tokens, shape.hidden, generator=g)
+        b = torch.randn(shape.hidden, shape.intermediate, generator=g)
+        best = float("inf")
+        for _ in range(6):  # the first warms up
+            start = time.perf_counter()
+            a @ b
+            best = min(best, time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(threads)
+    return 2 * tokens * shape.hidden * shape.intermediate / best / 1e9
 
 
 def has_vllm(python: str) -> bool:

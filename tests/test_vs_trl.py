@@ -209,6 +209,14 @@ def test_the_report_prints_both_frameworks_flops(vs_trl, capsys, tmp_path):
     out = capsys.readouterr().out
     ratio = gflops["rlcore"]["total"] / gflops["trl"]["total"]
     assert f"FLOP ratio rlcore/TRL {ratio:.2f}" in out
+    # the rates: FLOPs over each 1-thread step (TRL 2 s, rlcore 1 s), and rlcore's at 0.5 x 2 s
+    ours, theirs = gflops["rlcore"]["total"], gflops["trl"]["total"]
+    assert (
+        f"FLOP rates at 1 thread: TRL {theirs / 2:.1f} GFLOP/s, rlcore {ours:.1f}; rlcore/TRL "
+        f"0.5 needs rlcore at {ours:.1f} GFLOP/s over the whole step"
+    ) in out
+    matmul = float(out.split("matmul on the model's MLP shape: ")[1].split()[0])
+    assert matmul > 0.5  # measured here: any CPU multiplies faster than that
 
 
 def test_the_phase_table_judges_the_overlap_by_its_longer_side(vs_trl, capsys):

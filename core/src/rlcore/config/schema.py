@@ -289,7 +289,8 @@ class ActorConfig:
     balance_tokens: bool = key(
         True,
         "With several data-parallel ranks, give each about the same tokens of "
-        "every mini-batch (actor and critic updates); false: contiguous rows.",
+        "every mini-batch (actor and critic updates; with skip_zero_advantage_rows, "
+        "of the rows the actor trains); false: contiguous rows.",
     )
 
 

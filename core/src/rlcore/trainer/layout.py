@@ -105,10 +105,12 @@ def mini_batch_layout(
     per = max(1, min(rows_per_mini_batch, rows))
     minis = math.ceil(rows / per)
     share = math.ceil(per / world_size)  # rows per rank per mini-batch
-    lengths = batch.batch["attention_mask"].sum(-1).tolist() if balance_tokens else []
-    if lengths and skips_zero_advantage_rows and "advantages" in batch.batch:
-        trained = trained_rows(batch).tolist()
-        lengths = [n if keep else 0 for n, keep in zip(lengths, trained, strict=True)]
+    lengths: list[int] = []
+    if balance_tokens:
+        counts = batch.batch["attention_mask"].sum(-1)
+        if skips_zero_advantage_rows and "advantages" in batch.batch:
+            counts = counts * trained_rows(batch)  # a dropped row costs its rank nothing
+        lengths = counts.tolist()
     groups = prompt_groups(batch) if balance_tokens and world_size > 1 else None
     shares: list[list[list[int]]] = []  # [mini-batch][rank] -> rows
     for m in range(minis):

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import gc
 import json
 import signal
 import subprocess
@@ -137,6 +138,54 @@ def test_deadline_never_fires_inside_the_unraisable_hook(monkeypatch):
         call_with_deadline(work, 0.05)
     assert reported == ["ValueError"]  # the hook ran to its end
     assert time.monotonic() - start < 2.0
+
+
+def _allocate_containers() -> int:
+    # Enough new containers for dozens of automatic collections while the GC is on.
+    return len([[i] for i in range(100_000)])
+
+
+def test_no_garbage_collection_runs_inside_the_limited_call():
+    # A full collection of a big heap is one C call no tick can cut (1-2 s under load in a
+    # full test run): the limited call runs with automatic collection off, restored after.
+    inside: list[int] = []
+    limited = [False]
+
+    def record(phase: str, info: dict) -> None:
+        if phase == "start" and limited[0]:
+            inside.append(info["generation"])
+
+    def work() -> int:
+        limited[0] = True
+        try:
+            return _allocate_containers()
+        finally:
+            limited[0] = False
+
+    gc.callbacks.append(record)
+    try:
+        assert gc.isenabled()
+        assert call_with_deadline(work, 5.0) == 100_000
+        assert inside == []
+        assert gc.isenabled()
+        with pytest.raises(DeadlineExceeded):
+            call_with_deadline(_spin, 0.1)
+        assert gc.isenabled()  # back on after a call cut by its deadline too
+        gc.disable()
+        call_with_deadline(work, 5.0)
+        assert not gc.isenabled()  # a caller's own choice is kept
+    finally:
+        gc.enable()
+        gc.callbacks.remove(record)
+    before = len(inside)
+    limited[0] = True
+    gc.callbacks.append(record)
+    try:
+        _allocate_containers()  # the same work outside the deadline is collected as usual
+    finally:
+        limited[0] = False
+        gc.callbacks.remove(record)
+    assert len(inside) > before
 
 
 @pytest.fixture

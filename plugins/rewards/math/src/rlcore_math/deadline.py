@@ -18,11 +18,17 @@ raise in a thread). We call it with its timeouts off and impose ours:
   in :mod:`rlcore_math.verify` keep such work short.
 
 Neither can interrupt one long C call (a huge ``int`` power holds the GIL), which is why
-:mod:`rlcore_math.verify` refuses such expressions before sympy sees them.
+:mod:`rlcore_math.verify` refuses such expressions before sympy sees them. The cyclic garbage
+collector is such a call too: a full collection of a big process's heap (a trainer's, a test
+session's) took 1-2 s under load, so on the main thread automatic collection is off for the
+limited call and back on after it (sympy's objects are freed by reference counting; the
+collection it owes runs later, outside the limit). A full pass that landed inside the call was
+what pushed a 1 s limit to 2.6 s in a full test run.
 """
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
 import sys
@@ -116,6 +122,8 @@ def _call_with_alarm(fn: Callable[[], T], timeout_s: float) -> T:
             raise _DeadlineHit
 
     start = time.monotonic()
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # a collection is one C call no tick can cut (module docstring)
     old_handler = signal.signal(signal.SIGALRM, on_alarm)
     # The timer repeats every _RETRY_S after the first tick, see on_alarm.
     old_delay, old_interval = signal.setitimer(signal.ITIMER_REAL, timeout_s, _RETRY_S)
@@ -128,6 +136,8 @@ def _call_with_alarm(fn: Callable[[], T], timeout_s: float) -> T:
         # signal.signal() runs any pending handler (ours, a no-op here) before swapping.
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old_handler)
+        if gc_was_enabled:
+            gc.enable()
         if old_delay > 0:
             # Give the caller's own alarm (pytest-timeout) what is left of it, at least a tick.
             remaining = max(old_delay - (time.monotonic() - start), 1e-3)

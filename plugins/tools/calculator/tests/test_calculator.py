@@ -57,7 +57,7 @@ def test_refuses_what_is_not_bounded_arithmetic(text, message):
     start = time.monotonic()
     with pytest.raises(CalculatorError, match=message):
         evaluate(text)
-    assert time.monotonic() - start < 1.0  # refused before any big work
+    assert time.monotonic() - start < 5.0  # refused before any big work (9 ** 9 ** 9 never ends)
 
 
 def test_the_tool_answers_text_or_a_tool_error():

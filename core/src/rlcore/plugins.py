@@ -544,7 +544,9 @@ class PluginRegistry:
     def _class_problem(kind: str, cls: object) -> str | None:
         bases = ACCEPTED_BASES[kind]
         if not (isinstance(cls, type) and issubclass(cls, bases)):
-            wanted = " or ".join(f"{b.__module__}.{b.__name__}" for b in bases)
+            # The contracts' public names (rlcore.interfaces.BaseReward), not the modules they
+            # are written in.
+            wanted = " or ".join(f"rlcore.interfaces.{b.__name__}" for b in bases)
             return f" is not a subclass of {wanted}"
         config_cls = cls.Config  # type: ignore[attr-defined]
         # A plain subclass of an attrs class passes attrs.has() but drops its own fields.

@@ -7,8 +7,6 @@ from typing import Any
 
 import attrs
 
-# --- config keys ----------------------------------------------------------------------------
-
 _Validator = Callable[[Any, "attrs.Attribute[Any]", Any], Any]
 
 

@@ -9,8 +9,6 @@ import attrs
 
 from rlcore.interfaces.specs import Dtype
 
-# --- what a plugin declares about itself ------------------------------------------------------
-
 
 @attrs.frozen(kw_only=True)
 class AlgorithmNeeds:

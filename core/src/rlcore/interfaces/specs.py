@@ -21,9 +21,6 @@ DTYPE_NAMES: tuple[str, ...] = get_args(Dtype)
 Device = Literal["cpu", "cuda"]
 
 
-# --- what the core hands to engines and rollouts ------------------------------------------
-
-
 @attrs.frozen(kw_only=True)
 class OptimConfig:
     """AdamW and its learning-rate schedule (``[actor.optim]``, ``[critic.optim]``).

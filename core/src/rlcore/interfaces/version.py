@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Final
 
-# --- the contract's version -----------------------------------------------------------------
-
 #: The plugin contract this rlcore implements. A plugin module declares the version it was
 #: written for (``contract_version = 2`` at module level); discovery refuses any other.
 CONTRACT_VERSION: Final = 2

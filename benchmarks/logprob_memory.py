@@ -1,4 +1,4 @@
-"""Peak memory of response log-probs: chunked (rlcore.engine_utils) vs one-shot, vocab >= 32k.
+"""Peak memory of response log-probs: chunked (rlcore.engine) vs one-shot, vocab >= 32k.
 
     python benchmarks/logprob_memory.py                    # vocab 32768, 8 x 256 tokens
     python benchmarks/logprob_memory.py --vocab 151936 --rows 4 --tokens 512
@@ -35,7 +35,7 @@ def _rss_mb() -> float:
 def child_logits(rows: int, tokens: int, vocab: int, chunk: int) -> dict[str, float]:
     import torch
 
-    from rlcore.engine_utils import log_probs_from_logits
+    from rlcore.engine import log_probs_from_logits
 
     torch.set_num_threads(1)
     logits = torch.randn(rows, tokens, vocab, dtype=torch.bfloat16)

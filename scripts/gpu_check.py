@@ -28,7 +28,7 @@ for src in ("core/src", "plugins/engines/fsdp2/src", "plugins/rollout/hf/src"):
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
-from rlcore.engine_utils import learning_rate  # noqa: E402
+from rlcore.engine import learning_rate  # noqa: E402
 from rlcore.interfaces import EngineSpec, OptimConfig, RolloutSpec, SamplingParams  # noqa: E402
 from rlcore.protocol import DataProto  # noqa: E402
 from rlcore.testing.tiny_model import build_tiny_model  # noqa: E402

@@ -15,7 +15,7 @@ CPU build (float32) ``--device cpu`` passes (mean |vLLM - trainer| 2.6e-7, measu
 and ``--device cpu --break-sync`` fails (0.47 at step 0); plugins/rollout/vllm/tests runs both.
 
 ``--lora``: the actor trains a LoRA adapter (rank 8) and the rollout has ``lora_sync =
-"adapter"``: each sync (``rlcore.trainer.roles.push_weights``, as the policy worker runs it)
+"adapter"``: each sync (``rlcore.roles.policy.push_weights``, as the policy worker runs it)
 sends only the adapter, which vLLM serves as a LoRA request under a new id; the bytes of the
 adapter sync and of the merged weights it replaces are printed per step.
 ``--weight-sync``: the rollout's ``weight_sync``. On a GPU the rollout runs vLLM's async engine
@@ -103,7 +103,7 @@ def main() -> int:
     )
     from transformers import AutoTokenizer
 
-    from rlcore.trainer.roles import push_weights
+    from rlcore.roles.policy import push_weights
     from rlcore_vllm.rollout import VLLMRollout
     from rlcore_vllm.weights import tensor_bytes
 

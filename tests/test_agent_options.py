@@ -19,7 +19,7 @@ def _text(tmp_path, agent: str) -> str:
 
 
 def test_a_tool_option_in_the_toml_reaches_the_tool(tmp_path):
-    from rlcore.trainer.roles import _build_agent_loop
+    from rlcore.roles.policy import _build_agent_loop
     from rlcore.trainer.specs import _agent_spec
     from rlcore_calculator.tool import CalculatorTool
 

@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from rlcore.errors import WorkerError
-from rlcore.resources import ResourcePool
 from rlcore.workers import ClassWithInitArgs, RayWorkerGroup
+from rlcore.workers.resources import ResourcePool
 
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:

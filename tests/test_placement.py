@@ -67,11 +67,11 @@ def test_sync_across_pools_matches_the_trainer_and_skipping_it_does_not(
     from transformers import AutoTokenizer
 
     from rlcore.protocol import DataProto
+    from rlcore.roles.policy import POLICY_INPUT_KEYS
     from rlcore.testing.prompts import prompt_batch
     from rlcore.trainer.builder import build_algorithm, build_workers
     from rlcore.trainer.context import DriverStepContext
     from rlcore.trainer.placement import SplitPolicy
-    from rlcore.trainer.roles import POLICY_INPUT_KEYS
     from rlcore.trainer.specs import build_specs
 
     # Buckets of 4 KiB: the tiny model's tensors travel in many broadcasts, not one.

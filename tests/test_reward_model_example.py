@@ -32,7 +32,7 @@ def _load(folder: Path, name: str):
 def _rollout(tokenizer, prompts: list[list[int]], responses: list[list[int]], R: int):
     """The rollout's layout: prompts left-padded, responses right-padded with the pad id after
     the end-of-turn token (masked), positions continuing past it."""
-    from rlcore.engine_utils import rollout_tensors
+    from rlcore.engine import rollout_tensors
     from rlcore.protocol import DataProto
 
     pad = tokenizer.pad_token_id

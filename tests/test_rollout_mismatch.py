@@ -17,7 +17,7 @@ import torch.distributed as dist
 
 from rlcore.interfaces import EngineSpec, OptimConfig, RolloutSpec, SamplingParams
 from rlcore.protocol import DataProto
-from rlcore.trainer.mismatch import DIFF_MAX, DIFF_MEAN, logprob_diff_metrics
+from rlcore.roles.mismatch import DIFF_MAX, DIFF_MEAN, logprob_diff_metrics
 
 torch.set_num_threads(1)
 
@@ -35,9 +35,9 @@ def _private_process_group():
 def test_mismatch_is_tiny_in_sync_large_when_the_sync_is_skipped(tmp_path):
     from transformers import AutoTokenizer
 
+    from rlcore.roles.policy import push_weights
     from rlcore.testing.prompts import prompt_batch
     from rlcore.testing.tiny_model import build_tiny_model
-    from rlcore.trainer.roles import push_weights
     from rlcore_fsdp2.engine import FSDP2Engine
     from rlcore_hf.rollout import HFRollout
 

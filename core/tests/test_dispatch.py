@@ -20,8 +20,8 @@ from rlcore.dispatch import (
     register_dispatch_mode,
 )
 from rlcore.protocol import DataProto
-from rlcore.resources import ResourcePool
 from rlcore.workers import ClassWithInitArgs, RayWorkerGroup
+from rlcore.workers.resources import ResourcePool
 
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 
 from rlcore.checkpoint import CheckpointError
-from rlcore.trainer.extra_roles import ExtraRoleWorker
-from rlcore.trainer.reward_model import RewardModelWorker
+from rlcore.roles.extra_roles import ExtraRoleWorker
+from rlcore.roles.reward_model import RewardModelWorker
 from rlcore.workers.worker import WorkerSettings
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from rlcore.errors import ResourceError
-from rlcore.resources import ResourcePool, ResourcePoolManager
 from rlcore.workers import ClassWithInitArgs, RayWorkerGroup, Worker
+from rlcore.workers.resources import ResourcePool, ResourcePoolManager
 
 
 def _pg_table():

@@ -13,13 +13,13 @@ import attrs
 import pytest
 import torch
 
-from rlcore import hookspecs
+from rlcore import builtin, hookspecs
 from rlcore.config.loader import ConfigValidationError, load_config_text
 from rlcore.errors import PluginError
 from rlcore.hookspecs import hookimpl
 from rlcore.interfaces import BatchTotals
 from rlcore.plugins import PluginRegistry
-from rlcore.rl import advantages, builtin, losses, registry
+from rlcore.rl import advantages, losses, registry
 from rlcore.rl.algorithm import PolicyGradientAlgorithm, adv_estimator_name
 from rlcore.rl.losses import PolicyLossTerms, policy_loss_fn
 from rlcore.rl.registry import (
@@ -68,7 +68,7 @@ def test_the_core_names_are_registered_through_the_hooks(core_only):
     assert policy_loss_names(core_only) == CORE_LOSSES
     assert adv_estimator_names(core_only) == CORE_ESTIMATORS
     entries = core_only.entries("policy_loss") + core_only.entries("adv_estimator")
-    assert {(e.distribution, e.plugin) for e in entries} == {("rlcore", "builtin-rl")}
+    assert {(e.distribution, e.plugin) for e in entries} == {("rlcore", "builtin")}
     assert all(core_only.check(e) == "ok" for e in entries)
     assert get_policy_loss_fn("vanilla", registry=core_only) is losses.compute_policy_loss_vanilla
     assert get_adv_estimator_fn("gae", registry=core_only) is advantages.gae_estimator
@@ -93,9 +93,12 @@ def test_every_estimator_has_the_one_signature(core_only, name):
 def test_the_builtin_module_passes_the_plugin_conformance_check():
     from rlcore.testing.conformance import check_plugin_module
 
-    found = check_plugin_module("rlcore.rl.builtin")  # light: no torch at discovery
+    found = check_plugin_module("rlcore.builtin")  # light: no torch at discovery
+    loggers = ("console", "jsonl", "tensorboard")  # the core's loggers share the module
     assert sorted(found) == sorted(
-        [f"policy_loss/{n}" for n in CORE_LOSSES] + [f"adv_estimator/{n}" for n in CORE_ESTIMATORS]
+        [f"policy_loss/{n}" for n in CORE_LOSSES]
+        + [f"adv_estimator/{n}" for n in CORE_ESTIMATORS]
+        + [f"logger/{n}" for n in loggers]
     )
 
 

@@ -105,7 +105,7 @@ def _prompts(config):
 
 @pytest.fixture(scope="module")
 def policy(assets):
-    from rlcore.trainer.roles import ActorRolloutRefWorker
+    from rlcore.roles.policy import ActorRolloutRefWorker
 
     config = _config(assets, extra="use_kl_loss = true")
     specs = _specs(config, total_steps=3)
@@ -168,7 +168,7 @@ def test_update_moves_the_actor_and_syncs_the_rollout(policy):
     assert all(v > 0 for v in metrics["actor/grad_norm"])
     assert {"actor/pg_loss", "actor/kl_loss", "actor/lr"} <= set(metrics)
     # The LR comes from the core's schedule at each optimizer step taken.
-    from rlcore.engine_utils import learning_rate
+    from rlcore.engine import learning_rate
 
     update_spec = policy.specs.policy.update
     assert metrics["actor/lr"] == [
@@ -189,7 +189,7 @@ def test_update_moves_the_actor_and_syncs_the_rollout(policy):
 
 def test_critic_loss_falls_on_a_fixed_batch(assets):
     from rlcore.protocol import DataProto
-    from rlcore.trainer.roles import CriticWorker
+    from rlcore.roles.critic import CriticWorker
 
     config = _config(assets, algorithm="ppo")
     specs = _specs(config, total_steps=10)
@@ -247,7 +247,7 @@ def test_colocated_memory_order(policy, monkeypatch):
     CPU, so the numbers are unchanged): the rollout is built with actor and reference offloaded;
     a sync wakes the rollout's weights only, loads the actor, copies, offloads the actor, and
     only then wakes the rest (KV cache); the reference is on the device for its pass only."""
-    from rlcore.trainer.roles import ActorRolloutRefWorker
+    from rlcore.roles.policy import ActorRolloutRefWorker
 
     calls: list[tuple[str, str]] = []
 

@@ -14,8 +14,8 @@ import torch
 from rlcore.dispatch import DispatchError, GroupFuture
 from rlcore.errors import WorkerError
 from rlcore.protocol import DataProto
-from rlcore.resources import ResourcePool
 from rlcore.workers import ClassWithInitArgs, RayWorkerGroup, create_colocated_worker_cls
+from rlcore.workers.resources import ResourcePool
 
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from rlcore.errors import ResourceError, WorkerGroupError, WorkerTimeoutError
-from rlcore.resources import ResourcePool
 from rlcore.workers import ClassWithInitArgs, RayWorkerGroup, create_colocated_worker_cls
 from rlcore.workers.colocate import AsyncColocatedWorker, ColocatedWorker
+from rlcore.workers.resources import ResourcePool
 
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:

@@ -19,7 +19,7 @@ allocate on one GPU:
   copied to ``reduce_dtype`` for the reduce-scatter.
 - Reference (``use_kl_loss`` / ``use_kl_in_reward``): a second FSDP2 engine without an optimizer,
   loaded in ``model.dtype``, sharded the same way. It leaves the GPU between its forwards only
-  with ``offload_during_generation`` (trainer/roles.py ``compute_ref_log_prob``).
+  with ``offload_during_generation`` (roles/policy.py ``compute_ref_log_prob``).
 - Activations of one micro-batch of ``max_tokens_per_micro_batch`` tokens (per token and layer:
   :func:`layer_activation_bytes`, counted from autograd's saved tensors): with gradient
   checkpointing each decoder layer keeps its bf16 input, and one layer at a time recomputes
@@ -27,12 +27,12 @@ allocate on one GPU:
 - Logits: only response positions go through ``lm_head`` (``logits_to_keep``), at most every
   token of the micro-batch: bf16 logits kept for the backward plus their bf16 gradient, and
   the float32 log-softmax / entropy temporaries of one ``log_prob_chunk_tokens`` chunk
-  (rlcore/engine_utils.py ``_chunked``).
+  (rlcore/engine/log_probs.py ``_chunked``).
 - vLLM (rlcore_vllm/rollout.py): ``gpu_memory_utilization`` x device memory while it
   generates (its bf16 weights / ``tensor_parallel_size``, its own activations and CUDA graphs,
   the KV cache: the rest); asleep (``enable_sleep_mode``, on by default on GPU) it holds none of
   it: level 1 moves the weights to CPU RAM, level 2 drops them.
-- Colocated order (trainer/roles.py): the rollout generates with the actor and reference
+- Colocated order (roles/policy.py): the rollout generates with the actor and reference
   offloaded when ``offload_during_generation`` (else resident, gradients freed by
   ``zero_grad(set_to_none=True)``); weight sync wakes vLLM's weights, onloads the actor and
   gathers float32 buckets (rlcore_fsdp2/weights.py: ``SYNC_BUCKET_BYTES``, at least one whole

@@ -269,11 +269,9 @@ class PluginRegistry:
         # entry points still has them unless ``builtins`` is off (checking one plugin module
         # alone).
         if builtins:
-            from rlcore.rl import builtin as rl_builtin
-            from rlcore.tracking import builtin
+            from rlcore import builtin
 
             self._register(builtin, _Provenance("rlcore", _core_version(), "builtin"))
-            self._register(rl_builtin, _Provenance("rlcore", _core_version(), "builtin-rl"))
         if entry_points:
             self._load_entry_points()
 

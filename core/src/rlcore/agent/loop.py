@@ -287,7 +287,7 @@ class AgentLoop:
         import numpy as np
         import torch
 
-        from rlcore.engine_utils import rollout_tensors
+        from rlcore.engine import rollout_tensors
         from rlcore.protocol import DataProto
 
         prompt_ids = prompts.batch["input_ids"]  # (B, P) left-padded

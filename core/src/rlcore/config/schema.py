@@ -341,7 +341,7 @@ class RolloutConfig:
 
     ``log_prob_metrics``: ask the rollout for ``rollout_log_probs`` every training step and
     log ``rollout/logprob_diff_mean`` / ``_max`` against the engine's old log-probs
-    (:mod:`rlcore.trainer.mismatch`). Unset: on where the rollout declares its log-probs come
+    (:mod:`rlcore.roles.mismatch`). Unset: on where the rollout declares its log-probs come
     for free (``BaseRollout.traits(...).cheap_log_probs``: vLLM, whose sampler has them),
     off otherwise (the HF rollout keeps every step's logits for them, B x R x vocab floats).
     An algorithm option ``rollout_is`` asks for them whatever this says.

@@ -81,7 +81,7 @@ class BaseAlgorithm(abc.ABC):
         """Whether the driver side (rewards, advantages) reads ``old_log_probs``.
 
         True by default (conservative): the separate old-log-prob pass is kept. False lets an
-        on-policy update take them from its training forward (:mod:`rlcore.trainer.levers`).
+        on-policy update take them from its training forward (:mod:`rlcore.roles.levers`).
         """
         return True
 

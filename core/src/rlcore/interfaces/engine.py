@@ -25,15 +25,15 @@ class BaseEngine(abc.ABC):
     one device: use ``torch.cuda.current_device()``, not ``LOCAL_RANK``); the engine shards
     over all ranks of the default process group.
 
-    What the core does for every engine, in :mod:`rlcore.engine_utils`: the learning-rate
+    What the core does for every engine, in :mod:`rlcore.engine`: the learning-rate
     schedule (the worker passes ``lr`` to :meth:`optimizer_step`); the micro-batch loop of
     :meth:`forward_backward` around the engine's one-micro-batch forward
-    (:func:`~rlcore.engine_utils.accumulate_gradients`: micro-batching by count or token
+    (:func:`~rlcore.engine.accumulate_gradients`: micro-batching by count or token
     budget, the mini-batch :class:`BatchTotals`, token-weighted metric means) and of the
-    inference passes (:func:`~rlcore.engine_utils.forward_micro_batches`); the body of
-    :meth:`optimizer_step` (:class:`~rlcore.engine_utils.OptimizerGuard`: clipping, the
-    non-finite skip, counters); the device (:func:`~rlcore.engine_utils.init_device`) and
-    dtype names (:func:`~rlcore.engine_utils.dtype_from_name`). An engine itself builds the
+    inference passes (:func:`~rlcore.engine.forward_micro_batches`); the body of
+    :meth:`optimizer_step` (:class:`~rlcore.engine.OptimizerGuard`: clipping, the
+    non-finite skip, counters); the device (:func:`~rlcore.engine.init_device`) and
+    dtype names (:func:`~rlcore.engine.dtype_from_name`). An engine itself builds the
     model, runs one micro-batch forward, owns the optimizer, saves its state and exports.
 
     Rows whose ``response_mask`` is all zero are padding the driver added so that every rank
@@ -98,7 +98,7 @@ class BaseEngine(abc.ABC):
         Returns the grad norm (before clipping). A non-finite norm skips the update (grads are
         zeroed, the optimizer state is untouched) and is returned as is, so the worker can
         report it and keeps the schedule where it was. ``lr`` comes from the core's schedule
-        (:func:`rlcore.engine_utils.learning_rate`): an engine must apply exactly this value.
+        (:func:`rlcore.engine.learning_rate`): an engine must apply exactly this value.
         """
 
     @abc.abstractmethod

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 
 Dtype = Literal["float32", "bfloat16", "float16"]
-# The names a ``dtype`` key accepts; torch's dtype of each: rlcore.engine_utils.dtype_from_name.
+# The names a ``dtype`` key accepts; torch's dtype of each: rlcore.engine.dtype_from_name.
 DTYPE_NAMES: tuple[str, ...] = get_args(Dtype)
 Device = Literal["cpu", "cuda"]
 
@@ -25,7 +25,7 @@ Device = Literal["cpu", "cuda"]
 class OptimConfig:
     """AdamW and its learning-rate schedule (``[actor.optim]``, ``[critic.optim]``).
 
-    The schedule is computed by the core (:func:`rlcore.engine_utils.learning_rate`, formula
+    The schedule is computed by the core (:func:`rlcore.engine.learning_rate`, formula
     there) and handed to :meth:`BaseEngine.optimizer_step` as ``lr``; engines build AdamW
     from ``lr`` (the initial value is overwritten each step), ``betas``, ``eps`` and
     ``weight_decay``.

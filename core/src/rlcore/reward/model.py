@@ -1,6 +1,6 @@
 """The reward model's side of the reward manager: its inputs, its scores, its agreement metric.
 
-A reward model (``[reward_model]``, the role ``rm`` of :mod:`rlcore.trainer.reward_model`) is
+A reward model (``[reward_model]``, the role ``rm`` of :mod:`rlcore.roles.reward_model`) is
 a sequence-classification model served by a training engine's forward. Each step it runs as
 phase ``rm`` (``compute_rm_score``, verl's name) and leaves ``rm_scores`` (B, R) in the batch:
 its score on each row's last valid response token. The reward manager then treats it as one

@@ -10,7 +10,7 @@ subclass. Modules:
   SAPO, GMPO, KL-Cov) with their shared tail, value loss.
 - :mod:`rlcore.rl.registry`: policy losses and advantage estimators by name (verl's
   ``register_policy_loss`` / ``register_adv_est``), one signature each; the core's own are
-  registered in :mod:`rlcore.rl.builtin` through the plugin hooks.
+  registered in :mod:`rlcore.builtin` through the plugin hooks.
 - :mod:`rlcore.rl.kl`: KL estimators (k1, abs, k2, k3 and ``+`` variants), KL controllers,
   KL penalty in the reward.
 

@@ -11,7 +11,7 @@ zero-variance group of float32 scores (e.g. all 0.1) must give exactly 0, not ro
 divided by ``epsilon``.
 
 The ``*_estimator`` functions at the end are the registered ones (``[algorithm]
-adv_estimator``, :mod:`rlcore.rl.builtin`): each has the one signature of
+adv_estimator``, :mod:`rlcore.builtin`): each has the one signature of
 :class:`rlcore.rl.registry.AdvantageEstimatorFn` and reads its options from the algorithm's
 ``Config``; ``config_keys`` lists them, so a config whose algorithm lacks one is refused
 before the run starts.

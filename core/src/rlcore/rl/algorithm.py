@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 import torch
 
+from rlcore import builtin
 from rlcore.errors import PluginError
 from rlcore.interfaces import BaseAlgorithm, BatchTotals, ModelOutputs, key
-from rlcore.rl import builtin
 from rlcore.rl.kl import KL_ESTIMATORS, KLController, apply_kl_penalty, kl_penalty
 from rlcore.rl.losses import (
     LOSS_AGG_MODES,
@@ -60,7 +60,7 @@ __all__ = [
 
 _v = attrs.validators
 
-# The core's own policy losses (registered in rlcore.rl.builtin; plugins may add more).
+# The core's own policy losses (registered in rlcore.builtin; plugins may add more).
 POLICY_LOSSES: tuple[str, ...] = tuple(builtin.register_policy_losses())
 
 
@@ -288,7 +288,7 @@ class PolicyGradientAlgorithm(BaseAlgorithm):
         """Whether :meth:`compute_rewards` reads ``old_log_probs`` (KL in the reward).
 
         When not, and the update is on-policy, the worker takes them from the training
-        forward instead of a separate pass (:mod:`rlcore.trainer.levers`).
+        forward instead of a separate pass (:mod:`rlcore.roles.levers`).
         """
         return self.config.use_kl_in_reward
 

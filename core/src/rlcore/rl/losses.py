@@ -22,7 +22,7 @@ their per-row geometric mean multiplies the row's loss), as verl's ``rollout_is_
 Masks select (``torch.where``): a NaN or inf at a padded position never reaches a loss.
 
 Every policy loss has the one signature of :class:`rlcore.rl.registry.PolicyLossFn` and is
-registered by name (:mod:`rlcore.rl.builtin`; ``[algorithm] policy_loss``). Each is written
+registered by name (:mod:`rlcore.builtin`; ``[algorithm] policy_loss``). Each is written
 as a body that returns its :class:`PolicyLossTerms` (per-token losses, the ``ppo_kl`` matrix,
 the clipped tokens); :func:`policy_loss_fn` wraps it in the shared head (padding zeroed) and
 tail (rollout IS weights, aggregation by ``loss_agg_mode``, metrics). A loss reads its options
@@ -306,7 +306,7 @@ def _log_ratio(old_log_prob: torch.Tensor, log_prob: torch.Tensor) -> torch.Tens
     return torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)
 
 
-# --- the policy losses (bodies; registered in rlcore.rl.builtin) -----------------------------
+# --- the policy losses (bodies; registered in rlcore.builtin) -----------------------------
 
 
 @advantage_scaled

@@ -6,7 +6,7 @@ these registries. A name comes from one of two places:
 - **a plugin distribution** (what a package does): the hooks ``register_policy_losses`` /
   ``register_adv_estimators`` map names to ``"module:function"`` strings, imported when a
   config selects them, in the driver and in every worker. The core's own losses and
-  estimators are registered this way (:mod:`rlcore.rl.builtin`), so ``rlcore plugins`` lists
+  estimators are registered this way (:mod:`rlcore.builtin`), so ``rlcore plugins`` lists
   them and a duplicate name is reported with both distributions.
 - **in-process** (verl's decorators, for a script or notebook)::
 

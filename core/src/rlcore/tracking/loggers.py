@@ -1,6 +1,6 @@
 """The core's loggers: a progress bar and tables on the console, ``metrics.jsonl``, TensorBoard.
 
-Each is a :class:`~rlcore.interfaces.BaseLogger` registered by :mod:`rlcore.tracking.builtin`,
+Each is a :class:`~rlcore.interfaces.BaseLogger` registered by :mod:`rlcore.builtin`,
 selected by name in ``[trainer] loggers`` like a third-party tracker (``wandb``, ``mlflow``).
 
 ``metrics.jsonl`` in the run directory gets one line per ``log`` call,

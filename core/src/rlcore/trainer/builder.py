@@ -5,9 +5,9 @@ Driver side: the reward manager and the algorithm (for advantages), each built t
 pool (``nnodes × processes_per_node`` processes) holding every role, colocated in one process
 per device: the policy (``ActorRolloutRefWorker``) and, when the algorithm needs one, the
 critic, the algorithm's extra roles and the batched rewards' generation roles (a judge,
-:mod:`rlcore.trainer.generation_roles`). With ``[resources] placement = { rollout = "gen" }``
+:mod:`rlcore.roles.generation_roles`). With ``[resources] placement = { rollout = "gen" }``
 the rollout is a worker group of its own on ``[resources.pools.gen]``
-(:class:`~rlcore.trainer.rollout_worker.RolloutWorker`), and ``Workers.policy`` is a
+(:class:`~rlcore.roles.rollout_worker.RolloutWorker`), and ``Workers.policy`` is a
 :class:`~rlcore.trainer.placement.SplitPolicy` with the policy group's methods. The frozen
 roles (the reward model ``rm``, a judge, an algorithm's ``[roles.NAME]``) may be placed too:
 the roles named for one pool share its processes, colocated there as they would be on
@@ -31,10 +31,10 @@ if TYPE_CHECKING:
     from rlcore.config import RunConfig
     from rlcore.interfaces import BaseAlgorithm
     from rlcore.plugins import PluginRegistry
-    from rlcore.resources import ResourcePool
     from rlcore.reward import RewardManager
     from rlcore.trainer.specs import RunSpecs
     from rlcore.workers import RayWorkerGroup
+    from rlcore.workers.resources import ResourcePool
 
 log = logging.getLogger(__name__)
 
@@ -145,12 +145,13 @@ def build_workers(config: RunConfig, specs: RunSpecs) -> Workers:
 
     Each role's worker gets its spec (``specs.policy``, ``specs.critic``), not the config.
     """
-    from rlcore.resources import ResourcePool, ResourcePoolManager
-    from rlcore.trainer.extra_roles import ExtraRoleWorker
-    from rlcore.trainer.generation_roles import GenerationRoleWorker
-    from rlcore.trainer.reward_model import RM_ROLE, RewardModelWorker
-    from rlcore.trainer.roles import ActorRolloutRefWorker, CriticWorker
+    from rlcore.roles.critic import CriticWorker
+    from rlcore.roles.extra_roles import ExtraRoleWorker
+    from rlcore.roles.generation_roles import GenerationRoleWorker
+    from rlcore.roles.policy import ActorRolloutRefWorker
+    from rlcore.roles.reward_model import RM_ROLE, RewardModelWorker
     from rlcore.workers import ClassWithInitArgs, RayWorkerGroup, create_colocated_worker_cls
+    from rlcore.workers.resources import ResourcePool, ResourcePoolManager
 
     res = config.resources
     run_id = f"{config.trainer.experiment_name}-{uuid.uuid4().hex[:8]}"
@@ -269,7 +270,7 @@ def _rollout_pool(config: RunConfig, run_id: str, specs: RunSpecs) -> ResourcePo
 
 def _own_pool(config: RunConfig, run_id: str, name: str) -> ResourcePool:
     """``[resources.pools.<name>]`` as a resource pool (its placement groups named per run)."""
-    from rlcore.resources import ResourcePool
+    from rlcore.workers.resources import ResourcePool
 
     res = config.resources
     own = res.pools[name]
@@ -289,8 +290,8 @@ def _place_rollout(
     """Start the rollout group on ``pool``, open the weight bridge, send version 0."""
     from typing import cast
 
+    from rlcore.roles.rollout_worker import RolloutWorker
     from rlcore.trainer.placement import SplitPolicy
-    from rlcore.trainer.rollout_worker import RolloutWorker
     from rlcore.workers import ClassWithInitArgs, RayWorkerGroup
 
     res, spec = config.resources, specs.rollout

@@ -11,17 +11,19 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rlcore.rl.step import StepContext
+from rlcore.roles.mesh import ACTOR_MESH, CRITIC_MESH
+from rlcore.roles.mismatch import logprob_diff_metrics
+from rlcore.roles.policy import POLICY_INPUT_KEYS
 from rlcore.trainer.layout import mini_batch_layout
-from rlcore.trainer.mismatch import logprob_diff_metrics
-from rlcore.trainer.roles import ACTOR_MESH, CRITIC_MESH, POLICY_INPUT_KEYS
 
 if TYPE_CHECKING:
     from rlcore.dispatch import DispatchInfo
     from rlcore.interfaces import BaseAlgorithm
     from rlcore.protocol import DataProto
     from rlcore.reward import RewardManager
+    from rlcore.roles.specs import UpdateSpec
     from rlcore.trainer.async_queue import TrajectoryQueue
-    from rlcore.trainer.specs import RunSpecs, UpdateSpec
+    from rlcore.trainer.specs import RunSpecs
     from rlcore.workers import RayWorkerGroup
 
 __all__ = ["DriverStepContext", "laid_out", "select"]

@@ -81,7 +81,7 @@ _NONFINITE_KEYS = ("actor/nonfinite", "critic/nonfinite")
 # The worker groups' names in the checkpoint map (each writes its own folder).
 POLICY_ROLE = "actor_rollout_ref"
 CRITIC_ROLE = "critic"
-RM_ROLE = "rm"  # rlcore.trainer.reward_model.RM_ROLE (its module imports the worker base)
+RM_ROLE = "rm"  # rlcore.roles.reward_model.RM_ROLE (its module imports the worker base)
 
 
 class NonFiniteError(RlcoreError):

@@ -4,7 +4,7 @@ The driver expands prompts to rows once (``n`` per prompt). For an update, mini-
 is rows ``[m*S, (m+1)*S)`` of the step's batch (``S`` = mini-batch prompts × ``n``; the last
 may be shorter). Each mini-batch is padded to a multiple of the world size ``W`` with rows whose
 ``response_mask`` is all zero (they carry no tokens, so every loss ignores them and
-:func:`rlcore.engine_utils.batch_totals` does not count them), then the rows are ordered
+:func:`rlcore.engine.batch_totals` does not count them), then the rows are ordered
 rank-major: rank ``r`` gets its share of mini-batch 0, then of mini-batch 1, ... Dispatch
 then splits the batch into ``W`` equal contiguous chunks (no padding of its own, which would
 duplicate real rows), and each rank cuts its chunk into ``mini_batches`` equal parts.
@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from rlcore.engine_utils import prompt_group_starts
-from rlcore.trainer.levers import trained_rows
+from rlcore.engine import prompt_group_starts
+from rlcore.roles.levers import trained_rows
 
 if TYPE_CHECKING:
     from rlcore.protocol import DataProto
@@ -72,7 +72,7 @@ def balanced_shares(
 def prompt_groups(batch: DataProto) -> list[int] | None:
     """Per row, an id shared by adjacent rows with the same prompt; None without the keys.
 
-    The test is :func:`rlcore.engine_utils.prompt_group_starts`, which the FSDP2 engine's
+    The test is :func:`rlcore.engine.prompt_group_starts`, which the FSDP2 engine's
     shared-prompt packing uses too.
     """
     keys = ("input_ids", "attention_mask", "responses")
@@ -98,7 +98,7 @@ def mini_batch_layout(
     its gradient, are the same; the slowest rank, which every rank waits for, is faster. The
     samples of one prompt (:func:`prompt_groups`) stay together on a rank where they fit.
     ``skips_zero_advantage_rows``: the update leaves zero-advantage rows out of its backward
-    (:func:`rlcore.trainer.levers.drop_zero_advantage_rows`), so their tokens cost a rank
+    (:func:`rlcore.roles.levers.drop_zero_advantage_rows`), so their tokens cost a rank
     nothing and count 0 here: ranks get about the same tokens to train, not to hold.
     """
     rows = len(batch)

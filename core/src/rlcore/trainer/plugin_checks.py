@@ -26,8 +26,9 @@ __all__ = ["check_plugins"]
 
 def check_plugins(config: RunConfig, registry: PluginRegistry | None = None) -> None:
     """Run every selected engine's and the rollout's ``preflight`` (see the module doc)."""
+    from rlcore.roles.specs import EngineRole
     from rlcore.trainer.builder import build_algorithm
-    from rlcore.trainer.specs import EngineRole, build_specs
+    from rlcore.trainer.specs import build_specs
 
     algorithm: BaseAlgorithm = build_algorithm(config, registry)
     specs = build_specs(config, algorithm, 1, registry=registry)

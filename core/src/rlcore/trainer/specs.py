@@ -1,5 +1,8 @@
 """One spec per role, built on the driver from the run config: what each worker gets.
 
+The spec values themselves live with the workers that receive them (:mod:`rlcore.roles.specs`);
+this module is the driver's half: :class:`RunSpecs` and the builders.
+
 Workers never read the run config. The driver reads each setting once, here, and hands every
 role exactly what it uses: the components to build (:class:`rlcore.plugins.Component`),
 their :class:`~rlcore.interfaces.EngineSpec`/:class:`~rlcore.interfaces.RolloutSpec`, the
@@ -15,15 +18,24 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from rlcore.config.schema import DEFAULT_WEIGHT_SYNC_BUCKET_BYTES
 from rlcore.interfaces import EngineSpec, OptimConfig, RolloutSpec, SamplingParams
 from rlcore.plugins import Component
+from rlcore.roles.specs import (
+    AgentSpec,
+    CriticSpec,
+    EngineRole,
+    PolicySpec,
+    RewardModelSpec,
+    RoleSpec,
+    RolloutWorkerSpec,
+    UpdateSpec,
+)
 from rlcore.workers.worker import WorkerSettings
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from rlcore.config import AgentConfig, RunConfig
+    from rlcore.config import RunConfig
     from rlcore.config.schema import RewardModelConfig, RoleConfig
     from rlcore.interfaces import (
         AlgorithmNeeds,
@@ -35,131 +47,13 @@ if TYPE_CHECKING:
     from rlcore.plugins import PluginRegistry
 
 __all__ = [
-    "AgentSpec",
-    "CriticSpec",
-    "EngineRole",
-    "PolicySpec",
-    "RewardModelSpec",
-    "RoleSpec",
-    "RolloutWorkerSpec",
     "RunSpecs",
-    "UpdateSpec",
     "build_reward_model_spec",
     "build_role_specs",
     "build_specs",
     "rollout_traits",
     "worker_settings",
 ]
-
-
-@attrs.frozen(kw_only=True)
-class UpdateSpec:
-    """How a worker turns the rows it is given into optimizer steps.
-
-    The driver lays the rows out (:func:`rlcore.trainer.layout.mini_batch_layout`) so that
-    every rank's share splits into ``mini_batches`` equal parts, one optimizer step each, for
-    ``epochs`` passes. ``shuffle`` reshuffles a rank's rows every epoch (seeded by
-    ``seed + step``, so a resumed run draws the same mini-batches). The LR of each step is
-    :func:`rlcore.engine_utils.learning_rate` over ``schedule_steps`` optimizer steps.
-    """
-
-    rows_per_mini_batch: int  # mini-batch size in rows over all ranks (prompts × n)
-    mini_batches: int
-    epochs: int
-    shuffle: bool
-    seed: int
-    optim: OptimConfig
-    schedule_steps: int
-    # Rows of a mini-batch go to ranks by token count, not contiguously (layout.py).
-    balance_tokens: bool = False
-
-
-@attrs.frozen(kw_only=True)
-class EngineRole:
-    """An engine to build: which plugin, and the model it trains."""
-
-    engine: Component
-    spec: EngineSpec
-
-
-@attrs.frozen(kw_only=True)
-class AgentSpec:
-    """The agent loop the policy worker runs instead of one ``generate`` (``[agent]``).
-
-    ``tools``: one component per tool plugin; ``tokenizer_path`` decodes model turns (to
-    find calls) and encodes tool turns.
-    """
-
-    config: AgentConfig
-    tools: tuple[Component, ...]
-    tokenizer_path: str
-    trust_remote_code: bool = False
-
-
-@attrs.frozen(kw_only=True)
-class PolicySpec:
-    """The policy worker: actor (+ reference) engine, rollout, and the loss's algorithm.
-
-    ``temperature``: the log-prob temperature of every pass (training sampling's, 1.0 when
-    greedy). ``with_entropy``: the policy loss needs the entropy with gradient.
-    ``rollout_spec.seed`` is the run seed; the worker offsets it by its rank.
-    ``settings``: what the process applies to itself first (timeouts, padding, plugins).
-    """
-
-    backend: str
-    actor: EngineRole
-    ref: EngineRole | None
-    rollout: Component
-    rollout_spec: RolloutSpec
-    algorithm: Component
-    update: UpdateSpec
-    temperature: float
-    with_entropy: bool
-    agent: AgentSpec | None = None  # None: single-turn generate
-    # Issue 16's levers (rlcore.trainer.levers), decided here from config and algorithm.
-    reuse_old_log_probs: bool = False  # the driver skips the old-log-prob pass
-    skip_zero_advantage_rows: bool = False
-    settings: WorkerSettings = attrs.Factory(WorkerSettings)
-    # The rollout's own pool (resources.placement.rollout), None: in this process (default).
-    rollout_pool: str | None = None
-    weight_sync_bucket_bytes: int = DEFAULT_WEIGHT_SYNC_BUCKET_BYTES
-
-
-@attrs.frozen(kw_only=True)
-class RolloutWorkerSpec:
-    """A rollout worker group on a pool of its own: the rollout and, with ``[agent]``, the
-    agent loop; weights arrive over the bridge (``rlcore.workers.weight_bridge``)."""
-
-    backend: str
-    pool: str
-    rollout: Component
-    rollout_spec: RolloutSpec
-    agent: AgentSpec | None
-    settings: WorkerSettings
-    weight_sync_bucket_bytes: int = DEFAULT_WEIGHT_SYNC_BUCKET_BYTES
-
-
-@attrs.frozen(kw_only=True)
-class CriticSpec:
-    """The critic worker: the value engine, and the algorithm for its value loss."""
-
-    backend: str
-    critic: EngineRole
-    algorithm: Component
-    update: UpdateSpec
-    settings: WorkerSettings = attrs.Factory(WorkerSettings)
-
-
-@attrs.frozen(kw_only=True)
-class RoleSpec:
-    """One extra role's worker: its engine (frozen: no optimizer) and what it computes."""
-
-    name: str
-    output_key: str  # e.g. "teacher_log_prob"
-    backend: str
-    engine: EngineRole
-    temperature: float  # the policy's log-prob temperature: scores of the sampled distribution
-    settings: WorkerSettings
 
 
 def _frozen_engine(
@@ -217,24 +111,6 @@ def build_role_specs(
     return specs
 
 
-@attrs.frozen(kw_only=True)
-class RewardModelSpec:
-    """The reward-model role (``[reward_model]``, :mod:`rlcore.trainer.reward_model`): its
-    frozen engine (``reward_head``), and how the policy's rows become its inputs.
-
-    ``retokenize``: ``auto``, ``always`` or ``never`` (:func:`rlcore.reward.model.rm_inputs`);
-    ``policy_tokenizer_path`` decodes the policy's tokens when re-tokenising.
-    """
-
-    backend: str
-    engine: EngineRole
-    policy_tokenizer_path: str
-    policy_trust_remote_code: bool
-    retokenize: str
-    max_length: int | None
-    settings: WorkerSettings
-
-
 def build_reward_model_spec(
     config: RunConfig, *, settings: WorkerSettings, registry: PluginRegistry | None = None
 ) -> RewardModelSpec | None:
@@ -265,7 +141,7 @@ class RunSpecs:
     val_n: int
     train_sampling: SamplingParams
     val_sampling: SamplingParams
-    # the algorithm's extra roles by name (rlcore.trainer.extra_roles), each its own worker
+    # the algorithm's extra roles by name (rlcore.roles.extra_roles), each its own worker
     roles: dict[str, RoleSpec] = attrs.Factory(dict)
     # the rollout's worker group when it has a pool of its own (None: in the policy worker)
     rollout: RolloutWorkerSpec | None = None
@@ -277,10 +153,10 @@ class RunSpecs:
     staleness_policy: str = "drop"
     # trainer.rollout_data_dir: each trained step's samples, one JSON line each
     rollout_data_dir: str | None = None
-    # the batched rewards' generation roles (a judge; rlcore.trainer.generation_roles), by
+    # the batched rewards' generation roles (a judge; rlcore.roles.generation_roles), by
     # name, each placed beside the policy; set by run_training once the rewards are built
     generation_roles: dict[str, Any] = attrs.Factory(dict)
-    # [reward_model] enable: the reward-model role (rlcore.trainer.reward_model)
+    # [reward_model] enable: the reward-model role (rlcore.roles.reward_model)
     reward_model: RewardModelSpec | None = None
 
 

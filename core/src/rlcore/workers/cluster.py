@@ -248,7 +248,7 @@ def check_local_pools(
     for resources of their own, so together the pools' CPUs (processes x cpus_per_process)
     must fit ``os.cpu_count()`` and, on ``device = "cuda"``, their processes the visible
     GPUs (one each). A joined cluster is checked against what it really has when it is
-    joined (:func:`rlcore.resources.check_fits`), still before any worker starts.
+    joined (:func:`rlcore.workers.resources.check_fits`), still before any worker starts.
     """
     if not resources.pools:
         return

@@ -25,7 +25,7 @@ Other helpers: ``execute_all(name, *args)`` (call any method on every rank, same
 
 Several groups may share one pool (up to its ``max_colocate_count``, each actor taking that
 fraction of its bundle), e.g. an actor group and a critic group side by side; see
-:mod:`rlcore.resources`.
+:mod:`rlcore.workers.resources`.
 
 No wait is unbounded. Actor start (placement in the pool's bundles and ``__init__``) is bounded
 by ``start_timeout_s`` (600 s, a run's ``resources.start_timeout_s``), every call (and
@@ -73,7 +73,6 @@ from rlcore.dispatch import (
     get_method_spec,
 )
 from rlcore.errors import RlcoreError, WorkerError, WorkerGroupError, WorkerTimeoutError
-from rlcore.resources import ResourcePool
 from rlcore.workers import liveness
 from rlcore.workers._group_util import (
     _UNPLACED_STATES,
@@ -85,6 +84,7 @@ from rlcore.workers._group_util import (
     _plain,
 )
 from rlcore.workers.colocate import ClassWithInitArgs, ColocatedWorker
+from rlcore.workers.resources import ResourcePool
 from rlcore.workers.waiting import (
     CALL_TIMEOUT_KEY,
     START_TIMEOUT_KEY,

@@ -14,7 +14,7 @@ import attrs
 import pytest
 import torch
 
-from rlcore.engine_utils import batch_totals, clip_and_step, split_micro_batches
+from rlcore.engine import batch_totals, clip_and_step, split_micro_batches
 from rlcore.interfaces import BaseEngine, ModelOutputs
 from rlcore.testing.conformance import check_engine
 from rlcore_torch_engine.engine import TorchEngine

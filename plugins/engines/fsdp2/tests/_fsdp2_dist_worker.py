@@ -16,7 +16,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
 
-from rlcore.engine_utils import split_micro_batches
+from rlcore.engine import split_micro_batches
 from rlcore.interfaces import EngineSpec, OptimConfig
 from rlcore.protocol import DataProto
 from rlcore_fsdp2.engine import FSDP2Engine

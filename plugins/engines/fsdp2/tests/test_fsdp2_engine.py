@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
-from rlcore.engine_utils import local_device_index, split_micro_batches
+from rlcore.engine import local_device_index, split_micro_batches
 from rlcore.interfaces import EngineSpec, OptimConfig
 from rlcore.protocol import DataProto
 from rlcore_fsdp2.batching import trim_left_padding

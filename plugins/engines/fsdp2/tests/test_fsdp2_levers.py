@@ -10,9 +10,9 @@ from torch.distributed.tensor import DTensor
 from rlcore.interfaces import EngineSpec, OptimConfig
 from rlcore.protocol import DataProto
 from rlcore.rl.algorithm import PolicyGradientAlgorithm
-from rlcore.trainer.levers import drop_zero_advantage_rows, with_totals
+from rlcore.roles.levers import drop_zero_advantage_rows, with_totals
+from rlcore.roles.update import RoleTrainer
 from rlcore.trainer.specs import UpdateSpec
-from rlcore.trainer.update import RoleTrainer
 from rlcore_fsdp2.engine import FSDP2Engine
 
 torch.set_num_threads(1)

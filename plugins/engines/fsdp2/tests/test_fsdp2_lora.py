@@ -13,7 +13,7 @@ from rlcore.config.convert import structure
 from rlcore.errors import ConfigError
 from rlcore.interfaces import EngineSpec, OptimConfig, RolloutSpec, SamplingParams
 from rlcore.protocol import DataProto
-from rlcore.trainer.roles import push_weights
+from rlcore.roles.policy import push_weights
 from rlcore_fsdp2.engine import FSDP2Engine
 from rlcore_fsdp2.lora import is_adapter_name
 

@@ -13,7 +13,7 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
 from rlcore.config.convert import structure
-from rlcore.engine_utils import split_micro_batches
+from rlcore.engine import split_micro_batches
 from rlcore.errors import ConfigError
 from rlcore.interfaces import EngineSpec, OptimConfig
 from rlcore.protocol import DataProto

@@ -23,8 +23,8 @@ from _common import make_batch, token_mean_loss, zero_advantage_batch
 
 from rlcore.dispatch import DispatchInfo
 from rlcore.interfaces import EngineSpec, OptimConfig
+from rlcore.roles.update import RoleTrainer
 from rlcore.trainer.specs import UpdateSpec
-from rlcore.trainer.update import RoleTrainer
 from rlcore_megatron.engine import MegatronEngine, MegatronError
 
 

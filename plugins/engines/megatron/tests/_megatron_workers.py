@@ -10,7 +10,7 @@ import attrs
 from rlcore.dispatch import DISPATCH_ATTR, Dispatch, get_method_spec, register
 from rlcore.interfaces import EngineSpec
 from rlcore.protocol import DataProto
-from rlcore.trainer.roles import CriticWorker
+from rlcore.roles.critic import CriticWorker
 from rlcore.workers import Worker
 
 F = TypeVar("F", bound=Callable[..., Any])

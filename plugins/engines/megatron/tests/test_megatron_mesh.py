@@ -20,8 +20,8 @@ sys.path.insert(0, str(HERE))
 from _common import hf_logits, make_batch  # noqa: E402
 
 from rlcore.protocol import DataProto  # noqa: E402
-from rlcore.resources import ResourcePool  # noqa: E402
 from rlcore.workers import ClassWithInitArgs, RayWorkerGroup  # noqa: E402
+from rlcore.workers.resources import ResourcePool  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -130,8 +130,9 @@ def critic_group(ray_session, tiny_path, group):
 
 @pytest.mark.slow
 def test_the_critic_role_sends_each_data_parallel_shard_once(critic_group):
+    from rlcore.roles.mesh import CRITIC_MESH
+    from rlcore.roles.policy import POLICY_INPUT_KEYS
     from rlcore.trainer.layout import mini_batch_layout
-    from rlcore.trainer.roles import CRITIC_MESH, POLICY_INPUT_KEYS
 
     critic_group.init_model()
     infos = critic_group.dispatch_info(CRITIC_MESH)

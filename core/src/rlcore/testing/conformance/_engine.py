@@ -282,7 +282,7 @@ def _engine_rules(
 
     lr_rule = (
         "optimizer_step(lr=...) must apply exactly the lr it is given (the core's "
-        "schedule, rlcore.engine_utils.learning_rate), not its own"
+        "schedule, rlcore.engine.learning_rate), not its own"
     )
     rule = "compute_log_prob must return (B, R) log-probs of responses"
     before = warm = None
@@ -362,7 +362,7 @@ def _engine_rules(
             fail(
                 what,
                 "forward_backward must pass loss_fn the BatchTotals of the whole mini-batch "
-                "(rlcore.engine_utils.batch_totals), not per-micro-batch counts",
+                "(rlcore.engine.batch_totals), not per-micro-batch counts",
                 f"expected {expected}, got {wrong[0]}",
             )
         if sum(recorder.rows) != len(batch) or max(recorder.rows) > 2:
@@ -426,7 +426,7 @@ def _engine_rules(
             fail(
                 what,
                 "a non-finite loss must skip the update and return the non-finite grad norm "
-                "(rlcore.engine_utils.clip_and_step)",
+                "(rlcore.engine.clip_and_step)",
                 f"grad norm {nan_norm!r}",
             )
 

@@ -4,7 +4,7 @@ Every rank holds the whole model; gradients are summed over ranks before the ste
 is already normalised by the mini-batch totals of all ranks, so the sum is the gradient of
 the global loss). The device, the micro-batch loop (totals, token-weighted metric means), the
 optimizer step's guard (clip, non-finite skip, counters) and the LR schedule come from
-:mod:`rlcore.engine_utils`; this file is model, one micro-batch's forward, optimizer, state
+:mod:`rlcore.engine`; this file is model, one micro-batch's forward, optimizer, state
 and export.
 """
 
@@ -19,7 +19,7 @@ import attrs
 import torch
 import torch.distributed as dist
 
-from rlcore.engine_utils import (
+from rlcore.engine import (
     OptimizerGuard,
     accumulate_gradients,
     copy_tokenizer_files,

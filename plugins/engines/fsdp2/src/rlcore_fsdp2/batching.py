@@ -1,4 +1,4 @@
-"""Input trimming for a micro-batch (micro-batching itself is :mod:`rlcore.engine_utils`)."""
+"""Input trimming for a micro-batch (micro-batching itself is :mod:`rlcore.engine`)."""
 
 from __future__ import annotations
 

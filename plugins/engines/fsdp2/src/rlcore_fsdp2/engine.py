@@ -5,12 +5,12 @@ are wrapped with ``fully_shard`` over a device mesh of all ranks of the default 
 (a 2-D replicate x shard mesh when ``fsdp_size`` is smaller than the world: HSDP).
 
 Loss normalisation (see :class:`rlcore.interfaces.BatchTotals`): the engine computes the
-mini-batch totals across micro-batches and ranks (:func:`rlcore.engine_utils.batch_totals`),
+mini-batch totals across micro-batches and ranks (:func:`rlcore.engine.batch_totals`),
 the loss function divides by them, and the engine backpropagates ``loss * dp_size`` because
 FSDP averages gradients over ranks. The sum of the micro-batch gradients is then exactly the
 gradient of the global loss, however the mini-batch was split. The micro-batch loop, the
 optimizer step's guard (non-finite skip, counters), the LR (passed in by the worker), the
-device set-up and the dtype names come from :mod:`rlcore.engine_utils`; this module is the
+device set-up and the dtype names come from :mod:`rlcore.engine`; this module is the
 model, its sharding, one micro-batch's forward, state and export. LoRA is a
 :class:`~rlcore_fsdp2.lora.LoraAdapter` the engine holds.
 """
@@ -42,7 +42,7 @@ from rlcore.checkpoint.safe_load import (
     safe_dcp_load,
     weights_only_refusal,
 )
-from rlcore.engine_utils import (
+from rlcore.engine import (
     GuardedSteps,
     OptimizerGuard,
     accumulate_gradients,
@@ -135,7 +135,7 @@ class FSDP2Engine(GuardedSteps, BaseEngine):
             "the same prompt (the n samples) run that prompt once per micro-batch. "
             "Exact to float rounding.",
         )
-        # Response tokens per float32 log-softmax chunk (rlcore.engine_utils); 0: one chunk.
+        # Response tokens per float32 log-softmax chunk (rlcore.engine); 0: one chunk.
         log_prob_chunk_tokens: int = key(
             1024,
             "Response tokens per float32 log-softmax chunk (bounds the logits "
@@ -377,7 +377,7 @@ class FSDP2Engine(GuardedSteps, BaseEngine):
         return self.config.share_prompts and attn == packing.VARLEN_SDPA
 
     def _batching(self) -> dict[str, Any]:
-        """How this engine's micro-batch loop splits (rlcore.engine_utils.accumulate_gradients)."""
+        """How this engine's micro-batch loop splits (rlcore.engine.accumulate_gradients)."""
         return {
             "spec": self.spec,
             "device": self.device,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from rlcore.engine_utils import LOG_PROB_CHUNK_TOKENS
-from rlcore.engine_utils import entropy_from_logits as shared_entropy
-from rlcore.engine_utils import log_probs_from_logits as shared_log_probs
+from rlcore.engine import LOG_PROB_CHUNK_TOKENS
+from rlcore.engine import entropy_from_logits as shared_entropy
+from rlcore.engine import log_probs_from_logits as shared_log_probs
 
 
 def response_logits(logits: torch.Tensor, response_length: int) -> torch.Tensor:
@@ -24,7 +24,7 @@ def log_probs_from_logits(
 ) -> torch.Tensor:
     """log p(label) for (b, R, V) logits and (b, R) labels, computed in float32 -> (b, R).
 
-    Chunked over ``chunk_tokens`` tokens (:func:`rlcore.engine_utils.log_probs_from_logits`):
+    Chunked over ``chunk_tokens`` tokens (:func:`rlcore.engine.log_probs_from_logits`):
     no float32 (b, R, V) copy of the logits exists at once. None: one chunk.
     """
     return shared_log_probs(logits, labels, chunk_tokens=chunk_tokens)

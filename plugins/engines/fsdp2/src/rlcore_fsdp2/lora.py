@@ -37,7 +37,7 @@ import attrs
 import torch
 import torch.distributed as dist
 
-from rlcore.engine_utils import copy_tokenizer_files, dtype_from_name
+from rlcore.engine import copy_tokenizer_files, dtype_from_name
 from rlcore.errors import ConfigError
 from rlcore.interfaces import EngineSpec
 from rlcore_fsdp2.weights import gathered

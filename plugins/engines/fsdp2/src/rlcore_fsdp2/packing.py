@@ -30,7 +30,7 @@ from typing import Any
 import attrs
 import torch
 
-from rlcore.engine_utils import prompt_group_starts
+from rlcore.engine import prompt_group_starts
 from rlcore_fsdp2.flex import flex_ready, packed_flex_attention
 from rlcore_fsdp2.shared_attention import PromptGroups, shared_prompt_attention
 

@@ -13,7 +13,7 @@ totals and the schedule is told not to rescale (``calculate_per_token_loss``); d
 gradients are then summed (:func:`rlcore_megatron.parallel.reduce_gradients`). The schedule
 runs the micro-batch loop itself; the totals, the token-weighted metric means, the optimizer
 step's guard (non-finite skip, counters), the device set-up and the dtype names are
-:mod:`rlcore.engine_utils`'s, as for every engine.
+:mod:`rlcore.engine`'s, as for every engine.
 
 On CPU (gloo) the engine enters :func:`rlcore_megatron.cpu_compat.cpu_compat` around megatron
 calls; on GPU it does not.
@@ -35,7 +35,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
 from rlcore.dispatch import DispatchInfo
-from rlcore.engine_utils import (
+from rlcore.engine import (
     TOKENIZER_FILES,
     GuardedSteps,
     MetricMeans,

@@ -32,7 +32,7 @@ from typing import Any, cast
 
 import torch
 
-from rlcore.engine_utils import OptimizerGuard
+from rlcore.engine import OptimizerGuard
 from rlcore.interfaces import OptimConfig
 
 __all__ = [
@@ -102,7 +102,7 @@ def _flat(groups: list[list[torch.Tensor]]) -> list[torch.Tensor]:
 class McoreOptimizer:
     """megatron-core's DDP wrapper and optimizer around one model stage.
 
-    Quacks like the torch optimizer :class:`rlcore.engine_utils.OptimizerGuard` drives
+    Quacks like the torch optimizer :class:`rlcore.engine.OptimizerGuard` drives
     (``param_groups``, ``step``, ``zero_grad``); :meth:`clip` is the guard's ``clip``: it
     finishes the gradient reduction (:func:`finalize_model_grads`), copies the gradients to the
     main parameters and clips them by the global norm. ``module`` is what the pipeline

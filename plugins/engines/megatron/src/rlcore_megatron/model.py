@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 import torch
 
-from rlcore.engine_utils import dtype_from_name
+from rlcore.engine import dtype_from_name
 from rlcore_megatron.mapping import MappingError, ModelDims, shard_from_hf
 
 __all__ = [

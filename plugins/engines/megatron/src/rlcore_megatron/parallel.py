@@ -20,7 +20,7 @@ import attrs
 import torch
 import torch.distributed as dist
 
-from rlcore.engine_utils import init_device
+from rlcore.engine import init_device
 from rlcore.errors import ConfigError
 
 __all__ = ["Layout", "clip_grad_norm", "init_parallel", "reduce_gradients"]
@@ -49,7 +49,7 @@ def init_parallel(
     device: str, *, tp: int, pp: int, where: str, timeout_minutes: int = 10
 ) -> tuple[torch.device, Layout]:
     """The engine's device and layout; initialises torch.distributed
-    (:func:`rlcore.engine_utils.init_device`) and megatron's parallel_state."""
+    (:func:`rlcore.engine.init_device`) and megatron's parallel_state."""
     from megatron.core import parallel_state as ps
 
     dev = init_device(device)

@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 import torch
 
-from rlcore.engine_utils import dtype_from_name, rollout_tensors
+from rlcore.engine import dtype_from_name, rollout_tensors
 from rlcore.errors import ConfigError, RlcoreError
 from rlcore.interfaces import BaseRollout, RolloutSpec, SamplingParams, key
 from rlcore.protocol import DataProto

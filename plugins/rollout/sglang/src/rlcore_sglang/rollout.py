@@ -77,7 +77,7 @@ from typing import Any
 import attrs
 import torch
 
-from rlcore.engine_utils import dtype_from_name
+from rlcore.engine import dtype_from_name
 from rlcore.errors import ConfigError, RlcoreError
 from rlcore.interfaces import BaseRollout, GenerationResult, RolloutSpec, SamplingParams, key
 from rlcore.protocol import DataProto

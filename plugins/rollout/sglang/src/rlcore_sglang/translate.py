@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import attrs
 
-from rlcore.engine_utils import rollout_tensors
+from rlcore.engine import rollout_tensors
 from rlcore.errors import RlcoreError
 
 if TYPE_CHECKING:

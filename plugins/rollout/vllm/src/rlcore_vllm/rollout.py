@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from rlcore.dispatch import DispatchInfo
-from rlcore.engine_utils import dtype_from_name, rollout_tensors
+from rlcore.engine import dtype_from_name, rollout_tensors
 from rlcore.errors import ConfigError, RlcoreError
 from rlcore.interfaces import (
     DTYPE_NAMES,

@@ -17,9 +17,10 @@ Checkpoint and resume: the model is frozen, so a checkpoint keeps only which mod
 (its folder ``rm/``); a resume rebuilds it from ``reward_model.model.path`` and stops, naming
 the key, when that path is not the one the checkpoint was written with.
 
-Bad input, one line before Ray starts (:func:`check_reward_model`): an enabled reward model
-whose folder does not exist, or whose ``config.json`` is not a sequence-classification model
-with one label.
+Bad input, one line before Ray starts
+(:func:`rlcore.preflight.reward_model.check_reward_model`): an enabled reward model whose
+folder does not exist, or whose ``config.json`` is not a sequence-classification model with
+one label.
 """
 
 from __future__ import annotations
@@ -28,17 +29,15 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from rlcore.dispatch import Dispatch, mesh_dispatch_mode, register
-from rlcore.preflight.reward_model import REWARD_MODEL_PATH_KEY as _KEY
-from rlcore.preflight.reward_model import check_reward_model
-from rlcore.trainer.frozen_model import FrozenModelWorker
+from rlcore.roles.frozen_model import FrozenModelWorker
 
 if TYPE_CHECKING:
     from rlcore.protocol import DataProto
-    from rlcore.trainer.specs import RewardModelSpec
+    from rlcore.roles.specs import RewardModelSpec
 
 log = logging.getLogger(__name__)
 
-__all__ = ["REWARD_MODEL_MESH", "RM_ROLE", "RewardModelWorker", "check_reward_model"]
+__all__ = ["REWARD_MODEL_MESH", "RM_ROLE", "RewardModelWorker"]
 
 RM_ROLE = "rm"  # verl's role name; the worker group's view and the checkpoint folder
 REWARD_MODEL_MESH = "reward_model"
@@ -85,7 +84,7 @@ class RewardModelWorker(FrozenModelWorker):
         """``rm_scores`` (B, R): the reward model's score on each row's last response token."""
         from rlcore.protocol import DataProto
         from rlcore.reward.model import RM_SCORES, at_last_token, rm_inputs
-        from rlcore.trainer.update import clock, summed
+        from rlcore.roles.update import clock, summed
 
         timing: dict[str, list[float]] = {}
         with clock(timing, "rm_tokenize"):
@@ -108,4 +107,4 @@ class RewardModelWorker(FrozenModelWorker):
         return RM_ROLE
 
     def frozen_model(self) -> tuple[str, str]:
-        return "the reward model", _KEY
+        return "the reward model", "reward_model.model.path"

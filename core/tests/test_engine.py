@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from rlcore.engine_utils import (
+from rlcore.engine import (
     batch_totals,
     clip_and_step,
     learning_rate,

@@ -1,13 +1,13 @@
-"""The generic role workers the driver calls: policy (actor + rollout + reference) and critic.
+"""The policy role worker the driver calls: actor + rollout + reference in one process.
 
 ``ActorRolloutRefWorker`` holds, in one process per device, the actor's training engine, the
 rollout (generation) engine and, when the algorithm needs KL, the frozen reference engine.
 After every actor update the new weights are copied into the rollout in the same process
 (``rollout.update_weights(engine.named_parameters_for_sync())``), so nothing crosses Ray.
-``CriticWorker`` holds the value model (PPO). When the rollout has a pool of its own
+The critic is its own worker (:mod:`rlcore.roles.critic`). When the rollout has a pool of its own
 (``PolicySpec.rollout_pool``), the policy worker holds no rollout and its weights leave over
 the weight bridge instead (``weight_manifest``, ``open_weight_bridge``, ``send_weights``;
-:mod:`rlcore.trainer.rollout_worker`, docs/placement.md).
+:mod:`rlcore.roles.rollout_worker`, docs/placement.md).
 
 Each worker gets its role's spec (:mod:`rlcore.trainer.specs`), built on the driver, never the
 run config; engines, rollout and algorithm are built from their
@@ -40,9 +40,10 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlcore.dispatch import Dispatch, DispatchInfo, mesh_dispatch_mode, register
+from rlcore.dispatch import Dispatch, mesh_dispatch_mode, register
 from rlcore.interfaces import BaseAlgorithm, BaseEngine, BaseRollout, SamplingParams
-from rlcore.trainer.update import RoleTrainer, clock, summed
+from rlcore.roles.mesh import ACTOR_MESH, REF_MESH, ROLLOUT_MESH, declare_mesh
+from rlcore.roles.update import RoleTrainer, clock, summed
 from rlcore.workers import RoleWorker, Worker
 
 if TYPE_CHECKING:
@@ -50,57 +51,28 @@ if TYPE_CHECKING:
 
     from rlcore.agent.loop import AgentLoop
     from rlcore.protocol import DataProto
-    from rlcore.trainer.specs import AgentSpec, CriticSpec, PolicySpec, RolloutWorkerSpec
+    from rlcore.roles.specs import AgentSpec, PolicySpec, RolloutWorkerSpec
     from rlcore.workers.weight_bridge import TensorMeta, WeightBridge
 
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "ACTOR_MESH",
-    "CRITIC_MESH",
     "POLICY_INPUT_KEYS",
-    "REF_MESH",
     "ActorRolloutRefWorker",
-    "CriticWorker",
     "WeightBridgeEnd",
     "build_rollout",
-    "declare_mesh",
     "push_weights",
 ]
 
 # What a forward pass over (prompt, response) needs; the driver sends only these (plus the
 # loss inputs) so per-row strings and dicts do not cross Ray.
 POLICY_INPUT_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask")
-# generate_sequences is dispatched by this mesh: one prompt shard per rollout engine, which may
-# span several workers (vLLM tensor parallelism, rlcore_vllm/parallel.py).
-ROLLOUT_MESH = "rollout"
 
-# Same names as rlcore.checkpoint.ACTOR_DIR / CRITIC_DIR (the checkpoint layout contract).
+# Same name as rlcore.checkpoint.ACTOR_DIR (the checkpoint layout contract).
 ACTOR_SUBDIR = "actor"
-CRITIC_SUBDIR = "critic"
 
-# One mesh per engine: a tensor-parallel actor may sit next to a data-parallel reference.
-ACTOR_MESH = "actor"
-REF_MESH = "ref"
-CRITIC_MESH = "critic"
 _ACTOR = mesh_dispatch_mode(ACTOR_MESH)
 _REF = mesh_dispatch_mode(REF_MESH)
-_CRITIC = mesh_dispatch_mode(CRITIC_MESH)
-
-
-def declare_mesh(worker: Worker, engine: BaseEngine | BaseRollout, mesh: str) -> DispatchInfo:
-    """Register ``engine``'s (or a rollout's) data-parallel place as ``mesh`` on ``worker``.
-
-    One without a mesh of its own (``dispatch_info()`` is None) is purely data-parallel:
-    every rank is its own data-parallel group. Returns the place registered.
-    """
-    info = engine.dispatch_info() or DispatchInfo(
-        dp_rank=worker.rank, dp_size=worker.world_size, is_collect=True
-    )
-    worker.set_dispatch_info(
-        dp_rank=info.dp_rank, dp_size=info.dp_size, is_collect=info.is_collect, mesh=mesh
-    )
-    return info
 
 
 def build_rollout(
@@ -176,7 +148,7 @@ class WeightBridgeEnd(RoleWorker):
 class ActorRolloutRefWorker(WeightBridgeEnd):
     """Actor engine + rollout (+ reference engine) in one process; see the module docstring.
 
-    ``spec``: the policy role's :class:`~rlcore.trainer.specs.PolicySpec`, built on the driver.
+    ``spec``: the policy role's :class:`~rlcore.roles.specs.PolicySpec`, built on the driver.
     """
 
     spec: PolicySpec
@@ -466,87 +438,6 @@ class ActorRolloutRefWorker(WeightBridgeEnd):
             raise RuntimeError(msg)
         metrics = bridge.send(named, version)
         return DataProto(meta_info={"metrics": {k: [v] for k, v in metrics.items()}})
-
-
-class CriticWorker(RoleWorker):
-    """The value model (PPO): ``compute_values`` and ``update_critic``."""
-
-    spec: CriticSpec
-
-    def __init__(self, spec: CriticSpec) -> None:
-        super().__init__(spec)
-        self.critic: BaseEngine | None = None
-        self.algorithm: BaseAlgorithm | None = None
-        self._trainer: RoleTrainer | None = None
-
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def init_model(self) -> None:
-        spec = self.spec
-        self.init_process_group(spec.backend)
-        self.algorithm = spec.algorithm.build()
-        self.critic = spec.critic.engine.build(spec.critic.spec)
-        mesh = declare_mesh(self, self.critic, CRITIC_MESH)
-        self._trainer = RoleTrainer(
-            "critic", self.critic, spec.update, replicas=self.world_size // mesh.dp_size
-        )
-        log.info("rank %d: critic ready", self.rank)
-
-    def _parts(self) -> tuple[BaseEngine, BaseAlgorithm, RoleTrainer]:
-        if self.critic is None or self.algorithm is None or self._trainer is None:
-            msg = "CriticWorker: call init_model() first"
-            raise RuntimeError(msg)
-        return self.critic, self.algorithm, self._trainer
-
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def save_checkpoint(self, path: str) -> None:
-        """Critic engine state and this rank's state map into ``path/critic`` (every rank)."""
-        from rlcore.checkpoint import save_worker_state
-
-        critic, _, trainer = self._parts()
-        out = Path(path) / CRITIC_SUBDIR
-        critic.save_checkpoint(str(out))
-        save_worker_state(out, self.rank, {"critic_optimizer_steps": trainer.steps})
-
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def load_checkpoint(self, path: str) -> None:
-        from rlcore.checkpoint import load_worker_state
-
-        critic, _, trainer = self._parts()
-        src = Path(path) / CRITIC_SUBDIR
-        critic.load_checkpoint(str(src))
-        trainer.steps = int(load_worker_state(src, self.rank)["critic_optimizer_steps"])
-
-    @register(dispatch_mode=_CRITIC)
-    def compute_values(self, data: DataProto) -> DataProto:
-        """``values`` (B, R): the critic's estimate before each response token."""
-        from rlcore.protocol import DataProto
-
-        critic, _, _ = self._parts()
-        timing: dict[str, list[float]] = {}
-        with clock(timing, "critic_forward"):
-            values = critic.compute_values(data)
-        return DataProto.from_dict(
-            tensors={"values": values}, meta_info={"metrics": summed(timing)}
-        )
-
-    @register(dispatch_mode=_CRITIC)
-    def update_critic(self, data: DataProto, step: int) -> DataProto:
-        """``epochs`` passes of the algorithm's value loss over mini-batches; metrics only."""
-        from rlcore.protocol import DataProto
-
-        _, algorithm, trainer = self._parts()
-        metrics: dict[str, list[float]] = {}
-        timing: dict[str, list[float]] = {}
-        trainer.run(
-            algorithm.value_loss,
-            data,
-            step=step,
-            temperature=1.0,  # values have no temperature
-            with_entropy=False,
-            metrics=metrics,
-            timing=timing,
-        )
-        return DataProto(meta_info={"metrics": {**metrics, **summed(timing)}})
 
 
 def push_weights(actor: BaseEngine, rollout: BaseRollout) -> int:

@@ -1,8 +1,8 @@
 """One role's update loop: epochs x mini-batches of forward/backward and an optimizer step.
 
-Used by both role workers (:mod:`rlcore.trainer.roles`); it owns the role's LR-schedule
+Used by both role workers (:mod:`rlcore.roles.policy`); it owns the role's LR-schedule
 position (``steps``, part of the role's checkpoint map) and applies the update levers of
-:mod:`rlcore.trainer.levers`. Per-phase times go under ``timing_s/worker/*``.
+:mod:`rlcore.roles.levers`. Per-phase times go under ``timing_s/worker/*``.
 """
 
 from __future__ import annotations
@@ -15,16 +15,16 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from rlcore.engine_utils import learning_rate
+from rlcore.engine import learning_rate
 from rlcore.interfaces import BaseEngine, BatchTotals, LossFn
-from rlcore.trainer.levers import drop_zero_advantage_rows, old_log_probs_from_forward, with_totals
-from rlcore.trainer.mismatch import MismatchTally
+from rlcore.roles.levers import drop_zero_advantage_rows, old_log_probs_from_forward, with_totals
+from rlcore.roles.mismatch import MismatchTally
 
 if TYPE_CHECKING:
     import torch
 
     from rlcore.protocol import DataProto
-    from rlcore.trainer.specs import UpdateSpec
+    from rlcore.roles.specs import UpdateSpec
 
 __all__ = ["RoleTrainer", "add_metrics", "clock", "summed"]
 
@@ -61,7 +61,7 @@ class RoleTrainer:
     role: str
     engine: BaseEngine
     update: UpdateSpec
-    # The loss ignores rows with zero advantage (rlcore.trainer.levers): leave them out.
+    # The loss ignores rows with zero advantage (rlcore.roles.levers): leave them out.
     skip_zero_advantage_rows: bool = attrs.field(default=False, kw_only=True)
     backend: str = attrs.field(default="gloo", kw_only=True)
     replicas: int = attrs.field(default=1, kw_only=True)
@@ -103,7 +103,7 @@ class RoleTrainer:
                 )
                 raise RuntimeError(msg)
             if "rollout_log_probs" in data.batch:
-                tally = MismatchTally()  # rollout vs these old log-probs (trainer/mismatch.py)
+                tally = MismatchTally()  # rollout vs these old log-probs (roles/mismatch.py)
             loss_fn = old_log_probs_from_forward(loss_fn, tally)
         generator = torch.Generator().manual_seed(update.seed + step)
         for _ in range(update.epochs):

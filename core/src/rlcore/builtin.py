@@ -1,5 +1,10 @@
-"""The core's policy losses and advantage estimators, registered through the plugin hooks like
-any third-party one (verl's names). Imports nothing heavy: targets are named, not imported."""
+"""The core's own components, registered through the plugin hooks like any third-party one:
+the loggers, the policy losses and the advantage estimators (verl's names).
+
+Imports nothing heavy, and nothing of the modules it names: targets are ``module:attr``
+strings, resolved on first use, so :mod:`rlcore.plugins` registers this module without
+importing ``rlcore.rl`` or ``rlcore.tracking`` (which themselves import the registry).
+"""
 
 from __future__ import annotations
 
@@ -16,6 +21,15 @@ _ADVANTAGES = "rlcore.rl.advantages"
 def _targets(module: str, pattern: str, names: tuple[str, ...]) -> dict[str, str]:
     """``{name: "module:<pattern with the name>"}``: each function is named after its name."""
     return {name: f"{module}:{pattern.format(name)}" for name in names}
+
+
+@hookimpl
+def register_loggers() -> Mapping[str, str]:
+    return {
+        "console": "rlcore.tracking.loggers:ConsoleLogger",
+        "jsonl": "rlcore.tracking.loggers:JsonlLogger",
+        "tensorboard": "rlcore.tracking.loggers:TensorBoardLogger",
+    }
 
 
 @hookimpl

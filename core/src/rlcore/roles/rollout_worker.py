@@ -23,15 +23,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlcore.dispatch import Dispatch, mesh_dispatch_mode, register
+from rlcore.roles.policy import WeightBridgeEnd, build_rollout
+from rlcore.roles.update import clock, summed
 from rlcore.tracking.reductions import SUM, declare_reduction
-from rlcore.trainer.roles import WeightBridgeEnd, build_rollout
-from rlcore.trainer.update import clock, summed
 
 if TYPE_CHECKING:
     from rlcore.agent.loop import AgentLoop
     from rlcore.interfaces import BaseRollout, SamplingParams
     from rlcore.protocol import DataProto
-    from rlcore.trainer.specs import RolloutWorkerSpec
+    from rlcore.roles.specs import RolloutWorkerSpec
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ sync makes it sample from another policy altogether. Every step where the rollou
 
 In float32 with the weights in sync both are ~1e-6 (kernel rounding); a stale or wrong sync
 shows up as 1e-2 and above. ``log pi_old`` is the engine's ``old_log_probs``: from the
-driver's old-log-prob pass when it runs, else (on-policy updates, :mod:`rlcore.trainer.levers`)
+driver's old-log-prob pass when it runs, else (on-policy updates, :mod:`rlcore.roles.levers`)
 from the update's own forward under the same weights, tallied on the worker
 (:class:`MismatchTally`). In the second case rows the update leaves out (zero-advantage rows,
 ``actor.skip_zero_advantage_rows``) are not counted. Several ranks' means are averaged and

@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from rlcore.engine_utils import (
+from rlcore.engine import (
     TOKENIZER_FILES,
     MetricMeans,
     OptimizerGuard,
@@ -232,7 +232,7 @@ def test_guard_steps_at_the_given_lr_counts_and_skips_non_finite(caplog):
     assert p.grad is None
 
     p.grad = torch.tensor([float("inf"), 0.0, 0.0])
-    with caplog.at_level(logging.WARNING, logger="rlcore.engine_utils"):
+    with caplog.at_level(logging.WARNING, logger="rlcore.engine"):
         assert math.isinf(guard.step(lr=0.5))
     assert torch.equal(p.detach(), after)  # skipped: no update
     assert (guard.global_step, guard.skipped_steps, guard.lr) == (1, 1, 0.25)

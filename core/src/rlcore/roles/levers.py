@@ -20,14 +20,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rlcore.engine_utils import batch_totals
+from rlcore.engine import batch_totals
 
 if TYPE_CHECKING:
     import torch
 
     from rlcore.interfaces import BatchTotals, LossFn, ModelOutputs
     from rlcore.protocol import DataProto
-    from rlcore.trainer.mismatch import MismatchTally
+    from rlcore.roles.mismatch import MismatchTally
 
 __all__ = [
     "drop_zero_advantage_rows",
@@ -42,7 +42,7 @@ def old_log_probs_from_forward(loss_fn: LossFn, tally: MismatchTally | None = No
 
     Only correct on-policy: the caller checks that the data is used for one optimizer step.
     ``tally``: where the micro-batch carries ``rollout_log_probs``, their distance to these
-    old log-probs is added to it (:mod:`rlcore.trainer.mismatch`).
+    old log-probs is added to it (:mod:`rlcore.roles.mismatch`).
     """
 
     def loss(

@@ -41,7 +41,7 @@ class FrozenModelWorker(RoleWorker):
 
     def _start_engine(self, mesh: str) -> None:
         """Join the process group, build the engine and declare its place on ``mesh``."""
-        from rlcore.trainer.roles import declare_mesh
+        from rlcore.roles.mesh import declare_mesh
 
         self.init_process_group(self.spec.backend)
         self.engine = self.spec.engine.engine.build(self.spec.engine.spec)

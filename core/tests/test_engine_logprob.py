@@ -1,4 +1,4 @@
-"""Chunked log-probs and entropy (rlcore.engine_utils) equal the plain one-shot computation."""
+"""Chunked log-probs and entropy (rlcore.engine) equal the plain one-shot computation."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from rlcore.engine_utils import entropy_from_logits, log_probs_from_logits  # noqa: E402
+from rlcore.engine import entropy_from_logits, log_probs_from_logits  # noqa: E402
 
 
 def plain_log_probs(logits, labels):

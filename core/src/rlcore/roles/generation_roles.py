@@ -4,7 +4,7 @@ A :class:`~rlcore.interfaces.BaseBatchReward` declares them (:attr:`BaseBatchRew
 each a :class:`~rlcore.interfaces.GenerationRole`); the driver turns each into a
 :class:`GenerationRoleSpec` (:func:`build_generation_role_specs`), the builder places a
 :class:`GenerationRoleWorker` beside the policy in every process of the run's pool, as it
-places an algorithm's extra roles (:mod:`rlcore.trainer.extra_roles`), and the reward manager
+places an algorithm's extra roles (:mod:`rlcore.roles.extra_roles`), and the reward manager
 hands the worker groups to their scorer (:meth:`BaseBatchReward.bind_roles`).
 
 The worker holds the rollout engine and the model's tokenizer: text in, text out
@@ -122,7 +122,7 @@ class GenerationRoleWorker(RoleWorker):
     def init_model(self) -> None:
         from transformers import AutoTokenizer
 
-        from rlcore.trainer.roles import declare_mesh
+        from rlcore.roles.mesh import declare_mesh
 
         spec = self.spec
         self.init_process_group(spec.backend)
@@ -164,7 +164,7 @@ class GenerationRoleWorker(RoleWorker):
         import torch
 
         from rlcore.protocol import DataProto
-        from rlcore.trainer.update import clock, summed
+        from rlcore.roles.update import clock, summed
 
         if self.rollout is None or self.tokenizer is None:
             msg = f"GenerationRoleWorker {self.spec.name}: call init_model() first"

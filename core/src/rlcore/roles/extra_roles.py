@@ -7,10 +7,10 @@ the user configures it in ``[roles.teacher]``::
     model = { path = "models/teacher" }
     engine = { name = "fsdp2" }        # optional: the actor's engine, options included
 
-Before Ray starts, :func:`check_extra_roles` (:mod:`rlcore.preflight.roles`) turns a role
+Before Ray starts, :func:`rlcore.preflight.roles.check_extra_roles` turns a role
 without a section, a section no role asks for and a model folder that does not exist into one
 line naming the key. :func:`rlcore.trainer.specs.build_role_specs` makes one
-:class:`~rlcore.trainer.specs.RoleSpec` per role on the driver;
+:class:`~rlcore.roles.specs.RoleSpec` per role on the driver;
 :class:`ExtraRoleWorker` holds its engine, colocated with the built-in roles in one process
 per device (:func:`rlcore.trainer.builder.build_workers`) and checkpointed with them (its own
 folder ``<name>/`` of a checkpoint; a frozen model keeps only its rank's state map there).
@@ -22,16 +22,15 @@ import logging
 from typing import TYPE_CHECKING
 
 from rlcore.dispatch import Dispatch, mesh_dispatch_mode, register
-from rlcore.preflight.roles import check_extra_roles
-from rlcore.trainer.frozen_model import FrozenModelWorker
+from rlcore.roles.frozen_model import FrozenModelWorker
 
 if TYPE_CHECKING:
     from rlcore.protocol import DataProto
-    from rlcore.trainer.specs import RoleSpec
+    from rlcore.roles.specs import RoleSpec
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EXTRA_ROLE_MESH", "ExtraRoleWorker", "check_extra_roles"]
+__all__ = ["EXTRA_ROLE_MESH", "ExtraRoleWorker"]
 
 # Each extra role's worker declares its own engine's place here (one instance per role, so
 # two roles never share a declaration).
@@ -53,7 +52,7 @@ class ExtraRoleWorker(FrozenModelWorker):
     def compute_log_prob(self, data: DataProto) -> DataProto:
         """``<name>_log_prob`` (B, R): the responses' log-probs under this role's model."""
         from rlcore.protocol import DataProto
-        from rlcore.trainer.update import clock, summed
+        from rlcore.roles.update import clock, summed
 
         timing: dict[str, list[float]] = {}
         with clock(timing, f"{self.spec.name}_forward"):

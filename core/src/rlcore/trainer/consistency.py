@@ -42,7 +42,8 @@ def _one_rank_group(device: str) -> Iterator[None]:
     try:
         yield
     finally:
-        dist.destroy_process_group()
+        if dist.is_initialized():  # a rollout's shutdown (vLLM's) may have ended it already
+            dist.destroy_process_group()
 
 
 def consistency_report(

@@ -213,6 +213,19 @@ def _cmd_new_plugin(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_check_consistency(args: argparse.Namespace) -> int:
+    from rlcore.trainer.consistency import run_consistency_check
+
+    return run_consistency_check(
+        _load_config(args),
+        prompts=args.prompts,
+        kl_bound=args.kl_bound,
+        layer_bound=args.layer_bound,
+        top_k=args.top_k,
+        registry=args.registry,
+    )
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     # Validates every section and resolves every selected plugin (engine, rollout, rewards,
     # algorithm): a missing plugin is reported with how to install it before Ray starts.
@@ -362,6 +375,32 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     from_verl.add_argument("-o", "--output", metavar="OUT", help="write the TOML here")
     from_verl.set_defaults(func=_cmd_from_verl)
+
+    check = sub.add_parser("check", help="check a configured run's components")
+    check_sub = check.add_subparsers(dest="check_command", required=True, metavar="ACTION")
+    consistency = check_sub.add_parser(
+        "consistency",
+        help="compare the rollout's next-token distributions with the actor engine's on the "
+        "same weights (KL both ways, total variation, top-k overlap); exit 1 past the bound",
+    )
+    with_config(consistency)
+    consistency.add_argument(
+        "--prompts", type=int, default=8, help="prompts of data.train_files to sample (8)"
+    )
+    consistency.add_argument(
+        "--kl-bound",
+        type=float,
+        default=1e-3,
+        help="largest per-position KL, either direction, that passes (1e-3)",
+    )
+    consistency.add_argument(
+        "--layer-bound",
+        type=float,
+        default=1e-2,
+        help="relative hidden-state difference that marks a layer as drifted (1e-2)",
+    )
+    consistency.add_argument("--top-k", type=int, default=10, help="k of the top-k overlap (10)")
+    consistency.set_defaults(func=_cmd_check_consistency)
 
     for name, (module, help_text) in _EXTERNAL.items():
         if _installed(module):

@@ -82,6 +82,7 @@ from rlcore.interfaces.specs import (
     OptimConfig,
     RolloutSpec,
     SamplingParams,
+    TokenDistributions,
 )
 from rlcore.interfaces.tool import BaseTool, ToolError
 from rlcore.interfaces.version import CONTRACT_CHANGES, CONTRACT_NOTE, CONTRACT_VERSION
@@ -116,6 +117,7 @@ __all__ = [
     "RolloutTraits",
     "RunInfo",
     "SamplingParams",
+    "TokenDistributions",
     "ToolError",
     "key",
 ]

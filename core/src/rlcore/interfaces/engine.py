@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from rlcore.interfaces.specs import EngineSpec, LossFn, ModelOutputs
+from rlcore.interfaces.specs import EngineSpec, LossFn, ModelOutputs, TokenDistributions
 
 if TYPE_CHECKING:
     import torch
@@ -143,6 +143,22 @@ class BaseEngine(abc.ABC):
         with a one-line reason; the core then tells the user to set
         ``trainer.export_final = false``.
         """
+
+    def next_token_distributions(
+        self, batch: DataProto, *, hidden_states: bool = False
+    ) -> TokenDistributions:
+        """The full next-token distributions of the trained model over ``responses``, no grad.
+
+        Optional: the twin of :meth:`BaseRollout.next_token_distributions` (same batch, same
+        :class:`~rlcore.interfaces.TokenDistributions`, temperature 1), for the
+        training-inference consistency check. Collective like :meth:`compute_log_prob`; the
+        rows of this rank.
+        """
+        msg = (
+            f"{type(self).__name__} cannot return next-token distributions "
+            "(BaseEngine.next_token_distributions); the consistency check needs it"
+        )
+        raise NotImplementedError(msg)
 
     def compute_values(self, batch: DataProto) -> torch.Tensor:
         """Values of the response tokens, (B, R), for a critic (``spec.value_head``)."""

@@ -10,7 +10,12 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 
 from rlcore.interfaces.declarations import RolloutTraits
-from rlcore.interfaces.specs import GenerationResult, RolloutSpec, SamplingParams
+from rlcore.interfaces.specs import (
+    GenerationResult,
+    RolloutSpec,
+    SamplingParams,
+    TokenDistributions,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -120,6 +125,24 @@ class BaseRollout(abc.ABC):
         names (``...q_proj.lora_A.weight``). The base weights are unchanged.
         """
         msg = f"{type(self).__name__} does not serve LoRA adapters; sync merged weights"
+        raise NotImplementedError(msg)
+
+    def next_token_distributions(
+        self, batch: DataProto, *, hidden_states: bool = False
+    ) -> TokenDistributions:
+        """The full next-token distributions this rollout samples from, over ``responses``.
+
+        Optional (``rlcore check consistency`` and
+        :func:`rlcore.testing.conformance.check_consistency` need it): ``batch`` holds
+        ``input_ids``, ``attention_mask``, ``position_ids`` (B, P+R) and ``responses`` (B, R),
+        as :meth:`generate` returns them; the result is a
+        :class:`~rlcore.interfaces.TokenDistributions` at temperature 1, computed by the
+        inference engine itself (its kernels and precision), not by a second model.
+        """
+        msg = (
+            f"{type(self).__name__} cannot return next-token distributions "
+            "(BaseRollout.next_token_distributions); the consistency check needs it"
+        )
         raise NotImplementedError(msg)
 
     def state_dict(self) -> dict[str, int]:

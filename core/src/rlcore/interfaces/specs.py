@@ -127,6 +127,22 @@ class ModelOutputs:
     values: torch.Tensor | None = None
 
 
+@attrs.define(kw_only=True)
+class TokenDistributions:
+    """The full next-token distributions over the response positions (the consistency check).
+
+    ``logits``: (B, R, V) float32 on CPU; row ``i``, column ``j`` predicts response token
+    ``j`` (position ``P-1+j``), at temperature 1. Log-probabilities are fine too: the check
+    compares ``log_softmax`` of each row, so any shift per position cancels.
+    ``hidden_states``: when asked, one (B, R, H) float32 tensor per decoder layer, the
+    residual stream after that layer at the same positions (before the final norm), or None
+    where the backend cannot return them.
+    """
+
+    logits: torch.Tensor
+    hidden_states: list[torch.Tensor] | None = None
+
+
 @attrs.frozen(kw_only=True)
 class BatchTotals:
     """Counts over the whole mini-batch, across micro-batches and data-parallel ranks.

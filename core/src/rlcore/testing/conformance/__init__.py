@@ -50,6 +50,11 @@ What each checks (see the function docstrings for the exact rules):
 - :func:`check_rollout` — ``traits(config)`` is a :class:`~rlcore.interfaces.RolloutTraits`;
   ``generate`` layout, masks, positions, greedy determinism,
   resumable sampling, ``update_weights``.
+- :func:`check_consistency` — a rollout and an engine on the same weights give the same
+  next-token distributions over the vocabulary at every response position (KL both ways,
+  total variation, top-k overlap; :func:`measure_consistency` returns the table), and where
+  they drift, the first decoder layer whose hidden states part; both sides through their
+  optional ``next_token_distributions``.
 - :func:`check_tool` — ``schema()`` well-formed, ``call`` returns text or raises
   ``ToolError`` (only) on adversarial arguments, in time; the tool pickles.
 
@@ -67,6 +72,13 @@ from rlcore.testing.conformance._algorithm import (
 )
 from rlcore.testing.conformance._batch_reward import check_batch_reward, make_reward_batch
 from rlcore.testing.conformance._common import check_config
+from rlcore.testing.conformance._consistency import (
+    CONSISTENCY_METRICS,
+    ConsistencyReport,
+    check_consistency,
+    compare_distributions,
+    measure_consistency,
+)
 from rlcore.testing.conformance._contract import check_contract, check_signatures
 from rlcore.testing.conformance._engine import check_engine, random_engine_batch
 from rlcore.testing.conformance._plugin import HEAVY_MODULES, check_plugin_module
@@ -77,13 +89,16 @@ from rlcore.testing.conformance._tool import ADVERSARIAL_ARGUMENTS, check_tool
 
 __all__ = [
     "ADVERSARIAL_ARGUMENTS",
+    "CONSISTENCY_METRICS",
     "ADVERSARIAL_INPUTS",
     "HEAVY_MODULES",
     "POLICY_METRICS",
     "STEP_RULES",
+    "ConsistencyReport",
     "check_algorithm",
     "check_batch_reward",
     "check_config",
+    "check_consistency",
     "check_contract",
     "check_engine",
     "check_plugin_module",
@@ -92,7 +107,9 @@ __all__ = [
     "check_signatures",
     "check_step_program",
     "check_tool",
+    "compare_distributions",
     "make_reward_batch",
+    "measure_consistency",
     "random_algorithm_batch",
     "random_engine_batch",
 ]

@@ -52,7 +52,14 @@ from rlcore.engine import (
     init_device,
 )
 from rlcore.errors import ConfigError, EngineError
-from rlcore.interfaces import BaseEngine, EngineSpec, LossFn, ModelOutputs, key
+from rlcore.interfaces import (
+    BaseEngine,
+    EngineSpec,
+    LossFn,
+    ModelOutputs,
+    TokenDistributions,
+    key,
+)
 from rlcore.protocol import DataProto
 from rlcore_fsdp2 import forward, packing, reward_head
 from rlcore_fsdp2.lora import LoraAdapter, LoraSettings
@@ -442,6 +449,20 @@ class FSDP2Engine(GuardedSteps, BaseEngine):
             msg = f"[{self.spec.role}] a value-head engine has no log-probs; use compute_values"
             raise FSDP2Error(msg)
         return self._inference(batch, temperature=temperature, with_entropy=with_entropy)
+
+    def next_token_distributions(
+        self, batch: DataProto, *, hidden_states: bool = False
+    ) -> TokenDistributions:
+        """The padded forward of :meth:`compute_log_prob` (same dtype policy), whole vocab."""
+        if self.spec.value_head or self.spec.reward_head:
+            return super().next_token_distributions(batch, hidden_states=hidden_states)
+        from rlcore.token_distributions import hf_next_token_distributions
+
+        self.onload()
+        self.model.eval()
+        return hf_next_token_distributions(
+            self.model, batch, self.device, hidden_states=hidden_states
+        )
 
     def compute_values(self, batch: DataProto) -> torch.Tensor:
         if not self.spec.value_head:

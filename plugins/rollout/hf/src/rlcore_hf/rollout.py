@@ -18,7 +18,7 @@ import torch
 
 from rlcore.engine import dtype_from_name, rollout_tensors
 from rlcore.errors import ConfigError, RlcoreError
-from rlcore.interfaces import BaseRollout, RolloutSpec, SamplingParams, key
+from rlcore.interfaces import BaseRollout, RolloutSpec, SamplingParams, TokenDistributions, key
 from rlcore.protocol import DataProto
 
 log = logging.getLogger(__name__)
@@ -247,6 +247,16 @@ class HFRollout(BaseRollout):
         if cache is None:
             return {}
         return {cache_keyword(type(self.model)): cache}
+
+    def next_token_distributions(
+        self, batch: DataProto, *, hidden_states: bool = False
+    ) -> TokenDistributions:
+        """The generating model's own forward (its dtype and attention) over ``batch``."""
+        from rlcore.token_distributions import hf_next_token_distributions
+
+        return hf_next_token_distributions(
+            self.model, batch, self.device, hidden_states=hidden_states
+        )
 
     # --- weights --------------------------------------------------------------------------
 

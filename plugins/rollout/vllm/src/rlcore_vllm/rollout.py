@@ -38,6 +38,7 @@ from rlcore.interfaces import (
     RolloutSpec,
     RolloutTraits,
     SamplingParams,
+    TokenDistributions,
     key,
 )
 from rlcore.protocol import DataProto
@@ -245,6 +246,12 @@ class VLLMRollout(BaseRollout):
             "untruncated.",
             validator=attrs.validators.in_(("processed_logprobs", "raw_logprobs")),
         )
+        max_logprobs: int = key(
+            20,
+            "vLLM's max_logprobs: the most log-probs a request may ask for; -1: the whole "
+            "vocabulary, which next_token_distributions (rlcore check consistency) needs.",
+            validator=attrs.validators.ge(-1),
+        )
         # VLLM_CPU_OMP_THREADS_BIND: "nobind" leaves thread placement to the process (Ray, a
         # shared machine); "auto" or a core list ("0-3") pins vLLM's threads.
         cpu_threads_bind: str = key(
@@ -315,6 +322,8 @@ class VLLMRollout(BaseRollout):
         if self.on_cpu:
             check_cpu_head_size(spec, model_cfg)
         self.eos_token_ids, self.pad_token_id = special_ids(spec, model_cfg)
+        text_cfg = getattr(model_cfg, "get_text_config", lambda: model_cfg)()
+        self.vocab_size = int(text_cfg.vocab_size)
         self.dtype: str = cfg.dtype or spec.dtype  # the engine's; synced weights are cast to it
         tp = cfg.tensor_parallel_size
         default_async = not self.on_cpu and tp == 1
@@ -359,6 +368,7 @@ class VLLMRollout(BaseRollout):
             "max_num_seqs": cfg.max_num_seqs,
             "enable_prefix_caching": cfg.enable_prefix_caching,
             "logprobs_mode": cfg.logprobs_mode,
+            "max_logprobs": cfg.max_logprobs,
             "seed": self.seed,
             # Prompts arrive as token ids and responses leave as token ids: no tokenizer.
             "skip_tokenizer_init": True,
@@ -532,6 +542,34 @@ class VLLMRollout(BaseRollout):
             "length" if completion.finish_reason == "length" else "stop"
         )
         return GenerationResult(token_ids=tokens, log_probs=log_probs, finish_reason=reason)
+
+    def next_token_distributions(
+        self, batch: DataProto, *, hidden_states: bool = False
+    ) -> TokenDistributions:
+        """The engine's own log-probs over the vocabulary (``prompt_logprobs = -1``); hidden
+        states where vLLM runs in this process (:mod:`rlcore_vllm.distributions`)."""
+        from rlcore_vllm.distributions import vllm_next_token_distributions
+
+        if self.config.max_logprobs != -1:
+            msg = (
+                "the vLLM rollout returns whole next-token distributions only with "
+                "rollout.max_logprobs = -1 (vLLM's cap on log-probs per request)"
+            )
+            raise NotImplementedError(msg)
+        if self.async_engine or self._mesh is not None:
+            msg = (
+                "the vLLM rollout returns next-token distributions with one in-process "
+                "vllm.LLM only: set rollout.async_engine = false and tensor_parallel_size = 1"
+            )
+            raise NotImplementedError(msg)
+        self.wake_up()
+        return vllm_next_token_distributions(
+            self.llm,
+            batch,
+            self.vocab_size,
+            hidden_states=hidden_states,
+            in_process=self.in_process,
+        )
 
     def _check_lengths(self, rows: list[list[int]], max_new_tokens: int) -> None:
         longest = max((len(r) for r in rows), default=0)

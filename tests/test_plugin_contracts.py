@@ -5,6 +5,10 @@
   ``contract_version``), found through its committed ``.dist-info`` on ``PYTHONPATH`` as a
   pip-installed one is: ``rlcore train`` on a config naming it stops at validation, before
   anything imports Ray, with one line naming the change.
+- ``tests/data/note-engine`` is turn 3's engine: a round-1 engine that followed only
+  ``forward_backward``'s line of the note (it declares contract 2 but keeps
+  ``optimizer_step()`` and ``compute_log_prob(batch)``). Both are refused before Ray with one
+  line naming every parameter to add; copies migrated by the note's changelog train.
 - An algorithm defined here, registered through an in-process plugin object, declares
   ``needs.reference`` (and nothing through the one-flag properties): the run builds a
   reference worker for it, and its KL loss is 0 at step 1 (the actor is the reference) and
@@ -36,6 +40,7 @@ from rlcore.plugins import PluginRegistry, contract_refusal
 
 HERE = Path(__file__).resolve().parent
 OLD_ENGINE = HERE / "data" / "old-engine"
+NOTE_ENGINE = HERE / "data" / "note-engine"
 NOTE = "see core/README.md, Contract versions"
 
 
@@ -152,7 +157,8 @@ def test_discovery_refuses_the_old_engine_and_resolving_it_is_one_line():
         reg.resolve("engine", "old_engine", where="[actor.engine]")
     assert str(exc.value) == (
         "engine 'old_engine' in [actor.engine] is provided only by rlcore-old-engine 0.1, "
-        f"whose plugin 'old_engine' is refused: {contract_refusal(None)}"
+        f"whose plugin 'old_engine' is refused: {contract_refusal(None)}; also its methods do "
+        "not take the parameters of plugin contract 2: forward_backward(add temperature)"
     )
     assert "\n" not in str(exc.value)
     assert "rlcore_old_engine.engine" not in sys.modules  # refused without importing it
@@ -191,24 +197,51 @@ def test_in_process_plugins_are_checked_when_they_declare_a_version():
     )
 
 
-def _old_engine_env() -> dict[str, str]:
-    paths = [str(OLD_ENGINE), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+def _engines_env(*roots: Path) -> dict[str, str]:
+    paths = [*map(str, roots), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
     return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
 
 
-def test_rlcore_train_on_the_old_engine_exits_2_with_one_line_before_ray(tmp_path):
+def _old_engine_env() -> dict[str, str]:
+    return _engines_env(OLD_ENGINE, NOTE_ENGINE)
+
+
+# Each engine's refusal: everything its methods lack, named before Ray.
+SIGNATURES = "its methods do not take the parameters of plugin contract 2: "
+REFUSALS = {
+    "old_engine": (
+        "engine 'old_engine' is provided only by rlcore-old-engine 0.1, whose plugin "
+        f"'old_engine' is refused: {contract_refusal(None)}; also {SIGNATURES}"
+        "forward_backward(add temperature)"
+    ),
+    "note_engine": (
+        "engine 'note_engine' (rlcore_note_engine.engine:NoteEngine) from rlcore-note-engine "
+        f"0.1: {SIGNATURES}compute_log_prob(add temperature); optimizer_step(add lr) ({NOTE})"
+    ),
+}
+
+
+def _train_config(tmp_path: Path, engine: str, *, model: Path | None = None) -> Path:
     from rlcore.testing.runs import arithmetic_rows, tiny_run_toml, write_jsonl
 
     train = write_jsonl(arithmetic_rows([(1, 2), (3, 4)]), tmp_path / "train.jsonl")
-    config = tmp_path / "run.toml"
+    config = tmp_path / f"{engine}.toml"
     config.write_text(
         tiny_run_toml(
-            model=tmp_path / "model",  # never read: validation stops first
+            model=model or tmp_path / "model",  # never read when validation stops first
             train_files=[train],
             run_dir=tmp_path / "run",
-            extra='[actor.engine]\nname = "old_engine"\n',
+            total_steps=1,
+            train_batch_size=2,
+            extra=f'[actor.engine]\nname = "{engine}"\n',
         )
     )
+    return config
+
+
+@pytest.mark.parametrize("engine", sorted(REFUSALS))
+def test_rlcore_train_on_an_old_engine_exits_2_with_one_line_before_ray(tmp_path, engine):
+    config = _train_config(tmp_path, engine)
     # The console script's module under -X importtime: every import is reported on stderr,
     # so "before Ray starts" is measured, not assumed.
     proc = subprocess.run(
@@ -220,20 +253,20 @@ def test_rlcore_train_on_the_old_engine_exits_2_with_one_line_before_ray(tmp_pat
         check=False,
     )
     imports = [ln for ln in proc.stderr.splitlines() if ln.startswith("import time:")]
-    lines = [ln for ln in proc.stderr.splitlines() if not ln.startswith("import time:")]
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    assert lines == [
-        f"error: {config}: actor.engine.name: engine 'old_engine' is provided only by "
-        "rlcore-old-engine 0.1, whose plugin 'old_engine' is refused: "
-        f"{contract_refusal(None)}"
+    lines = [
+        ln
+        for ln in proc.stderr.splitlines()
+        if not ln.startswith("import time:") and "rlcore-fake" not in ln
     ]
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert lines == [f"error: {config}: actor.engine.name: {REFUSALS[engine]}"]
     imported = {ln.rsplit("|", 1)[-1].strip() for ln in imports}
     assert "rlcore.config" in imported  # the measurement sees rlcore's own imports
     assert not {m for m in imported if m == "ray" or m.startswith("ray.")}
     assert not (tmp_path / "run").exists()
 
 
-def test_rlcore_plugins_lists_the_old_engine_as_refused():
+def test_rlcore_plugins_lists_the_old_engines_as_refused():
     proc = subprocess.run(
         [sys.executable, "-m", "rlcore.cli", "plugins"],
         env=_old_engine_env(),
@@ -244,7 +277,100 @@ def test_rlcore_plugins_lists_the_old_engine_as_refused():
     )
     (row,) = [ln for ln in proc.stdout.splitlines() if "rlcore-old-engine" in ln]
     assert row.split()[:5] == ["engine", "old_engine", "rlcore-old-engine", "0.1", "refused:"]
-    assert row.endswith(f"refused: {contract_refusal(None)}")
+    assert row.endswith(
+        f"refused: {contract_refusal(None)}; also {SIGNATURES}forward_backward(add temperature)"
+    )
+    # Declared current, but its source's methods are not: refused from the source, unimported.
+    (row,) = [ln for ln in proc.stdout.splitlines() if "rlcore-note-engine" in ln]
+    assert row.split()[:4] == ["engine", "note_engine", "rlcore-note-engine", "0.1"]
+    assert row.endswith(
+        f"refused: {SIGNATURES}compute_log_prob(add temperature); optimizer_step(add lr) ({NOTE})"
+    )
+
+
+# What the changelog of core/README.md ("Contract versions", "Migrating from 1 to 2") tells
+# each engine's author to change, as edits of its files: (file, old text, new text).
+MIGRATIONS = {
+    "old_engine": (
+        OLD_ENGINE,
+        [
+            (
+                "rlcore_old_engine/plugin.py",
+                "from rlcore.hookspecs import hookimpl\n",
+                "from rlcore.hookspecs import hookimpl\n\ncontract_version = 2\n",
+            ),
+            (
+                "rlcore_old_engine/engine.py",
+                "loss_fn, *, with_entropy=False):",
+                "loss_fn, *, temperature, with_entropy=False):",
+            ),
+            (
+                "rlcore_old_engine/engine.py",
+                "        temperature = 1.0  # contract 1",
+                "        # contract 1",
+            ),
+        ],
+    ),
+    "note_engine": (
+        NOTE_ENGINE,
+        [
+            (
+                "rlcore_note_engine/engine.py",
+                "def optimizer_step(self):",
+                "def optimizer_step(self, *, lr):",
+            ),
+            (
+                "rlcore_note_engine/engine.py",
+                "        lr = self.spec.optim.lr  # round 1",
+                "        # round 1",
+            ),
+            (
+                "rlcore_note_engine/engine.py",
+                "batch, *, with_entropy=False):",
+                "batch, *, temperature, with_entropy=False):",
+            ),
+            (
+                "rlcore_note_engine/engine.py",
+                "        temperature = 1.0  # round 1",
+                "        # round 1",
+            ),
+        ],
+    ),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", sorted(MIGRATIONS))
+def test_an_old_engine_migrated_by_the_note_trains(tmp_path, engine):
+    import shutil
+
+    from rlcore.testing.runs import tiny_run_model
+
+    source, edits = MIGRATIONS[engine]
+    copy = tmp_path / source.name
+    shutil.copytree(source, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    for rel, old, new in edits:
+        path = copy / rel
+        text = path.read_text()
+        assert old in text, (rel, old)
+        path.write_text(text.replace(old, new))
+    config = _train_config(tmp_path, engine, model=tiny_run_model(tmp_path / "model"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "rlcore.cli", "train", str(config)],
+        env=_engines_env(copy),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [json.loads(ln) for ln in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    (step,) = [r for r in rows if "actor/grad_norm" in r]
+    assert step["step"] == 1
+    # The update ran through the migrated optimizer_step, at the core's learning rate (the
+    # tiny model scores 0 everywhere, so the gradient itself may be zero).
+    assert step["actor/lr"] == pytest.approx(1e-3)
+    assert "timing_s/update_actor" in step
 
 
 # --- conformance: check_contract and check_signatures --------------------------------------
@@ -271,9 +397,8 @@ def test_conformance_refuses_the_old_engine_and_accepts_the_first_party_plugins(
     with pytest.raises(AssertionError) as exc:
         check_signatures(OldEngine)
     assert str(exc.value) == (
-        "rlcore_old_engine.engine.OldEngine: forward_backward must take the keyword-only "
-        "parameters of BaseEngine.forward_backward (temperature, with_entropy) as in "
-        f"contract {CONTRACT_VERSION} ({NOTE}): missing keyword-only temperature"
+        "rlcore_old_engine.engine.OldEngine: methods take the contract's parameters: "
+        f"{SIGNATURES}forward_backward(add temperature) ({NOTE})"
     )
     for module in ("rlcore_fsdp2.plugin", "rlcore_hf.plugin", "rlcore_grpo.plugin"):
         assert check_contract(module) == CONTRACT_VERSION
@@ -292,7 +417,7 @@ def test_check_signatures_names_an_extra_required_keyword():
         def policy_loss(self, outputs, batch, totals, *, scale):
             raise NotImplementedError
 
-    with pytest.raises(AssertionError, match="extra required keyword-only scale"):
+    with pytest.raises(AssertionError, match=r"policy_loss\(remove scale \(or give a default\)\)"):
         check_signatures(Strict)
 
 

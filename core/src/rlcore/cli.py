@@ -135,9 +135,8 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
     # A refused plugin's names, each with why (its contract version against this rlcore's).
     listed = set()
     for e, refusal in registry.refused_entries():
-        rows.append(
-            (e.kind, e.name, e.distribution or "-", e.version or "-", f"refused: {refusal}")
-        )
+        status = f"refused: {refusal}{registry.refused_also(e)}"
+        rows.append((e.kind, e.name, e.distribution or "-", e.version or "-", status))
         listed.add((e.distribution, e.plugin))
     for p in registry.problems:
         if p.status == "duplicate" or (p.distribution, p.plugin) in listed:

@@ -50,6 +50,11 @@ from rlcore.interfaces import (
     BaseRollout,
     BaseTool,
 )
+from rlcore.interfaces.signatures import (
+    describe_mismatches,
+    signature_mismatches,
+    source_signature_mismatches,
+)
 
 log = logging.getLogger(__name__)
 
@@ -550,6 +555,10 @@ class PluginRegistry:
         # A plain subclass of an attrs class passes attrs.has() but drops its own fields.
         if not attrs.has(config_cls) or "__attrs_attrs__" not in vars(config_cls):
             return ": its Config must be an attrs class (@attrs.frozen(kw_only=True))"
+        # Found here, before Ray, rather than as a TypeError inside a worker.
+        mismatches = signature_mismatches(cls, bases)
+        if mismatches:
+            return f": {describe_mismatches(mismatches)}"
         return None
 
     @staticmethod
@@ -564,12 +573,23 @@ class PluginRegistry:
         error that says why not (refused, unknown or not installed, or provided twice)."""
         found = self._entries[kind].get(name)
         if not found and name in self._refused[kind]:
-            raise PluginError(self._refused_message(kind, name, where))
+            also = self.refused_also(self._refused[kind][name][0])
+            raise PluginError(self._refused_message(kind, name, where) + also)
         if not found:
             raise PluginError(self._unknown_message(kind, name, where))
         if len(found) > 1:
             raise PluginError(self._duplicate_message(kind, name))
         return found[0], self._import(found[0])
+
+    def refused_also(self, entry: PluginEntry) -> str:
+        """What else a refused plugin's class must change, so that one migration fixes it
+        all: ``"; also its methods ..."`` read from its source (a refused plugin's code is
+        never run), or ``""``."""
+        status = self.check(entry)
+        if not status.startswith("refused: "):
+            return ""
+        # The refusal already ends with where the note is.
+        return f"; also {status.removeprefix('refused: ').removesuffix(f' ({CONTRACT_NOTE})')}"
 
     def _import(self, entry: PluginEntry) -> object:
         if not isinstance(entry.target, str):
@@ -630,7 +650,7 @@ class PluginRegistry:
         top = attr_path.split(".")[0]
         if top not in _top_level_names(tree):
             return f"class missing: {module_name!r} defines no {top!r}"
-        return "ok"
+        return _source_status(entry.kind, tree, attr_path)
 
     def _unknown_message(self, kind: str, name: str, where: str | None) -> str:
         at = f" in {where}" if where else ""
@@ -686,6 +706,15 @@ def _top_level_names(tree: ast.Module) -> set[str]:
         elif isinstance(node, ast.Import | ast.ImportFrom):
             names.update((a.asname or a.name).split(".")[0] for a in node.names)
     return names
+
+
+def _source_status(kind: str, tree: ast.Module, attr_path: str) -> str:
+    """``ok``, or ``refused: ...`` when the class's own methods (read from its source) do not
+    take the contract's parameters: what resolving it would refuse, found without importing."""
+    if kind in FUNCTION_KINDS or "." in attr_path:
+        return "ok"  # a function, or a nested class: resolving it checks what there is to check
+    mismatches = source_signature_mismatches(tree, attr_path, ACCEPTED_BASES[kind])
+    return f"refused: {describe_mismatches(mismatches)}" if mismatches else "ok"
 
 
 def _missing_top_level_imports(tree: ast.Module) -> list[str]:

@@ -15,8 +15,9 @@ CONTRACT_NOTE: Final = "see core/README.md, Contract versions"
 CONTRACT_CHANGES: Final[dict[int, str]] = {
     1: "the first contract (the Base* classes of rlcore.interfaces)",
     2: (
-        "BaseEngine.forward_backward takes the keyword-only argument temperature; algorithms "
-        "declare BaseAlgorithm.needs, rollouts BaseRollout.traits and dispatch_info(), plugin "
-        "modules contract_version"
+        "BaseEngine.forward_backward and compute_log_prob take the keyword-only argument "
+        "temperature, optimizer_step the keyword-only lr (the core computes the learning rate); "
+        "algorithms declare BaseAlgorithm.needs, rollouts BaseRollout.traits and "
+        "dispatch_info(), plugin modules contract_version"
     ),
 }

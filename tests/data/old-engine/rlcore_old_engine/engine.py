@@ -2,35 +2,25 @@
 
 Under contract 2 the worker calls ``forward_backward(batch, loss_fn, temperature=...,
 with_entropy=...)``, which raised ``TypeError`` deep inside a running job before contracts
-were versioned. Discovery now refuses the distribution, so nothing here ever runs; the
-bodies only say so.
+were versioned. Discovery refuses the distribution (no ``contract_version``) and names the
+method to change, so nothing here runs as written. The bodies delegate to the FSDP2 engine, so
+that the copy a test migrates by the note (core/README.md, Contract versions) trains.
 """
 
 from __future__ import annotations
 
-from rlcore.interfaces import BaseEngine
-
-_NEVER = "rlcore-old-engine is a contract-1 test fixture; discovery refuses it"
+from rlcore_fsdp2.engine import FSDP2Engine
 
 
-class OldEngine(BaseEngine):
+class OldEngine(FSDP2Engine):
     def forward_backward(self, batch, loss_fn, *, with_entropy=False):
-        raise NotImplementedError(_NEVER)
+        temperature = 1.0  # contract 1: the engine never saw the rollout's temperature
+        return super().forward_backward(
+            batch, loss_fn, temperature=temperature, with_entropy=with_entropy
+        )
 
     def optimizer_step(self, *, lr):
-        raise NotImplementedError(_NEVER)
+        return super().optimizer_step(lr=lr)
 
     def compute_log_prob(self, batch, *, temperature, with_entropy=False):
-        raise NotImplementedError(_NEVER)
-
-    def named_parameters_for_sync(self):
-        raise NotImplementedError(_NEVER)
-
-    def save_checkpoint(self, path):
-        raise NotImplementedError(_NEVER)
-
-    def load_checkpoint(self, path):
-        raise NotImplementedError(_NEVER)
-
-    def export_hf(self, path):
-        raise NotImplementedError(_NEVER)
+        return super().compute_log_prob(batch, temperature=temperature, with_entropy=with_entropy)

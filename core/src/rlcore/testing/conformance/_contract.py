@@ -10,11 +10,11 @@ parameters (the core calls them by keyword: ``forward_backward(..., temperature=
 from __future__ import annotations
 
 import importlib
-import inspect
 from types import ModuleType
 from typing import Any
 
-from rlcore.interfaces import CONTRACT_NOTE, CONTRACT_VERSION
+from rlcore.interfaces import CONTRACT_VERSION
+from rlcore.interfaces.signatures import describe_mismatches, signature_mismatches
 from rlcore.plugins import ACCEPTED_BASES, contract_refusal
 from rlcore.testing.conformance._common import check_config, check_subclass, fail, name_of
 
@@ -36,56 +36,23 @@ def check_declared_version(what: str, declared: object) -> None:
         fail(what, f"must declare contract_version = {CONTRACT_VERSION} at module level", refusal)
 
 
-def _keyword_only(fn: object) -> tuple[set[str], bool]:
-    params = inspect.signature(fn).parameters.values()  # type: ignore[arg-type]
-    names = {p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY}
-    return names, any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
-
-
 def check_signatures(cls: type) -> None:
     """Each abstract method of ``cls``'s ``rlcore.interfaces`` base that ``cls`` implements
-    takes the same keyword-only parameters as the base declares.
+    takes the keyword-only parameters the base declares, and no extra one without a default.
 
     A missing one (an engine written for contract 1 has no ``temperature``) fails where the
     core calls it; an extra one without a default cannot be given. ``**kwargs`` stands for
-    any missing name.
+    any missing name. The same check refuses the class before Ray when a config selects it
+    (:mod:`rlcore.interfaces.signatures`).
     """
-    bases = [
-        b
-        for accepted in ACCEPTED_BASES.values()
-        for b in accepted
-        if isinstance(cls, type) and issubclass(cls, b)
-    ]
-    if not bases:
+    bases = [b for accepted in ACCEPTED_BASES.values() for b in accepted]
+    if not any(isinstance(cls, type) and issubclass(cls, b) for b in bases):
         fail(repr(cls), "must subclass one of rlcore.interfaces' Base classes", f"got {cls!r}")
-    base = bases[0]
-    what = name_of(cls)
-    for method in sorted(getattr(base, "__abstractmethods__", ())):
-        implemented = inspect.getattr_static(cls, method, None)
-        if implemented is None or implemented is inspect.getattr_static(base, method):
-            continue  # not implemented here: abc refuses to build the class anyway
-        want, _ = _keyword_only(getattr(base, method))
-        got, var_kw = _keyword_only(getattr(cls, method))
-        missing = sorted(want - got) if not var_kw else []
-        extra = sorted(
-            name
-            for name in got - want
-            if inspect.signature(getattr(cls, method)).parameters[name].default
-            is inspect.Parameter.empty
+    mismatches = signature_mismatches(cls, bases)
+    if mismatches:
+        fail(
+            name_of(cls), "methods take the contract's parameters", describe_mismatches(mismatches)
         )
-        if missing or extra:
-            detail = []
-            if missing:
-                detail.append(f"missing keyword-only {', '.join(missing)}")
-            if extra:
-                detail.append(f"extra required keyword-only {', '.join(extra)}")
-            fail(
-                what,
-                f"{method} must take the keyword-only parameters of {base.__name__}.{method} "
-                f"({', '.join(sorted(want)) or 'none'}) as in contract {CONTRACT_VERSION} "
-                f"({CONTRACT_NOTE})",
-                "; ".join(detail),
-            )
 
 
 def check_class(cls: type, base: type, config: Any, section: str) -> tuple[str, Any]:

@@ -229,9 +229,11 @@ class ModelConfig:
     """``[model]``: the policy's local Hugging Face folder."""
 
     path: str = key(
-        help="The policy: a local Hugging Face folder (config, weights, tokenizer), or a "
+        help="The policy: a local Hugging Face folder (config, weights, tokenizer), a "
         'Hub name "org/name" resolved through the Hugging Face cache (HF_HOME; nothing is '
-        "downloaded with HF_HUB_OFFLINE=1).",
+        "downloaded with HF_HUB_OFFLINE=1), or a GGUF file (a .gguf path, or "
+        '"dist:DISTRIBUTION[/FILE]" for one shipped in an installed package) converted once '
+        "into a cached HF folder under RLCORE_CACHE_DIR (every model path takes these).",
         validator=_nonempty,
     )
     revision: str | None = key(

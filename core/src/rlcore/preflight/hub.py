@@ -7,7 +7,8 @@ on a miss they are downloaded unless ``HF_HUB_OFFLINE=1`` (the normal case on a 
 cache was filled beforehand). A name that is neither a local path nor in the cache is one
 :class:`~rlcore.errors.ConfigError` line naming the key, the cache folder and
 ``HF_HUB_OFFLINE``, before Ray starts. Local paths are left exactly as they are, and nothing
-here imports ``huggingface_hub`` unless a name needs it.
+here imports ``huggingface_hub`` unless a name needs it. A ``.gguf`` file or a ``dist:``
+reference to one becomes its converted folder (:mod:`rlcore.preflight.gguf_file`).
 
 A data set's split selects its parquet files: ``train`` matches ``train.parquet``,
 ``train-00000-of-00002.parquet`` and ``train/*.parquet`` anywhere in the snapshot;
@@ -94,7 +95,12 @@ def _snapshot(repo: str, revision: str | None, repo_type: str, key: str) -> Path
 
 
 def resolve_model(path: str, revision: str | None, key: str) -> str:
-    """The local folder of model ``path``: itself when local, else its Hub snapshot."""
+    """The local folder of model ``path``: itself when local, the converted folder of a GGUF
+    file (:mod:`rlcore.preflight.gguf_file`), else its Hub snapshot."""
+    from rlcore.preflight.gguf_file import is_gguf_reference, resolve_gguf
+
+    if is_gguf_reference(path):
+        return resolve_gguf(path, key)
     if not is_hub_name(path):
         return path
     return str(_snapshot(path, revision, "model", key))
@@ -133,8 +139,9 @@ def resolve_dataset(entry: str, key: str, default_split: str) -> list[str]:
 
 
 def resolve_hub_names(config: RunConfig) -> RunConfig:
-    """``config`` with every Hub name (model, tokenizer, critic, extra roles, data files)
-    replaced by its local path; unchanged (the same object) when all paths are local."""
+    """``config`` with every Hub name and GGUF file (model, tokenizer, critic, extra roles,
+    reward model, a judge's model_path; data files) replaced by its local folder; unchanged
+    (the same object) when all paths are local."""
     model = config.model
     rev = model.revision
 
@@ -159,6 +166,19 @@ def resolve_hub_names(config: RunConfig) -> RunConfig:
             roles[name] = attrs.evolve(role, model=attrs.evolve(role.model, path=path))
     if roles != config.roles:
         changes["roles"] = roles
+    rm = config.reward_model
+    rm_path = folder(rm.model.path, "reward_model.model.path") if rm.model.path else ""
+    if rm_path != rm.model.path:
+        changes["reward_model"] = attrs.evolve(rm, model=attrs.evolve(rm.model, path=rm_path))
+    options = dict(config.reward.options)
+    for name, opts in options.items():  # a judge's model (GenerationRole.model_key's default)
+        judge = getattr(opts, "model_path", None) if attrs.has(type(opts)) else None
+        if isinstance(judge, str) and judge:
+            path = folder(judge, f"reward.options.{name}.model_path")
+            if path != judge:
+                options[name] = attrs.evolve(opts, model_path=path)
+    if options != config.reward.options:
+        changes["reward"] = attrs.evolve(config.reward, options=options)
     data = config.data
     train = tuple(
         f for e in data.train_files for f in resolve_dataset(e, "data.train_files", "train")

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlcore.dispatch import Dispatch, DispatchInfo, mesh_dispatch_mode, register
 from rlcore.interfaces import BaseAlgorithm, BaseEngine, BaseRollout, SamplingParams
+from rlcore.tracking.metrics import peak_rss_gb
 from rlcore.trainer.update import RoleTrainer, clock, summed
 from rlcore.workers import RoleWorker, Worker
 from rlcore.workers.weight_push import push_weights
@@ -426,8 +427,10 @@ class ActorRolloutRefWorker(WeightBridgeEnd):
         with clock(timing, "weight_sync"):
             sent = self._sync_weights()
         if self.spec.rollout_pool is None:
-            # adapter-only vs merged (rlcore_vllm's lora_sync): the bytes one rank's sync moved
+            # 0 when the rollout shares the actor's tensors, the adapter alone, or each tensor
+            # once (rlcore.workers.weight_push): the bytes one rank's sync moved
             metrics["perf/weight_sync_bytes"] = [float(sent)]
+        metrics["perf/peak_rss_gb/actor"] = [peak_rss_gb()]  # the rollout's and ref's too
         return DataProto(meta_info={"metrics": {**metrics, **summed(timing)}})
 
     # --- weights to a rollout on its own pool (rlcore.workers.weight_bridge) ----------------
@@ -548,6 +551,7 @@ class CriticWorker(RoleWorker):
             metrics=metrics,
             timing=timing,
         )
+        metrics["perf/peak_rss_gb/critic"] = [peak_rss_gb()]
         return DataProto(meta_info={"metrics": {**metrics, **summed(timing)}})
 
 

@@ -13,6 +13,7 @@ from rlcore.tracking.metrics import (
     Timer,
     compute_data_metrics,
     compute_throughput_metrics,
+    peak_rss_gb,
     timed,
     timing_metrics,
 )
@@ -105,3 +106,18 @@ def test_throughput_counts_real_tokens():
     assert m["perf/gen_tokens_per_s"] == pytest.approx(6 / 0.5)
     assert m["perf/time_per_step"] == 2.0
     assert "perf/tokens_per_s" not in compute_throughput_metrics(batch, {})
+
+
+def test_peak_rss_is_the_processes_high_water_mark_maxed_over_ranks():
+    from pathlib import Path
+
+    from rlcore.tracking.reductions import reduce_metrics
+
+    status = Path("/proc/self/status")
+    if not status.is_file():
+        pytest.skip("no /proc (not Linux)")
+    (line,) = [x for x in status.read_text().splitlines() if x.startswith("VmRSS:")]
+    now_gb = int(line.split()[1]) / (1 << 20)  # kB
+    assert now_gb * 0.99 <= peak_rss_gb() < 1024
+    # Per role the largest process counts, not the mean of the ranks.
+    assert reduce_metrics({"perf/peak_rss_gb/actor": [1.5, 2.5]}) == {"perf/peak_rss_gb/actor": 2.5}

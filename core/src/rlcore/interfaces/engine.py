@@ -123,6 +123,18 @@ class BaseEngine(abc.ABC):
         item is requested. The rollout buckets them as it needs.
         """
 
+    def shared_parameters_for_sync(self) -> dict[str, torch.Tensor] | None:
+        """The engine's live full weights in HF naming, for a rollout in this process to use
+        in place of a copy (:meth:`BaseRollout.share_weights`), or None: stream them.
+
+        Only when this rank already holds every parameter whole, as the rollout wants it (no
+        sharding across ranks, no LoRA merge, no offload during generation): the tensors must
+        be the storage each optimizer step updates in place, so the rollout sees every update
+        without a sync. Tied weights come under both names. Not collective, but the answer
+        must be the same on every rank (the fallback stream is collective). None by default.
+        """
+        return None
+
     @abc.abstractmethod
     def save_checkpoint(self, path: str) -> None:
         """Save model and optimizer state (sharded as the engine likes) under ``path``.

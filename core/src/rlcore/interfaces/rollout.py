@@ -115,6 +115,18 @@ class BaseRollout(abc.ABC):
         before advancing the iterator.
         """
 
+    def share_weights(self, named_tensors: dict[str, torch.Tensor]) -> bool:
+        """Use these tensors as the weights from now on, without a copy, if the rollout can.
+
+        ``named_tensors``: :meth:`BaseEngine.shared_parameters_for_sync`, the training
+        engine's live weights in this process (every name, tied weights under both names);
+        the engine updates them in place and the rollout must never write to them. Return
+        True when the rollout now reads them (0 bytes moved), False to have the worker stream
+        :meth:`update_weights` instead (the default: another process, device or dtype).
+        Decide before changing anything, and the same way on every rank.
+        """
+        return False
+
     def update_adapter(
         self, adapter_config: dict[str, Any], named_tensors: Iterable[tuple[str, torch.Tensor]]
     ) -> None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from rlcore.dispatch import Dispatch, mesh_dispatch_mode, register
 from rlcore.roles.mesh import CRITIC_MESH, declare_mesh
 from rlcore.roles.update import RoleTrainer, clock, summed
+from rlcore.tracking.metrics import peak_rss_gb
 from rlcore.workers import RoleWorker
 
 if TYPE_CHECKING:
@@ -109,4 +110,5 @@ class CriticWorker(RoleWorker):
             metrics=metrics,
             timing=timing,
         )
+        metrics["perf/peak_rss_gb/critic"] = [peak_rss_gb()]
         return DataProto(meta_info={"metrics": {**metrics, **summed(timing)}})

@@ -2,8 +2,10 @@
 
 ``ActorRolloutRefWorker`` holds, in one process per device, the actor's training engine, the
 rollout (generation) engine and, when the algorithm needs KL, the frozen reference engine.
-After every actor update the new weights are copied into the rollout in the same process
-(``rollout.update_weights(engine.named_parameters_for_sync())``), so nothing crosses Ray.
+After every actor update the new weights reach the rollout in the same process
+(:func:`rlcore.workers.weight_push.push_weights`: shared storage where the engine and rollout
+allow it, else ``rollout.update_weights(engine.named_parameters_for_sync())``), so nothing
+crosses Ray.
 The critic is its own worker (:mod:`rlcore.roles.critic`). When the rollout has a pool of its own
 (``PolicySpec.rollout_pool``), the policy worker holds no rollout and its weights leave over
 the weight bridge instead (``weight_manifest``, ``open_weight_bridge``, ``send_weights``;
@@ -36,7 +38,6 @@ times go under ``timing_s/worker/*`` so ``benchmarks/step.py`` can tell compute 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,7 +45,9 @@ from rlcore.dispatch import Dispatch, mesh_dispatch_mode, register
 from rlcore.interfaces import BaseAlgorithm, BaseEngine, BaseRollout, SamplingParams
 from rlcore.roles.mesh import ACTOR_MESH, REF_MESH, ROLLOUT_MESH, declare_mesh
 from rlcore.roles.update import RoleTrainer, clock, summed
+from rlcore.tracking.metrics import peak_rss_gb
 from rlcore.workers import RoleWorker, Worker
+from rlcore.workers.weight_push import push_weights
 
 if TYPE_CHECKING:
     import torch
@@ -396,8 +399,10 @@ class ActorRolloutRefWorker(WeightBridgeEnd):
         with clock(timing, "weight_sync"):
             sent = self._sync_weights()
         if self.spec.rollout_pool is None:
-            # adapter-only vs merged (rlcore_vllm's lora_sync): the bytes one rank's sync moved
+            # 0 when the rollout shares the actor's tensors, the adapter alone, or each tensor
+            # once (rlcore.workers.weight_push): the bytes one rank's sync moved
             metrics["perf/weight_sync_bytes"] = [float(sent)]
+        metrics["perf/peak_rss_gb/actor"] = [peak_rss_gb()]  # the rollout's and ref's too
         return DataProto(meta_info={"metrics": {**metrics, **summed(timing)}})
 
     # --- weights to a rollout on its own pool (rlcore.workers.weight_bridge) ----------------
@@ -440,28 +445,6 @@ class ActorRolloutRefWorker(WeightBridgeEnd):
         return DataProto(meta_info={"metrics": {k: [v] for k, v in metrics.items()}})
 
 
-def push_weights(actor: BaseEngine, rollout: BaseRollout) -> int:
-    """Copy the actor's current weights into the rollout (every rank: gathering is collective).
-
-    A LoRA actor and a rollout that serves adapters exchange the adapter only; otherwise the
-    rollout gets full tensors (merged ``W + scaling * B @ A`` from a LoRA actor). Returns the
-    bytes of tensor data handed to the rollout (``perf/weight_sync_bytes``).
-    """
-    sent = [0]
-
-    def counted(stream: Iterable[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
-        for name, tensor in stream:
-            sent[0] += tensor.numel() * tensor.element_size()
-            yield name, tensor
-
-    serves_adapters = type(rollout).traits(rollout.config).lora_adapters
-    adapter = actor.adapter_for_sync() if serves_adapters else None
-    if adapter is not None:
-        adapter_config, tensors = adapter
-        rollout.update_adapter(adapter_config, counted(tensors))
-    else:
-        rollout.update_weights(counted(actor.named_parameters_for_sync()))
-    return sent[0]
 
 
 def _required(tensor: torch.Tensor | None, what: str) -> torch.Tensor:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from rlcore.dispatch import Dispatch, mesh_dispatch_mode, register
 from rlcore.roles.policy import WeightBridgeEnd, build_rollout
 from rlcore.roles.update import clock, summed
+from rlcore.tracking.metrics import peak_rss_gb
 from rlcore.tracking.reductions import SUM, declare_reduction
 
 if TYPE_CHECKING:
@@ -117,6 +118,7 @@ class RolloutWorker(WeightBridgeEnd):
         metrics["rollout/weight_version"] = [float(self.weight_version)]
         metrics[GEN_SAMPLES_PER_S] = [len(out) / max(self._last_end - start, 1e-9)]
         metrics[ROLLOUT_IDLE_S] = [self._idle_s]
+        metrics["perf/peak_rss_gb/rollout"] = [peak_rss_gb()]
         self._idle_s = 0.0
         out.meta_info["metrics"] = metrics
         return out

@@ -55,6 +55,7 @@ TABLE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("clip", "response_length/clip_ratio"),
     ("step_s", "timing_s/step"),
     ("tok/s", "perf/tokens_per_s"),
+    ("rss_GB", "perf/peak_rss_gb/actor"),
 )
 
 

@@ -17,6 +17,8 @@ no returns) and PPO alike. torch is imported when a function runs, not at import
 
 from __future__ import annotations
 
+import resource
+import sys
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -31,9 +33,22 @@ __all__ = [
     "Timer",
     "compute_data_metrics",
     "compute_throughput_metrics",
+    "peak_rss_gb",
     "timed",
     "timing_metrics",
 ]
+
+
+# --------------------------------------------------------------------------- memory
+
+
+def peak_rss_gb() -> float:
+    """This process's peak resident memory so far, GiB (``perf/peak_rss_gb/<role>``).
+
+    The kernel's high-water mark (``getrusage``), so a peak between two reports is not lost.
+    """
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    return peak / (1 << 30) if sys.platform == "darwin" else peak / (1 << 20)
 
 
 # --------------------------------------------------------------------------- timing

@@ -60,6 +60,7 @@ _DECLARED: dict[str, Reduction] = {
     "timing_s/": Reduction(ranks="max"),  # driver-side phase times reported by a worker
     "timing_s/worker/": WORKER_TIME,
     "rollout/logprob_diff_max": MAX,  # a maximum over ranks is the largest rank's
+    "perf/peak_rss_gb/": MAX,  # per role: the process closest to running out of memory
 }
 
 

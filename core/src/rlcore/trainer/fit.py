@@ -42,6 +42,7 @@ from rlcore.rl.step import PROMPT_KEYS, StepContext, StepProgram
 from rlcore.tracking.metrics import (
     compute_data_metrics,
     compute_throughput_metrics,
+    peak_rss_gb,
     timed,
     timing_metrics,
 )
@@ -306,6 +307,7 @@ class Trainer:
             **compute_throughput_metrics(batch, ctx.timing, n_workers=ctx.world_size),
         }
         metrics["perf/samples_per_s"] = len(batch) / max(ctx.timing["step"], 1e-9)
+        metrics["perf/peak_rss_gb/driver"] = peak_rss_gb()
         if self.rollout_queue is not None:
             # Training throughput: the step's samples over the step less its wait for them.
             busy = ctx.timing["step"] - ctx.metrics.get("async/trainer_idle_s", 0.0)

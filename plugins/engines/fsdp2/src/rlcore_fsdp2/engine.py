@@ -63,7 +63,7 @@ from rlcore.interfaces import (
 from rlcore.protocol import DataProto
 from rlcore_fsdp2 import forward, packing, reward_head
 from rlcore_fsdp2.lora import LoraAdapter, LoraSettings
-from rlcore_fsdp2.weights import gathered
+from rlcore_fsdp2.weights import gathered, whole_local_tensors
 
 log = logging.getLogger(__name__)
 
@@ -502,6 +502,19 @@ class FSDP2Engine(GuardedSteps, BaseEngine):
             yield from self.lora.merged_for_sync(dtype)
             return
         yield from gathered(self.model, lambda name: True, dtype, self.device)
+
+    def shared_parameters_for_sync(self) -> dict[str, torch.Tensor] | None:
+        """The live parameters when this rank holds each whole (one rank, or HSDP shard
+        groups of one): the colocated rollout then reads them without a copy. None under
+        LoRA (the rollout wants merged weights) and when the engine offloads during generation
+        (the rollout's hold would keep the device memory the offload frees)."""
+        cfg = self.config
+        if self.lora is not None or (
+            self.device.type == "cuda" and cfg.offload_during_generation and not cfg.offload_params
+        ):
+            return None
+        self.onload()
+        return whole_local_tensors(self.model)
 
     def export_hf(self, path: str) -> None:
         """Rank 0 writes config, safetensors and the tokenizer files of ``model_path``.

@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
-__all__ = ["SYNC_BUCKET_BYTES", "gather_bucket", "gathered"]
+__all__ = ["SYNC_BUCKET_BYTES", "gather_bucket", "gathered", "whole_local_tensors"]
 
 # Full-size bytes gathered per weight-sync collective: a few decoder layers of a small model,
 # a fraction of one of a 7B model (peak extra memory is about 3x this, on the engine's device).
@@ -52,6 +52,23 @@ def gathered(
             bucket, size = [], 0
     if bucket:
         yield from gather_bucket(bucket, dtype, device)
+
+
+def whole_local_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor] | None:
+    """Every state-dict entry as this rank's local tensor, when each is whole here; else None.
+
+    One rank (or HSDP shard groups of one rank): FSDP2's local shard of each parameter is the
+    full tensor, and the very storage the optimizer updates in place, so a rollout in this
+    process can read it instead of a copy (the colocated weight sync, 0 bytes). Tied names map
+    to the same tensor. None as soon as one parameter is split across ranks.
+    """
+    out: dict[str, torch.Tensor] = {}
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        local = tensor.to_local() if isinstance(tensor, DTensor) else tensor
+        if local.shape != tensor.shape:
+            return None
+        out[name] = local.detach()  # same storage, outside autograd
+    return out
 
 
 def _fsdp_shard_dim(tensor: DTensor) -> int | None:

@@ -129,6 +129,7 @@ class HFRollout(BaseRollout):
         )
         self._calls = 0
         self._asleep = False
+        self._shares_weights = False  # the model reads the actor's tensors (share_weights)
 
     # --- generation -----------------------------------------------------------------------
 
@@ -268,14 +269,53 @@ class HFRollout(BaseRollout):
     def load_state_dict(self, state: dict[str, int]) -> None:
         self._calls = int(state.get("calls", 0))
 
+    def share_weights(self, named_tensors: dict[str, torch.Tensor]) -> bool:
+        """Read the actor's live tensors as the model's weights (the colocated sync, no copy).
+
+        Only when every parameter and persistent buffer of the model has a tensor of its
+        name, shape, dtype and device (else False, nothing changed: the worker streams, and
+        :meth:`update_weights` casts). The model's own storage is then released; the actor
+        owns the weights, so :meth:`sleep` leaves them where they are.
+        """
+        targets = self._targets()
+        persistent = set(self.model.state_dict())
+        for name, target in targets.items():
+            tensor = named_tensors.get(name)
+            if tensor is None and name not in persistent:
+                continue  # a non-persistent buffer (rotary inv_freq): the engine has none
+            if tensor is None or (tensor.shape, tensor.dtype, tensor.device) != (
+                target.shape,
+                target.dtype,
+                target.device,
+            ):
+                return False
+        for name, target in targets.items():
+            if name in named_tensors and target.data_ptr() != named_tensors[name].data_ptr():
+                target.data = named_tensors[name]
+        self._shares_weights = True
+        return True
+
+    def _targets(self) -> dict[str, torch.Tensor]:
+        """Parameters and buffers by every name, tied ones under both (remove_duplicate)."""
+        targets = dict(self.model.named_parameters(remove_duplicate=False))
+        targets.update(dict(self.model.named_buffers(remove_duplicate=False)))
+        return targets
+
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Copy each streamed (HF name, full tensor) into the model, casting dtype/device.
 
         Tied weights are reached under both names (``remove_duplicate=False``), so a stream
-        that sends either (or both) of ``lm_head.weight``/``model.embed_tokens.weight`` works.
+        that sends either (or both) of ``lm_head.weight``/``model.embed_tokens.weight`` works;
+        a tensor streamed under both is copied once.
         """
-        targets = dict(self.model.named_parameters(remove_duplicate=False))
-        targets.update(dict(self.model.named_buffers(remove_duplicate=False)))
+        from rlcore.workers.weight_push import SeenTensors
+
+        targets = self._targets()
+        if self._shares_weights:  # never write into the actor's storage: own a copy again
+            for target in {id(t): t for t in targets.values()}.values():
+                target.data = target.data.clone()
+            self._shares_weights = False
+        copied: dict[int, SeenTensors] = {}  # per target: the tensors already copied into it
         loaded = 0
         for name, tensor in named_tensors:
             target = targets.get(name)
@@ -288,7 +328,8 @@ class HFRollout(BaseRollout):
                     f"the rollout model expects {tuple(target.shape)}"
                 )
                 raise WeightSyncError(msg)
-            target.data.copy_(tensor, non_blocking=True)
+            if copied.setdefault(id(target), SeenTensors()).first_time(tensor):
+                target.data.copy_(tensor, non_blocking=True)
             loaded += 1
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
@@ -296,7 +337,7 @@ class HFRollout(BaseRollout):
 
     def sleep(self) -> None:
         """Move the model to CPU to free GPU memory for training (no-op on CPU)."""
-        if self.device.type == "cuda" and not self._asleep:
+        if self.device.type == "cuda" and not self._asleep and not self._shares_weights:
             self.model.to("cpu")
             torch.cuda.empty_cache()
             self._asleep = True

@@ -229,12 +229,11 @@ class _Ctx:
 @pytest.mark.parametrize("policy", ["drop", "reweight"])
 def test_rows_beyond_the_bound_are_regenerated_or_kept_by_the_policy(policy):
     from rlcore.protocol import DataProto
-    from rlcore.trainer.async_queue import StalenessError, TrajectoryQueue
+    from rlcore.trainer.async_queue import AsyncSpec, StalenessError, TrajectoryQueue
 
     rollout = _Rollout(actor_version=5, sample_version=5)  # a regeneration is fresh
-    queue = TrajectoryQueue(
-        rollout, lambda: None, depth=1, max_staleness=1, staleness_policy=policy
-    )
+    spec = AsyncSpec(mode="fully_async", max_staleness=1, staleness_policy=policy)
+    queue = TrajectoryQueue(rollout, lambda: None, spec)
     prompts = DataProto.from_dict(non_tensors={"index": np.arange(4)})
     stale = DataProto.from_dict(non_tensors={"weight_version": np.array([5, 4, 3, 3])})
     ctx = _Ctx()
@@ -254,3 +253,70 @@ def test_rows_beyond_the_bound_are_regenerated_or_kept_by_the_policy(policy):
         rollout.sample_version = 3
         with pytest.raises(StalenessError, match=r"trainer\.max_staleness = 1"):
             queue._admit(_Ctx(), stale, prompts, "gen")
+
+
+@pytest.mark.parametrize(
+    ("trainer", "expected"),
+    [
+        ('async_mode = "one_step_off"', ("one_step_off", 1, "drop")),
+        ('async_mode = "fully_async"\nmax_staleness = 3', ("fully_async", 3, "drop")),
+        (
+            'async_mode = "fully_async"\nmax_staleness = 2\nstaleness_policy = "reweight"',
+            ("fully_async", 2, "reweight"),
+        ),
+        ("", None),
+    ],
+)
+def test_each_async_mode_means_one_spec(assets, tmp_path, trainer, expected):
+    from rlcore.config import load_config_text
+    from rlcore.trainer.async_queue import async_spec
+
+    text = _toml(assets, tmp_path, trainer)
+    if not trainer:
+        text = text.replace(PLACE_ROLLOUT, "")
+    spec = async_spec(load_config_text(text, source="async.toml").trainer)
+    got = None if spec is None else (spec.mode, spec.max_staleness, spec.staleness_policy)
+    assert got == expected
+
+
+class _Launcher(_Rollout):
+    """The split policy's launch side: records each batch launched ahead."""
+
+    def __init__(self, actor_version: int) -> None:
+        super().__init__(actor_version, actor_version)
+        self.launched: list[int] = []
+
+    def generate_async(self, prompts, sampling):
+        self.launched.append(len(prompts))
+        return None
+
+
+@pytest.mark.parametrize("max_staleness", [0, 1, 3])
+def test_batches_are_launched_only_while_fresh_when_trained(max_staleness):
+    """The launch side of the one staleness rule: a batch sampled now at version v trains k
+    updates later at v + k, so exactly ``max_staleness`` batches go ahead (0: none)."""
+    import torch
+
+    from rlcore.protocol import DataProto
+    from rlcore.trainer.async_queue import AsyncSpec, TrajectoryQueue, min_fresh_version
+
+    assert min_fresh_version(7, 2) == 5
+    policy = _Launcher(actor_version=4)
+    batches = iter(
+        DataProto.from_dict(tensors={"input_ids": torch.zeros(2, 3, dtype=torch.long)})
+        for _ in range(10)
+    )
+
+    class Ctx(_Ctx):
+        n = 2
+
+        @staticmethod
+        def prompts(batch):
+            return batch.pop(batch_keys=["input_ids"])
+
+    spec = AsyncSpec(mode="fully_async", max_staleness=max_staleness)
+    queue = TrajectoryQueue(policy, lambda: next(batches), spec)
+    queue._top_up(Ctx())
+    assert policy.launched == [4] * max_staleness  # 2 prompts x n = 2 rows each
+    queue._top_up(Ctx())  # full: nothing more until one is taken
+    assert len(policy.launched) == max_staleness

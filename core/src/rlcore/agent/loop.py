@@ -287,14 +287,14 @@ class AgentLoop:
         import numpy as np
         import torch
 
-        from rlcore.engine import rollout_tensors
+        from rlcore.engine import position_ids_from_mask, rollout_tensors
         from rlcore.protocol import DataProto
 
         prompt_ids = prompts.batch["input_ids"]  # (B, P) left-padded
         prompt_mask = prompts.batch["attention_mask"]
         prompt_pos = prompts.batch.get("position_ids")
         if prompt_pos is None:
-            prompt_pos = (prompt_mask.long().cumsum(-1) - 1).clamp(min=0)
+            prompt_pos = position_ids_from_mask(prompt_mask)
         B, R = len(conversations), sampling.max_new_tokens
         responses = torch.full((B, R), self.pad_token_id, dtype=prompt_ids.dtype)
         response_mask = torch.zeros(B, R, dtype=torch.long)  # model tokens only

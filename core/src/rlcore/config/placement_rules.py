@@ -25,17 +25,11 @@ def placement_problems(
 ) -> list[Problem]:
     """``[resources] placement`` against the pools: each role on a pool that exists, the
     implicit pool's name not redefined, every declared pool used, the rollout's pool its
-    own; the asynchronous modes' staleness keys (docs/placement.md). A role named neither
+    own; ``fully_async``'s staleness policy (docs/placement.md). A role named neither
     here nor in :data:`COLOCATED_ROLES` (a judge's, a ``[roles.NAME]``) is checked against
     the roles the run declares before Ray starts
     (:func:`rlcore.preflight.roles.check_placed_roles`)."""
     problems: list[Problem] = []
-    if trainer is not None and trainer.max_staleness < 0:
-        msg = (
-            f"must be >= 0 (weight versions a trained sample may lag the actor by), got "
-            f"{trainer.max_staleness}"
-        )
-        problems.append((("trainer", "max_staleness"), msg))
     if trainer is not None and trainer.async_mode == "fully_async":
         rollout_is = getattr(algorithm.options if algorithm else None, "rollout_is", None)
         if trainer.staleness_policy == "reweight" and rollout_is in (None, "none"):

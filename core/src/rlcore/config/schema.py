@@ -63,6 +63,12 @@ def _finite(instance: Any, attribute: attrs.Attribute[Any], value: float) -> Non
         raise ValueError(msg)
 
 
+def _staleness(instance: Any, attribute: attrs.Attribute[Any], value: int) -> None:
+    if value < 0:
+        msg = f"must be >= 0 (weight versions a trained sample may lag the actor by), got {value}"
+        raise ValueError(msg)
+
+
 # The default of a field the loader resolves from other keys; typed ``Any`` so the field keeps
 # its resolved type (``str``, not ``str | None``) for everyone who reads a loaded config.
 RESOLVED: Any = None
@@ -744,11 +750,11 @@ class TrainerConfig:
         "ahead.",
         validator=v.in_(("off", "one_step_off", "fully_async")),
     )
-    # Checked (>= 0) with the placement rules in the loader (one line before Ray starts).
     max_staleness: int = key(
         1,
         "fully_async: weight versions a trained sample may lag the actor by (>= 0); "
         "the rollout generates up to this many batches ahead (0: synchronous).",
+        validator=_staleness,
     )
     staleness_policy: Literal["drop", "reweight"] = key(
         "drop",

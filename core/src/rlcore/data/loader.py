@@ -7,7 +7,7 @@ DataProto objects shaped for the rollout:
 
     batch["input_ids"]        (B, P) int64, LEFT-padded to the longest prompt in the batch
     batch["attention_mask"]   (B, P) int64, 0 on padding
-    batch["position_ids"]     (B, P) int64, cumsum(mask) - 1, clipped at 0
+    batch["position_ids"]     (B, P) int64, cumsum(mask) - 1, clipped at 0 (position_ids_from_mask)
     non_tensor_batch          data_source, reward_model, extra_info, index, raw_prompt,
                               raw_prompt_ids (unpadded ids, for engines that take lists),
                               uid ("<name>-<epoch>-<row>": stable across resumes, unique per
@@ -24,6 +24,7 @@ import attrs
 import numpy as np
 
 from rlcore.data.dataset import PromptDataset
+from rlcore.engine.rollout_layout import position_ids_from_mask
 from rlcore.errors import DataError
 
 if TYPE_CHECKING:
@@ -54,7 +55,7 @@ def collate_prompts(
         if x:  # left padding: the prompt ends at the last column, where generation continues
             input_ids[i, width - len(x) :] = torch.tensor(x, dtype=torch.long)
             attention_mask[i, width - len(x) :] = 1
-    position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)  # (B, P)
+    position_ids = position_ids_from_mask(attention_mask)  # (B, P)
 
     def column(values: list[Any]) -> np.ndarray:
         out = np.empty(len(values), dtype=object)

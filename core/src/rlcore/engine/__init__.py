@@ -5,7 +5,8 @@ runs one micro-batch forward, saves state and exports; the rest comes from here,
 engine normalises, schedules and skips the same way:
 
 - :mod:`rlcore.engine.device` — :func:`init_device` (this process's device, the default
-  process group, seed and threads), :func:`dtype_from_name`, :func:`local_device_index`;
+  process group, seed and threads), :func:`dtype_from_name`, :func:`local_device_index`,
+  :func:`process_group_backend` (nccl on CUDA, gloo otherwise);
 - :mod:`rlcore.engine.loop` — :func:`accumulate_gradients`, the micro-batch loop of
   ``forward_backward`` around the engine's own forward (totals, loss scaling, token-weighted
   metric means, zero-weight passes); :func:`forward_micro_batches`, the same loop without
@@ -18,8 +19,9 @@ engine normalises, schedules and skips the same way:
   non-finite step, count steps and skips), :func:`clip_and_step`;
 - :mod:`rlcore.engine.log_probs` — :func:`log_probs_from_logits`,
   :func:`entropy_from_logits`: float32, chunked over tokens;
-- :mod:`rlcore.engine.rollout_layout` — :func:`rollout_tensors`, the output layout of every
-  rollout's ``generate``;
+- :mod:`rlcore.engine.rollout_layout` — :func:`position_ids_from_mask`, the positions of
+  left-padded prompts, and :func:`rollout_tensors`, the output layout of every rollout's
+  ``generate``;
 - :mod:`rlcore.engine.export` — :func:`copy_tokenizer_files`.
 
 Every name is importable from ``rlcore.engine`` too. torch is imported by the functions that
@@ -30,7 +32,12 @@ for plugins written against it.)
 
 from __future__ import annotations
 
-from rlcore.engine.device import dtype_from_name, init_device, local_device_index
+from rlcore.engine.device import (
+    dtype_from_name,
+    init_device,
+    local_device_index,
+    process_group_backend,
+)
 from rlcore.engine.export import TOKENIZER_FILES, copy_tokenizer_files
 from rlcore.engine.log_probs import (
     LOG_PROB_CHUNK_TOKENS,
@@ -58,7 +65,7 @@ from rlcore.engine.optimizer import (
     lr_multiplier,
     set_lr,
 )
-from rlcore.engine.rollout_layout import rollout_tensors
+from rlcore.engine.rollout_layout import position_ids_from_mask, rollout_tensors
 
 __all__ = [
     "LOG_PROB_CHUNK_TOKENS",
@@ -80,6 +87,8 @@ __all__ = [
     "log_probs_from_logits",
     "lr_multiplier",
     "micro_batch_count",
+    "position_ids_from_mask",
+    "process_group_backend",
     "prompt_group_starts",
     "rollout_tensors",
     "set_lr",

@@ -42,6 +42,13 @@ def dtype_from_name(name: str) -> torch.dtype:
     return dtype
 
 
+def process_group_backend(device: str) -> str:
+    """The torch.distributed backend for ``device`` (``"cuda"`` or ``"cpu"``, as
+    ``EngineSpec.device``): nccl on CUDA, gloo otherwise. The one backend rule, for the
+    engines' own groups, the role workers' and the weight bridge."""
+    return "nccl" if device == "cuda" else "gloo"
+
+
 def local_device_index(local_rank: int, device_count: int) -> int:
     """The CUDA device of this process, as the worker base picks it.
 
@@ -79,7 +86,7 @@ def init_device(
     else:
         dev = torch.device("cpu")
     if not dist.is_initialized():
-        backend = "nccl" if dev.type == "cuda" else "gloo"
+        backend = process_group_backend(dev.type)
         if "MASTER_ADDR" in os.environ and "WORLD_SIZE" in os.environ:
             dist.init_process_group(backend, device_id=dev if dev.type == "cuda" else None)
         else:

@@ -1,5 +1,7 @@
-"""The tensors of every rollout's ``generate`` (HF, vLLM, SGLang, the agent loop), built in
-one place so they cannot drift between them.
+"""The rollout's input and output layout, each half built in one place so it cannot drift:
+the positions of left-padded prompts (:func:`position_ids_from_mask`, also the data loader's
+and the reward model's) and the tensors of every rollout's ``generate`` (HF, vLLM, SGLang, the
+agent loop; :func:`rollout_tensors`).
 
 Every rollout produces the same layout from left-padded prompts and right-padded responses.
 torch is imported by the function (plugin discovery imports nothing heavy).
@@ -12,7 +14,13 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["rollout_tensors"]
+__all__ = ["position_ids_from_mask", "rollout_tensors"]
+
+
+def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """(B, T) int64 positions of left-padded rows: ``cumsum(mask) - 1``, clipped at 0, so a
+    padded row sees the positions it would see alone (padding sits at 0, as HF does)."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
 def rollout_tensors(

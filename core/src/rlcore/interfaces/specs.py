@@ -117,6 +117,11 @@ class SamplingParams:
     do_sample: bool = True
     return_log_probs: bool = False
 
+    @property
+    def greedy(self) -> bool:
+        """The argmax token at every step: ``do_sample`` off or ``temperature`` 0."""
+        return not self.do_sample or self.temperature == 0.0
+
 
 @attrs.define(kw_only=True)
 class ModelOutputs:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rlcore.engine.rollout_layout import position_ids_from_mask
 from rlcore.errors import RewardError
 from rlcore.interfaces import BaseBatchReward, BatchScores
 
@@ -176,7 +177,7 @@ def rm_inputs(
     for i, ids in enumerate(rows):
         out_ids[i, T - len(ids) :] = torch.as_tensor(ids, dtype=torch.long)
         out_mask[i, T - len(ids) :] = 1
-    positions = (out_mask.cumsum(-1) - 1).clamp(min=0)
+    positions = position_ids_from_mask(out_mask)
     return {"input_ids": out_ids, "attention_mask": out_mask, "position_ids": positions}
 
 

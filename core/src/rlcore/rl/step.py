@@ -46,10 +46,19 @@ __all__ = [
     "StepContext",
     "StepProgram",
     "compute_advantages",
+    "expand_prompts",
 ]
 
 # The rollout's inputs, taken out of the (already expanded) prompt batch.
 PROMPT_KEYS = ("input_ids", "attention_mask", "position_ids")
+
+
+def expand_prompts(batch: DataProto, n: int) -> DataProto:
+    """``n`` rows per prompt, each prompt's rows side by side (verl's ``repeat(n,
+    interleave=True)``): a group's statistics and shared-prompt engines rely on adjacency.
+    The one expansion of a batch of prompts: the step, validation and the async queue."""
+    return batch.repeat(n, interleave=True)
+
 
 #: The reward manager's call: token-level scores (and per-sample ``score``/``acc``), metrics.
 RewardFn = Callable[["DataProto"], tuple["DataProto", dict[str, float]]]
@@ -249,7 +258,7 @@ class StepProgram:
         """One step on a batch of prompts; returns the batch the update trained on."""
         critic = ctx.critic
         # --- n rows per prompt (here, once), one response per row ----------------------------
-        batch = ctx.generate(batch.repeat(ctx.n, interleave=True))
+        batch = ctx.generate(expand_prompts(batch, ctx.n))
         for insert in self.after_generate:
             batch = insert(ctx, batch)
         # --- old log-probs, reference log-probs, values ---------------------------------------

@@ -2,7 +2,8 @@
 
 A :class:`~rlcore.interfaces.BaseBatchReward` declares them (:attr:`BaseBatchReward.roles`,
 each a :class:`~rlcore.interfaces.GenerationRole`); the driver turns each into a
-:class:`GenerationRoleSpec` (:func:`build_generation_role_specs`), the builder places a
+:class:`~rlcore.roles.specs.GenerationRoleSpec`
+(:func:`rlcore.trainer.specs.build_generation_role_specs`), the builder places a
 :class:`GenerationRoleWorker` beside the policy in every process of the run's pool, as it
 places an algorithm's extra roles (:mod:`rlcore.roles.extra_roles`), and the reward manager
 hands the worker groups to their scorer (:meth:`BaseBatchReward.bind_roles`).
@@ -17,23 +18,19 @@ resumed run rebuilds it from its model folder.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from rlcore.dispatch import Dispatch, mesh_dispatch_mode, register
-from rlcore.errors import ConfigError
-from rlcore.interfaces import RolloutSpec
-from rlcore.plugins import Component
+from rlcore.engine.rollout_layout import position_ids_from_mask
 from rlcore.workers import RoleWorker
-from rlcore.workers.worker import WorkerSettings
 
 if TYPE_CHECKING:
-    from rlcore.config import RunConfig
-    from rlcore.interfaces import BaseRollout, GenerationRole, SamplingParams
-    from rlcore.plugins import PluginRegistry
+    from rlcore.interfaces import BaseRollout, SamplingParams
     from rlcore.protocol import DataProto
+    from rlcore.roles.specs import GenerationRoleSpec
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +39,7 @@ __all__ = [
     "GENERATION_MESH",
     "PROMPT_TEXT_KEY",
     "TRUNCATED_KEY",
-    "GenerationRoleSpec",
     "GenerationRoleWorker",
-    "build_generation_role_specs",
 ]
 
 PROMPT_TEXT_KEY = "prompt_text"
@@ -53,59 +48,6 @@ TRUNCATED_KEY = "prompt_truncated"
 # One worker instance per role in a process: each declares its own place in this mesh.
 GENERATION_MESH = "generation_role"
 _GEN = mesh_dispatch_mode(GENERATION_MESH)
-
-
-@attrs.frozen(kw_only=True)
-class GenerationRoleSpec:
-    """One generation role's worker: its rollout (plugin and spec) and tokenizer settings."""
-
-    name: str
-    backend: str
-    rollout: Component
-    rollout_spec: RolloutSpec
-    apply_chat_template: bool
-    settings: WorkerSettings = attrs.Factory(WorkerSettings)
-
-
-def build_generation_role_specs(
-    config: RunConfig,
-    roles: Sequence[GenerationRole],
-    *,
-    settings: WorkerSettings,
-    taken: Sequence[str] = (),
-    registry: PluginRegistry | None = None,
-) -> dict[str, GenerationRoleSpec]:
-    """The spec of each declared role; a name used twice, or by another role (``taken``),
-    is a :class:`ConfigError`."""
-    res = config.resources
-    specs: dict[str, GenerationRoleSpec] = {}
-    for role in roles:
-        if role.name in specs or role.name in taken:
-            msg = (
-                f"reward role {role.name!r}: the name is already taken (roles: "
-                f"{', '.join([*taken, *specs])}); give the reward's role another name"
-            )
-            raise ConfigError(msg)
-        where = f"reward role {role.name!r}"
-        specs[role.name] = GenerationRoleSpec(
-            name=role.name,
-            backend="nccl" if res.device == "cuda" else "gloo",
-            rollout=Component(
-                kind="rollout", name=role.rollout, options=role.rollout_options, where=where
-            ).pinned(registry),
-            rollout_spec=RolloutSpec(
-                model_path=role.model_path,
-                dtype=role.dtype or config.model.dtype,
-                trust_remote_code=role.trust_remote_code,
-                device=res.device,
-                max_prompt_length=role.max_prompt_length,
-                max_response_length=role.max_response_length,
-                seed=config.trainer.seed,
-            ),
-            apply_chat_template=role.apply_chat_template,
-            settings=settings,
-        )
-    return specs
 
 
 class GenerationRoleWorker(RoleWorker):
@@ -184,7 +126,7 @@ class GenerationRoleWorker(RoleWorker):
             if ids:
                 input_ids[i, width - len(ids) :] = torch.as_tensor(ids, dtype=torch.long)
                 attention[i, width - len(ids) :] = 1
-        position_ids = (attention.cumsum(-1) - 1).clamp(min=0)
+        position_ids = position_ids_from_mask(attention)
         batch = DataProto.from_dict(
             tensors={
                 "input_ids": input_ids,

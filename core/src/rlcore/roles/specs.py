@@ -23,6 +23,7 @@ __all__ = [
     "AgentSpec",
     "CriticSpec",
     "EngineRole",
+    "GenerationRoleSpec",
     "PolicySpec",
     "RewardModelSpec",
     "RoleSpec",
@@ -157,3 +158,15 @@ class RewardModelSpec:
     retokenize: str
     max_length: int | None
     settings: WorkerSettings
+
+
+@attrs.frozen(kw_only=True)
+class GenerationRoleSpec:
+    """One generation role's worker: its rollout (plugin and spec) and tokenizer settings."""
+
+    name: str
+    backend: str
+    rollout: Component
+    rollout_spec: RolloutSpec
+    apply_chat_template: bool
+    settings: WorkerSettings = attrs.Factory(WorkerSettings)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from rlcore.engine.rollout_layout import position_ids_from_mask
 from rlcore.protocol import DataProto
 
 __all__ = ["prompt_batch"]
@@ -22,6 +23,6 @@ def prompt_batch(tokenizer: Any, texts: Sequence[str]) -> DataProto:
         tensors={
             "input_ids": enc["input_ids"],
             "attention_mask": mask,
-            "position_ids": (mask.cumsum(-1) - 1).clamp(min=0),
+            "position_ids": position_ids_from_mask(mask),
         }
     )

@@ -1,21 +1,27 @@
 """The trajectory queue between the rollout's pool and the trainer's (``trainer.async_mode``).
 
+What each mode means is decided here, once (:func:`async_spec`, an :class:`AsyncSpec`):
 ``one_step_off`` is the queue with one batch ahead; ``fully_async`` (verl's
 ``recipe/fully_async_policy``) keeps up to ``trainer.max_staleness`` batches generating ahead
-of the trainer. Each queued batch is a non-blocking generation on the rollout group
+of the trainer. The trainer hands each step's context a :class:`GenerationSource`: this queue,
+or :class:`SynchronousGeneration` when the mode is off.
+
+Each queued batch is a non-blocking generation on the rollout group
 (:meth:`SplitPolicy.generate_async`) of prompts the trainer took from the loader early and
 holds back for their step. The rollout actors run one call at a time, so a weight sync queues
 behind the generations launched before it and a generation is never torn by a sync: every
 token of a sample is drawn with the one weight version its row carries
-(``non_tensor_batch["weight_version"]``). A batch launched *k* steps ahead is therefore sampled
-at the actor's version of *k* steps before it trains: staleness *k*, ``max_staleness`` at most.
+(``non_tensor_batch[WEIGHT_VERSION_KEY]``). A batch launched *k* steps ahead is therefore
+sampled at the actor's version of *k* steps before it trains: staleness *k*,
+``max_staleness`` at most.
 
 At the step's first generation the queue's head (this step's prompts) is taken, every row's
-staleness (the actor's version minus the row's) is checked against ``max_staleness`` and
+version is checked against the one staleness rule (:func:`min_fresh_version`, the same rule
+that decides how far ahead batches are launched) and
 ``trainer.staleness_policy`` applies to the rows above it: ``drop`` generates them again with
 the current weights (staleness 0), ``reweight`` trains them as they are (the loss's
 ``algorithm.rollout_is`` weights correct them). Under ``drop`` every trained row is then
-asserted to be within the bound. Then the queue is topped up to its depth. The first step of a
+asserted to be within the bound. Then the queue is topped up, by the same rule. The first step of a
 run, and the first after a resume, generate synchronously.
 
 Checkpoints hold no trajectories: a save keeps the loader's state from before the oldest
@@ -34,23 +40,71 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import attrs
 import numpy as np
 
 from rlcore.errors import RlcoreError
+from rlcore.rl.step import StepContext, expand_prompts
+from rlcore.roles.rollout_worker import WEIGHT_VERSION_KEY
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from rlcore.config import TrainerConfig
     from rlcore.dispatch import GroupFuture
     from rlcore.protocol import DataProto
     from rlcore.trainer.placement import SplitPolicy
 
-__all__ = ["StalenessError", "TrajectoryQueue", "stale_rows", "staleness_of"]
+__all__ = [
+    "AsyncSpec",
+    "GenerationSource",
+    "StalenessError",
+    "SynchronousGeneration",
+    "TrajectoryQueue",
+    "async_spec",
+    "min_fresh_version",
+    "stale_rows",
+    "staleness_of",
+]
 
-WEIGHT_VERSION_KEY = "weight_version"
+
+@attrs.frozen(kw_only=True)
+class AsyncSpec:
+    """What the run's ``trainer.async_mode`` means, decided once (:func:`async_spec`).
+
+    ``max_staleness``: weight versions a trained sample may lag the actor by; the queue
+    launches a batch only while it will still be within this bound when trained, so it is
+    also how many batches generate ahead. ``staleness_policy``: what happens to rows above it.
+    """
+
+    mode: Literal["one_step_off", "fully_async"]
+    max_staleness: int
+    staleness_policy: Literal["drop", "reweight"] = "drop"
+
+
+def async_spec(trainer: TrainerConfig) -> AsyncSpec | None:
+    """The one place an asynchronous mode is given its meaning; None: generate in the step.
+
+    ``one_step_off`` is the queue one batch ahead whose stale rows are regenerated;
+    ``fully_async`` reads ``trainer.max_staleness`` and ``trainer.staleness_policy``.
+    """
+    if trainer.async_mode == "one_step_off":
+        return AsyncSpec(mode="one_step_off", max_staleness=1, staleness_policy="drop")
+    if trainer.async_mode == "fully_async":
+        return AsyncSpec(
+            mode="fully_async",
+            max_staleness=trainer.max_staleness,
+            staleness_policy=trainer.staleness_policy,
+        )
+    return None
+
+
+def min_fresh_version(actor_version: int, max_staleness: int) -> int:
+    """The oldest weight version a sample may carry to be trained at ``actor_version``: the
+    one staleness rule, used where a batch is launched and where its rows are accepted."""
+    return actor_version - max_staleness
 
 
 class StalenessError(RlcoreError):
@@ -64,8 +118,38 @@ def staleness_of(gen: DataProto, actor_version: int) -> np.ndarray:
 
 
 def stale_rows(staleness: np.ndarray, max_staleness: int) -> np.ndarray:
-    """The rows (a boolean mask) whose staleness exceeds ``max_staleness``."""
-    return np.asarray(staleness, dtype=np.int64) > max_staleness
+    """The rows (a boolean mask) whose version is older than :func:`min_fresh_version`."""
+    lag = np.asarray(staleness, dtype=np.int64)
+    # Versions counted from the actor's (0 here): a row's version is minus its lag.
+    return -lag < min_fresh_version(0, max_staleness)
+
+
+class GenerationSource(Protocol):
+    """Where a step's first generation comes from; the trainer hands one to each step's
+    context (:class:`rlcore.trainer.context.DriverStepContext`)."""
+
+    def generate(
+        self, ctx: StepContext, step_prompts: DataProto | None, rows: DataProto, name: str
+    ) -> DataProto:
+        """``rows`` (the step's prompts, expanded) joined to their responses.
+        ``step_prompts``: the batch of prompts the step was given (None: not known)."""
+        ...
+
+    def drain(self) -> None:
+        """Wait for what is still generating and forget it."""
+        ...
+
+
+class SynchronousGeneration:
+    """Generate in the step, on the policy (``trainer.async_mode = "off"``)."""
+
+    def generate(
+        self, ctx: StepContext, step_prompts: DataProto | None, rows: DataProto, name: str
+    ) -> DataProto:
+        return StepContext.generate(ctx, rows, name)
+
+    def drain(self) -> None:
+        """Nothing is ever in flight."""
 
 
 @attrs.define
@@ -75,35 +159,29 @@ class _InFlight:
 
 
 class TrajectoryQueue:
-    """Up to ``depth`` batches generating ahead of the trainer (module docstring).
+    """Batches generating ahead of the trainer, as far as :class:`AsyncSpec` allows (module
+    docstring); a :class:`GenerationSource`.
 
     ``take_ahead()``: the next not-yet-held step's prompts (the trainer holds them back for
     that step), None past the run's last step.
     """
 
     def __init__(
-        self,
-        policy: SplitPolicy,
-        take_ahead: Callable[[], DataProto | None],
-        *,
-        depth: int,
-        max_staleness: int,
-        staleness_policy: str = "drop",
+        self, policy: SplitPolicy, take_ahead: Callable[[], DataProto | None], spec: AsyncSpec
     ) -> None:
         self.policy = policy
         self.take_ahead = take_ahead
-        self.depth = depth
-        self.max_staleness = max_staleness
-        self.staleness_policy = staleness_policy
+        self.spec = spec
         self.pending: deque[_InFlight] = deque()
-        self.current: DataProto | None = None  # the prompts batch this step trains on
 
-    def generate(self, ctx: Any, rows: DataProto, name: str) -> DataProto:
-        """``ctx.generate`` for the step's first generation (see the module docstring)."""
+    def generate(
+        self, ctx: StepContext, step_prompts: DataProto | None, rows: DataProto, name: str
+    ) -> DataProto:
+        """The step's first generation: the queue's head when it holds ``step_prompts``."""
         prompts = ctx.prompts(rows)
         start = time.perf_counter()
         head = self.pending[0] if self.pending else None
-        if head is not None and head.prompts is self.current:
+        if head is not None and head.prompts is step_prompts:
             self.pending.popleft()
             gen = ctx.phase(name, head.future.get)  # the wait that is left of it
         else:
@@ -117,30 +195,31 @@ class TrajectoryQueue:
         ctx.metrics["async/trainer_idle_s"] = waited
         return rows.union(gen)
 
-    def _admit(self, ctx: Any, gen: DataProto, prompts: DataProto, name: str) -> DataProto:
+    def _admit(self, ctx: StepContext, gen: DataProto, prompts: DataProto, name: str) -> DataProto:
         """Apply ``staleness_policy`` to rows above the bound; record the staleness."""
-        actor = self.policy.version
+        actor, bound = self.policy.version, self.spec.max_staleness
+        drop = self.spec.staleness_policy == "drop"
         staleness = staleness_of(gen, actor)
-        stale = stale_rows(staleness, self.max_staleness)
+        stale = stale_rows(staleness, bound)
         dropped = reweighted = 0
-        if stale.any() and self.staleness_policy == "drop":
+        if stale.any() and drop:
             # A batch's rows share one version here, so all of them go; prompts are kept in
             # their order (rows of the same prompts, sampled again with the current weights).
             dropped = len(gen)
             gen = ctx.phase(f"{name}_regen", self.policy.generate_sequences, prompts, ctx.sampling)
             staleness = staleness_of(gen, actor)
-            if stale_rows(staleness, self.max_staleness).any():
+            if stale_rows(staleness, bound).any():
                 msg = (
                     f"{int(staleness.max())} weight versions between a regenerated sample and "
-                    f"the actor (trainer.max_staleness = {self.max_staleness})"
+                    f"the actor (trainer.max_staleness = {bound})"
                 )
                 raise StalenessError(msg)
         elif stale.any():
             reweighted = int(stale.sum())
-        if self.staleness_policy == "drop" and int(staleness.max()) > self.max_staleness:
+        if drop and stale_rows(staleness, bound).any():
             msg = (  # the bound, asserted on every row about to be trained
                 f"a sample {int(staleness.max())} weight versions behind the actor would be "
-                f"trained (trainer.max_staleness = {self.max_staleness})"
+                f"trained (trainer.max_staleness = {bound})"
             )
             raise StalenessError(msg)
         ctx.metrics["training/staleness"] = float(staleness.max())
@@ -150,15 +229,15 @@ class TrajectoryQueue:
         ctx.metrics["async/stale_reweighted"] = float(reweighted)
         return gen
 
-    def _top_up(self, ctx: Any) -> None:
-        """Launch generations until ``depth`` batches are ahead (or the run's end)."""
-        from rlcore.rl.step import StepContext
-
-        while len(self.pending) < self.depth:
+    def _top_up(self, ctx: StepContext) -> None:
+        """Launch generations while a batch sampled now is still fresh when trained (one
+        update per step: the next batch trains one version on, the one after two, ...)."""
+        now = self.policy.version
+        while now >= min_fresh_version(now + len(self.pending) + 1, self.spec.max_staleness):
             upcoming = self.take_ahead()
             if upcoming is None:
                 return
-            prompts = StepContext.prompts(upcoming.repeat(ctx.n, interleave=True))
+            prompts = ctx.prompts(expand_prompts(upcoming, ctx.n))
             future = self.policy.generate_async(prompts, ctx.sampling)
             self.pending.append(_InFlight(upcoming, future))
 

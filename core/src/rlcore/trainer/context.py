@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from rlcore.protocol import DataProto
     from rlcore.reward import RewardManager
     from rlcore.roles.specs import UpdateSpec
-    from rlcore.trainer.async_queue import TrajectoryQueue
+    from rlcore.trainer.async_queue import GenerationSource
     from rlcore.trainer.specs import RunSpecs
     from rlcore.workers import RayWorkerGroup
 
@@ -70,7 +70,8 @@ class DriverStepContext(StepContext):
         next_prompts: Callable[[], DataProto],
         roles: Mapping[str, Any] | None = None,
         world_size: int = 1,
-        rollout_queue: TrajectoryQueue | None = None,
+        source: GenerationSource | None = None,
+        step_prompts: DataProto | None = None,
         reward_model: RayWorkerGroup | None = None,
     ) -> None:
         super().__init__(
@@ -89,17 +90,18 @@ class DriverStepContext(StepContext):
             reward_model=reward_model,
         )
         self.specs = specs
-        self.rollout_queue = rollout_queue
+        self.source = source
+        self.step_prompts = step_prompts  # the batch of prompts this step was given
         self._generated = False
 
     def generate(self, batch: DataProto, name: str = "gen") -> DataProto:
-        """As :meth:`StepContext.generate`; with ``trainer.async_mode``, the step's first
-        generation is the queue's head, launched during an earlier step
-        (:class:`~rlcore.trainer.async_queue.TrajectoryQueue`)."""
-        if self.rollout_queue is None or self._generated:
+        """As :meth:`StepContext.generate`; the step's first generation comes from the
+        trainer's generation source (:mod:`rlcore.trainer.async_queue`: synchronous, or the
+        queue's head launched during an earlier step); any later one, in the step."""
+        if self.source is None or self._generated:
             return super().generate(batch, name)
         self._generated = True
-        return self.rollout_queue.generate(self, batch, name)
+        return self.source.generate(self, self.step_prompts, batch, name)
 
     def model_input(self, batch: DataProto) -> DataProto:
         self.model_in = select(batch, POLICY_INPUT_KEYS)

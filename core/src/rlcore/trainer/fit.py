@@ -38,7 +38,8 @@ import attrs
 import numpy as np
 
 from rlcore.errors import DataError, RlcoreError
-from rlcore.rl.step import PROMPT_KEYS, StepContext, StepProgram
+from rlcore.rl.step import StepContext, StepProgram, expand_prompts
+from rlcore.roles.rollout_worker import WEIGHT_VERSION_KEY
 from rlcore.tracking.metrics import (
     compute_data_metrics,
     compute_throughput_metrics,
@@ -48,7 +49,9 @@ from rlcore.tracking.metrics import (
 )
 from rlcore.tracking.reductions import reduce_metrics
 from rlcore.trainer import divergence
+from rlcore.trainer.async_queue import SynchronousGeneration, TrajectoryQueue
 from rlcore.trainer.context import DriverStepContext
+from rlcore.trainer.placement import SplitPolicy
 from rlcore.trainer.state import DATALOADER, LoopCounters, RunState
 
 if TYPE_CHECKING:
@@ -58,7 +61,7 @@ if TYPE_CHECKING:
     from rlcore.protocol import DataProto
     from rlcore.reward import RewardManager
     from rlcore.tracking import Tracker
-    from rlcore.trainer.async_queue import TrajectoryQueue
+    from rlcore.trainer.async_queue import GenerationSource
     from rlcore.trainer.plan import LoopPlan
     from rlcore.trainer.specs import RunSpecs
     from rlcore.workers import RayWorkerGroup
@@ -139,22 +142,14 @@ class Trainer:
         # trainer.async_mode: later steps' prompts, taken early to start their generation,
         # each with the loader's state from before it was taken (a save keeps the oldest's).
         self._held: deque[tuple[DataProto, dict[str, Any]]] = deque()
-        self.rollout_queue: TrajectoryQueue | None = None
-        if specs.async_mode != "off":
-            from rlcore.trainer.async_queue import TrajectoryQueue
-            from rlcore.trainer.placement import SplitPolicy
-
+        self.source: GenerationSource = SynchronousGeneration()
+        self.queued = specs.asynchronous is not None
+        if specs.asynchronous is not None:
             if not isinstance(parts.policy, SplitPolicy):
-                msg = f"trainer.async_mode = {specs.async_mode!r} needs the rollout on its own pool"
+                mode = specs.asynchronous.mode
+                msg = f"trainer.async_mode = {mode!r} needs the rollout on its own pool"
                 raise RlcoreError(msg)
-            fully = specs.async_mode == "fully_async"
-            self.rollout_queue = TrajectoryQueue(
-                parts.policy,
-                self._take_ahead,
-                depth=specs.max_staleness if fully else 1,
-                max_staleness=specs.max_staleness if fully else 1,
-                staleness_policy=specs.staleness_policy if fully else "drop",
-            )
+            self.source = TrajectoryQueue(parts.policy, self._take_ahead, specs.asynchronous)
             self.state.driver[DATALOADER] = _PeekAwareLoader(self)
 
     # --- state (what a checkpoint holds) --------------------------------------------------
@@ -206,8 +201,7 @@ class Trainer:
                 if interrupted.is_set():
                     log.warning("interrupted: saved step %d, stopping", counters.step)
                     raise KeyboardInterrupt
-        if self.rollout_queue is not None:
-            self.rollout_queue.drain()
+        self.source.drain()
         if counters.resumed_from is not None and counters.resumed_from >= counters.total_steps:
             log.info("checkpoint step %d is the last step: nothing left to train", counters.step)
         return self.last_metrics
@@ -272,8 +266,9 @@ class Trainer:
             )
             raise NonFiniteError(msg)
 
-    def context(self) -> DriverStepContext:
-        """A fresh context for the next step (the program's blocks, empty metrics)."""
+    def context(self, step_prompts: DataProto | None = None) -> DriverStepContext:
+        """A fresh context for the step on ``step_prompts`` (the program's blocks, empty
+        metrics, the trainer's generation source)."""
         parts = self.parts
         return DriverStepContext(
             self.specs,
@@ -286,14 +281,13 @@ class Trainer:
             step=self.state.counters.step,
             next_prompts=self.next_prompts,
             world_size=parts.world_size,
-            rollout_queue=self.rollout_queue,
+            source=self.source,
+            step_prompts=step_prompts,
         )
 
     def train_step(self, batch: DataProto) -> dict[str, float]:
         """One step of the program on a batch of prompts. Returns the step's metrics."""
-        if self.rollout_queue is not None:
-            self.rollout_queue.current = batch
-        ctx = self.context()
+        ctx = self.context(batch)
         with timed("step", ctx.timing):
             batch = self.program.run(ctx, batch)
         self._last_model_in = ctx.model_in  # the divergence guard rescores it before a save
@@ -308,7 +302,7 @@ class Trainer:
         }
         metrics["perf/samples_per_s"] = len(batch) / max(ctx.timing["step"], 1e-9)
         metrics["perf/peak_rss_gb/driver"] = peak_rss_gb()
-        if self.rollout_queue is not None:
+        if self.queued:
             # Training throughput: the step's samples over the step less its wait for them.
             busy = ctx.timing["step"] - ctx.metrics.get("async/trainer_idle_s", 0.0)
             metrics["async/train_samples_per_s"] = len(batch) / max(busy, 1e-9)
@@ -339,8 +333,8 @@ class Trainer:
         rm_agreement: list[dict[str, float]] = []  # [reward_model]: its verdicts vs a rule's
         with timed("validate", timing):
             for batch in val_loader:
-                batch = batch.repeat(self.specs.val_n, interleave=True)
-                prompts = batch.pop(batch_keys=list(PROMPT_KEYS))
+                batch = expand_prompts(batch, self.specs.val_n)
+                prompts = StepContext.prompts(batch)
                 gen = policy.generate_sequences(prompts, self.specs.val_sampling)
                 for key, value in reduce_metrics(gen.meta_info.pop("metrics", None) or {}).items():
                     if key.startswith("agent/"):
@@ -405,7 +399,7 @@ def _dump_samples(folder: Path, step: int, batch: DataProto) -> None:
     rows = []
     for i in range(len(batch)):
         row: dict[str, Any] = {"step": step}
-        for key in ("index", "uid", "data_source", "weight_version"):
+        for key in ("index", "uid", "data_source", WEIGHT_VERSION_KEY):
             if key in nt:
                 value = nt[key][i]
                 row[key] = value.item() if hasattr(value, "item") else value

@@ -77,7 +77,6 @@ def run_training(
     from rlcore.preflight.hub import resolve_hub_names
     from rlcore.preflight.reward_model import check_reward_model
     from rlcore.preflight.roles import check_extra_roles, check_placed_roles, check_reward_roles
-    from rlcore.roles.generation_roles import build_generation_role_specs
     from rlcore.tracking import Tracker
     from rlcore.trainer.builder import (
         build_algorithm,
@@ -87,7 +86,7 @@ def run_training(
     )
     from rlcore.trainer.fit import Components, Trainer
     from rlcore.trainer.plan import build_loop_plan
-    from rlcore.trainer.specs import build_specs, worker_settings
+    from rlcore.trainer.specs import build_generation_role_specs, build_specs, worker_settings
     from rlcore.workers.cluster import check_pools_before_ray, start_ray
     from rlcore.workers.worker import pin_torch_threads
 

@@ -18,18 +18,22 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from rlcore.engine.device import process_group_backend
+from rlcore.errors import ConfigError
 from rlcore.interfaces import EngineSpec, OptimConfig, RolloutSpec, SamplingParams
 from rlcore.plugins import Component
 from rlcore.roles.specs import (
     AgentSpec,
     CriticSpec,
     EngineRole,
+    GenerationRoleSpec,
     PolicySpec,
     RewardModelSpec,
     RoleSpec,
     RolloutWorkerSpec,
     UpdateSpec,
 )
+from rlcore.trainer.async_queue import AsyncSpec, async_spec
 from rlcore.workers.worker import WorkerSettings
 
 if TYPE_CHECKING:
@@ -42,12 +46,14 @@ if TYPE_CHECKING:
         BaseAlgorithm,
         BaseRollout,
         ExtraRole,
+        GenerationRole,
         RolloutTraits,
     )
     from rlcore.plugins import PluginRegistry
 
 __all__ = [
     "RunSpecs",
+    "build_generation_role_specs",
     "build_reward_model_spec",
     "build_role_specs",
     "build_specs",
@@ -102,7 +108,7 @@ def build_role_specs(
         specs[role.name] = RoleSpec(
             name=role.name,
             output_key=role.output_key,
-            backend="nccl" if res.device == "cuda" else "gloo",
+            backend=process_group_backend(res.device),
             # "ref": a frozen model to the engines (no optimizer, no LoRA adapters)
             engine=_frozen_engine(config, section, "ref", f"[roles.{role.name}.engine]", registry),
             temperature=temperature,
@@ -119,7 +125,7 @@ def build_reward_model_spec(
     if not rm.enable:
         return None
     return RewardModelSpec(
-        backend="nccl" if res.device == "cuda" else "gloo",
+        backend=process_group_backend(res.device),
         engine=_frozen_engine(
             config, rm, "rm", "[reward_model.engine]", registry, reward_head=True
         ),
@@ -145,12 +151,8 @@ class RunSpecs:
     roles: dict[str, RoleSpec] = attrs.Factory(dict)
     # the rollout's worker group when it has a pool of its own (None: in the policy worker)
     rollout: RolloutWorkerSpec | None = None
-    # trainer.async_mode with the rollout on its own pool ("off" otherwise): "one_step_off"
-    # generates batch k+1 while training on batch k, "fully_async" keeps up to max_staleness
-    # batches generating ahead (rlcore.trainer.async_queue)
-    async_mode: str = "off"
-    max_staleness: int = 1
-    staleness_policy: str = "drop"
+    # trainer.async_mode with the rollout on its own pool (None: generate in the step)
+    asynchronous: AsyncSpec | None = None
     # trainer.rollout_data_dir: each trained step's samples, one JSON line each
     rollout_data_dir: str | None = None
     # the batched rewards' generation roles (a judge; rlcore.roles.generation_roles), by
@@ -251,7 +253,7 @@ def build_specs(
     needs = algorithm.needs
     traits = rollout_traits(config, registry)
     model, actor, res = config.model, config.actor, config.resources
-    backend = "nccl" if res.device == "cuda" else "gloo"
+    backend = process_group_backend(res.device)
     settings = worker_settings(config)
     common: dict[str, Any] = {
         "dtype": model.dtype,
@@ -383,9 +385,7 @@ def build_specs(
         )
     return RunSpecs(
         rollout=rollout_worker,
-        async_mode=config.trainer.async_mode if rollout_worker is not None else "off",
-        max_staleness=config.trainer.max_staleness,
-        staleness_policy=config.trainer.staleness_policy,
+        asynchronous=async_spec(config.trainer) if rollout_worker is not None else None,
         rollout_data_dir=config.trainer.rollout_data_dir,
         policy=policy,
         critic=critic_spec,
@@ -402,3 +402,44 @@ def build_specs(
         ),
         reward_model=build_reward_model_spec(config, settings=settings, registry=registry),
     )
+
+
+def build_generation_role_specs(
+    config: RunConfig,
+    roles: Sequence[GenerationRole],
+    *,
+    settings: WorkerSettings,
+    taken: Sequence[str] = (),
+    registry: PluginRegistry | None = None,
+) -> dict[str, GenerationRoleSpec]:
+    """The spec of each declared role; a name used twice, or by another role (``taken``),
+    is a :class:`ConfigError`."""
+    res = config.resources
+    specs: dict[str, GenerationRoleSpec] = {}
+    for role in roles:
+        if role.name in specs or role.name in taken:
+            msg = (
+                f"reward role {role.name!r}: the name is already taken (roles: "
+                f"{', '.join([*taken, *specs])}); give the reward's role another name"
+            )
+            raise ConfigError(msg)
+        where = f"reward role {role.name!r}"
+        specs[role.name] = GenerationRoleSpec(
+            name=role.name,
+            backend=process_group_backend(res.device),
+            rollout=Component(
+                kind="rollout", name=role.rollout, options=role.rollout_options, where=where
+            ).pinned(registry),
+            rollout_spec=RolloutSpec(
+                model_path=role.model_path,
+                dtype=role.dtype or config.model.dtype,
+                trust_remote_code=role.trust_remote_code,
+                device=res.device,
+                max_prompt_length=role.max_prompt_length,
+                max_response_length=role.max_response_length,
+                seed=config.trainer.seed,
+            ),
+            apply_chat_template=role.apply_chat_template,
+            settings=settings,
+        )
+    return specs

@@ -179,7 +179,10 @@ class Worker:
         if dist.is_initialized():
             return
         if backend is None:
-            backend = "nccl" if torch.cuda.is_available() else "gloo"
+            from rlcore.engine.device import process_group_backend
+
+            # No spec says the device: the one rule, on the device this process can see.
+            backend = process_group_backend("cuda" if torch.cuda.is_available() else "cpu")
         if backend == "nccl":
             # Ray usually narrows CUDA_VISIBLE_DEVICES to this actor's one GPU: device 0.
             torch.cuda.set_device(self._local_rank % max(1, torch.cuda.device_count()))

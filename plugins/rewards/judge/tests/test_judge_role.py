@@ -35,9 +35,9 @@ def _batch(prompts, responses, truths):
 def judge_role(ray_session, tmp_path_factory):
     """The role's worker group (one process) on the tiny model, and the model's folder."""
     from rlcore.config import load_config_text
-    from rlcore.roles.generation_roles import GenerationRoleWorker, build_generation_role_specs
+    from rlcore.roles.generation_roles import GenerationRoleWorker
     from rlcore.testing.runs import tiny_run_model, tiny_run_toml
-    from rlcore.trainer.specs import worker_settings
+    from rlcore.trainer.specs import build_generation_role_specs, worker_settings
     from rlcore.workers import ClassWithInitArgs, RayWorkerGroup
     from rlcore.workers.resources import ResourcePool
     from rlcore_judge.reward import JudgeReward

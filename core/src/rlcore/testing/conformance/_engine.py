@@ -10,6 +10,7 @@ from typing import Any
 
 import attrs
 
+from rlcore.engine.rollout_layout import position_ids_from_mask
 from rlcore.interfaces import BaseEngine, BatchTotals, EngineSpec, ModelOutputs, OptimConfig
 from rlcore.protocol import DataProto
 from rlcore.testing.conformance._common import fail
@@ -39,7 +40,7 @@ def random_engine_batch(vocab_size: int, *, seed: int = 0) -> DataProto:
         tensors={
             "input_ids": ids,
             "attention_mask": attn,
-            "position_ids": (attn.cumsum(-1) - 1).clamp(min=0),
+            "position_ids": position_ids_from_mask(attn),
             "prompts": ids[:, :_PROMPT],
             "responses": ids[:, _PROMPT:],
             "response_mask": resp_mask,

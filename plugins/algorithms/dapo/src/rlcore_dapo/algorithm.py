@@ -33,7 +33,7 @@ import numpy as np
 from rlcore.errors import RlcoreError
 from rlcore.interfaces import key
 from rlcore.rl.algorithm import PolicyGradientAlgorithm, adv_estimator_key
-from rlcore.rl.step import StepContext, StepProgram, compute_advantages
+from rlcore.rl.step import StepContext, StepProgram, compute_advantages, expand_prompts
 
 if TYPE_CHECKING:
     import torch
@@ -138,7 +138,7 @@ class DAPOProgram(StepProgram):
         # --- generate, score, filter; more prompts until the batch is full -------------------
         while True:
             rounds += 1
-            gen = ctx.generate(batch.repeat(ctx.n, interleave=True))
+            gen = ctx.generate(expand_prompts(batch, ctx.n))
             gen = ctx.reward(gen)
             self._shape_overlong(ctx, gen)
             rows = (

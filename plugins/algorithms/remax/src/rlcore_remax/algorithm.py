@@ -31,7 +31,7 @@ import attrs
 
 from rlcore.interfaces import key
 from rlcore.rl.algorithm import PolicyGradientAlgorithm, require
-from rlcore.rl.step import StepContext, StepProgram, compute_advantages
+from rlcore.rl.step import StepContext, StepProgram, compute_advantages, expand_prompts
 
 if TYPE_CHECKING:
     import torch
@@ -83,7 +83,7 @@ class ReMaxProgram(StepProgram):
         # --- the baseline: one greedy response per prompt, scored; never trained on -----------
         batch.batch[BASELINE_KEY] = self.baseline(ctx, batch)
         # --- the default step: n sampled rows per prompt (the baseline repeated with them) ---
-        batch = ctx.generate(batch.repeat(ctx.n, interleave=True))
+        batch = ctx.generate(expand_prompts(batch, ctx.n))
         batch = ctx.log_probs_and_values(batch)
         batch = ctx.reward(batch)
         batch = ctx.phase("adv", compute_advantages, ctx.algorithm, batch)

@@ -16,7 +16,8 @@ from typing import Any
 import attrs
 import torch
 
-from rlcore.engine import dtype_from_name, rollout_tensors
+from rlcore.engine import dtype_from_name, position_ids_from_mask, rollout_tensors
+from rlcore.engine.tokenizer import special_ids
 from rlcore.errors import ConfigError, RlcoreError
 from rlcore.interfaces import BaseRollout, RolloutSpec, SamplingParams, TokenDistributions, key
 from rlcore.protocol import DataProto
@@ -140,7 +141,7 @@ class HFRollout(BaseRollout):
             "pad_token_id": self.pad_token_id,
             "use_cache": True,
         }
-        if _is_greedy(sampling):
+        if sampling.greedy:
             kwargs.update(do_sample=False)
         elif self.config.inverse_cdf_sampling:
             from transformers import LogitsProcessorList
@@ -176,7 +177,7 @@ class HFRollout(BaseRollout):
         attention_mask = prompts.batch["attention_mask"]
         position_ids = prompts.batch.get("position_ids")
         if position_ids is None:
-            position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+            position_ids = position_ids_from_mask(attention_mask)
         step = self.config.max_batch_size or len(prompts)
         seed = self.spec.seed + self._calls
         self._calls += 1
@@ -351,36 +352,14 @@ class HFRollout(BaseRollout):
 # --- helpers ------------------------------------------------------------------------------
 
 
-def _is_greedy(sampling: SamplingParams) -> bool:
-    return not sampling.do_sample or sampling.temperature == 0.0
-
-
 def _special_ids(spec: RolloutSpec, model: Any) -> tuple[list[int], int]:
-    """EOS ids (generation config + tokenizer) and the pad id, read from the model folder."""
-    eos: list[int] = []
-    for value in (model.generation_config.eos_token_id, model.config.eos_token_id):
-        eos.extend([value] if isinstance(value, int) else list(value or []))
-    pad = model.generation_config.pad_token_id
-    try:
-        from transformers import AutoTokenizer
-
-        tok = AutoTokenizer.from_pretrained(
-            spec.model_path, trust_remote_code=spec.trust_remote_code
-        )
-    except (OSError, ValueError) as err:
-        log.info(
-            "no tokenizer at %s (%s); using the model config's special ids", spec.model_path, err
-        )
-    else:
-        if tok.eos_token_id is not None:
-            eos.append(tok.eos_token_id)
-        if tok.pad_token_id is not None:
-            pad = tok.pad_token_id
-    eos = list(dict.fromkeys(eos))  # dedupe, keep order
-    if not eos:
-        msg = f"[rollout] no eos_token_id in {spec.model_path} (generation_config or tokenizer)"
-        raise ConfigError(msg)
-    return eos, pad if pad is not None else eos[0]
+    """EOS ids (generation config + model config + tokenizer) and the pad id."""
+    return special_ids(
+        spec.model_path,
+        trust_remote_code=spec.trust_remote_code,
+        eos=(model.generation_config.eos_token_id, model.config.eos_token_id),
+        pad=model.generation_config.pad_token_id,
+    )
 
 
 def _pad_right(tokens: torch.Tensor, length: int, pad_id: int) -> torch.Tensor:
@@ -412,7 +391,7 @@ def _sampled_log_probs(
     engine's ``compute_log_prob`` with the same temperature.
     """
     stacked = torch.stack(logits, dim=1).float()  # (b, r, V)
-    if not _is_greedy(sampling) and sampling.temperature != 1.0:
+    if not sampling.greedy and sampling.temperature != 1.0:
         stacked = stacked / sampling.temperature
     picked = torch.gather(stacked, -1, responses.unsqueeze(-1)).squeeze(-1)
     lp = picked - torch.logsumexp(stacked, dim=-1)  # (b, r)

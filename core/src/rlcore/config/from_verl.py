@@ -189,6 +189,19 @@ MAPPING: dict[str, tuple[str, Transform]] = {
     "algorithm.kl_ctrl.target_kl": ("algorithm.kl_ctrl.target_kl", _float),
     "algorithm.rollout_correction.rollout_is": ("algorithm.rollout_is", _same),
     "algorithm.rollout_correction.rollout_is_threshold": ("algorithm.rollout_is_cap", _float),
+    # DAPO (rlcore's dapo algorithm): recipe/dapo's dynamic sampling and overlong buffer, the
+    # latter also given to main_ppo as the dapo reward manager's reward_kwargs
+    "algorithm.filter_groups.enable": ("algorithm.filter_groups.enable", _same),
+    "algorithm.filter_groups.metric": ("algorithm.filter_groups.metric", _same),
+    "algorithm.filter_groups.max_num_gen_batches": (
+        "algorithm.filter_groups.max_num_gen_batches",
+        _same,
+    ),
+    **{
+        f"reward_model.{prefix}.{name}": (f"algorithm.overlong_buffer.{name}", transform)
+        for prefix in ("overlong_buffer", "reward_kwargs.overlong_buffer_cfg")
+        for name, transform in (("enable", _same), ("len", _same), ("penalty_factor", _float))
+    },
     # trainer
     "trainer.total_epochs": ("trainer.total_epochs", _same),
     "trainer.total_training_steps": ("trainer.total_steps", _same),
@@ -267,6 +280,7 @@ _SPECIAL = frozenset(
         "trainer.resume_from_path",
         "data.reward_fn_key",
         "custom_reward_function.path",
+        "reward_model.reward_manager",
         "actor_rollout_ref.rollout.multi_turn.enable",
         *_AGENT,
     }
@@ -310,12 +324,18 @@ WHY_NOT: tuple[tuple[str, str], ...] = (
         "critic.*",
         "critic option rlcore does not expose ([critic] takes model_path, optim, batches)",
     ),
+    ("*sandbox_fusion*", "rlcore's code reward runs its own sandbox ([reward.options.code])"),
+    ("*overlong_buffer*.log", "rlcore's dapo logs dapo/overlong_penalty/mean and overlong_frac"),
+    ("*max_resp_len", "rlcore's dapo overlong buffer ends at data.max_response_length"),
+    (
+        "custom_reward_function.*",
+        "rlcore loads rewards as plugins: wrap the function in one (rlcore new-plugin reward)",
+    ),
     (
         "reward_model.*",
         "verl's reward model/manager: rlcore scores with [reward] plugins (a model-based "
         "one is a reward plugin too)",
     ),
-    ("sandbox_fusion.*", "rlcore's code reward runs its own sandbox ([reward.options.code])"),
     ("ray_kwargs.*", "rlcore starts Ray itself ([resources])"),
     ("transfer_queue.*", "rlcore moves batches through Ray's object store"),
     ("data.*", "dataset option rlcore does not expose (rlcore reads verl's row schema)"),
@@ -560,13 +580,27 @@ def _reward(
         unmapped.append(("data.reward_fn_key", key, "rlcore reads data_source"))
 
 
-def _algorithm(flat: Mapping[str, Any], out: dict[str, Any], unmapped: list[Any]) -> None:
+def _algorithm(
+    flat: Mapping[str, Any], out: dict[str, Any], unmapped: list[Any], notes: list[str]
+) -> None:
     estimator = flat.get("algorithm.adv_estimator")
     name = ALGORITHMS.get(estimator) if isinstance(estimator, str) else None
     if name is None:
         out.get("algorithm", {}).pop("adv_estimator", None)
         unmapped.append(("algorithm.adv_estimator", estimator, "no rlcore algorithm for it"))
         return
+    dapo_manager = flat.get("reward_model.reward_manager") == "dapo"
+    if name == "grpo" and (dapo_manager or flat.get("algorithm.filter_groups.enable")):
+        # verl's DAPO is GRPO plus the dapo reward manager's overlong buffer (main_ppo) or
+        # recipe/dapo's dynamic sampling: both are options of rlcore's dapo algorithm.
+        name = "dapo"
+        if flat.get("algorithm.filter_groups.enable") is None:
+            _set(out, "algorithm.filter_groups.enable", False)  # main_ppo never filters
+        notes.append(
+            "algorithm.name = dapo: verl's grpo with the dapo reward manager's overlong buffer"
+            " or filter_groups is rlcore's dapo algorithm (filter_groups.enable = "
+            f"{str(out['algorithm']['filter_groups']['enable']).lower()})"
+        )
     _set(out, "algorithm.name", name)
 
 
@@ -609,7 +643,7 @@ def convert(
         elif key not in _SPECIAL:
             unmapped.append((key, value, unmapped_reason(key)))
     _special(flat, out, unmapped, notes)
-    _algorithm(flat, out, unmapped)
+    _algorithm(flat, out, unmapped, notes)
     if flat.get("trainer.total_training_steps") is not None:
         out.get("trainer", {}).pop("total_epochs", None)  # verl: the step count wins
     accepted = selected_keys(out)

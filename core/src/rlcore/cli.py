@@ -187,12 +187,11 @@ def _cmd_reference(args: argparse.Namespace) -> int:
 
 
 def _cmd_from_verl(args: argparse.Namespace) -> int:
-    from rlcore.config.from_verl import convert_file
+    from rlcore.config.from_verl import convert_file, write_output
 
     result = convert_file(args.yaml, args.overrides)
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(result.toml)
+        write_output(result.toml, args.output, source=args.yaml)
         print(f"wrote {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(result.toml)

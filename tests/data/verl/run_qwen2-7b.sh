@@ -1,3 +1,5 @@
+# From github.com/volcengine/verl, tag v0.7.0 (commit f9c855f7cf04d603c9546bc01776c74806a879c1), examples/grpo_trainer/run_qwen2-7b.sh.
+# Unedited below this comment; tests/test_config_from_verl.py runs it with python3 stubbed.
 set -x
 
 

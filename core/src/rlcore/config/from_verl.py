@@ -15,7 +15,6 @@ selected plugins lack, is listed as not mapped, one line each.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,9 +22,11 @@ from typing import Any
 import attrs
 
 from rlcore.config.dump import dump_toml, format_value
+from rlcore.config.verl_targets import check_values, prune, selected_keys
+from rlcore.config.verl_yaml import Unresolved, load_yaml_text, read_yaml_file, resolve
 from rlcore.errors import ConfigError
 
-__all__ = ["MAPPING", "Conversion", "convert", "convert_file"]
+__all__ = ["MAPPING", "Conversion", "convert", "convert_file", "write_output"]
 
 Transform = Callable[[Any], Any]
 
@@ -198,10 +199,25 @@ MAPPING: dict[str, tuple[str, Transform]] = {
     "algorithm.rollout_correction.rollout_is": ("algorithm.rollout_is", _same),
     "algorithm.rollout_correction.rollout_rs": ("algorithm.rollout_rs", _same),
     "algorithm.rollout_correction.rollout_rs_threshold": ("algorithm.rollout_rs_threshold", str),
+    # DAPO (rlcore's dapo algorithm): recipe/dapo's dynamic sampling and overlong buffer, the
+    # latter also given to main_ppo as the dapo reward manager's reward_kwargs
+    "algorithm.filter_groups.enable": ("algorithm.filter_groups.enable", _same),
+    "algorithm.filter_groups.metric": ("algorithm.filter_groups.metric", _same),
+    "algorithm.filter_groups.max_num_gen_batches": (
+        "algorithm.filter_groups.max_num_gen_batches",
+        _same,
+    ),
+    **{
+        f"reward_model.{prefix}.{name}": (f"algorithm.overlong_buffer.{name}", transform)
+        for prefix in ("overlong_buffer", "reward_kwargs.overlong_buffer_cfg")
+        for name, transform in (("enable", _same), ("len", _same), ("penalty_factor", _float))
+    },
     # trainer
     "trainer.total_epochs": ("trainer.total_epochs", _same),
     "trainer.total_training_steps": ("trainer.total_steps", _same),
     "trainer.experiment_name": ("trainer.experiment_name", _same),
+    "trainer.default_local_dir": ("trainer.run_dir", _same),
+    "trainer.rollout_data_dir": ("trainer.rollout_data_dir", _same),
     "trainer.nnodes": ("resources.nnodes", _same),
     "trainer.n_gpus_per_node": ("resources.processes_per_node", _same),
     "trainer.save_freq": ("trainer.save_freq", _freq),
@@ -218,13 +234,20 @@ ALGORITHMS: dict[str, str] = {
     "reinforce_plus_plus": "reinforce_plus_plus",
     "reinforce_plus_plus_baseline": "reinforce_plus_plus",
 }
-# verl's default_compute_score data sources -> rlcore reward plugins.
+# verl's default_compute_score data sources -> rlcore reward plugins (verl/utils/reward_score/
+# __init__.py). Its other math sources (math_dapo, aime*, numina_*) reach "math" as the default.
 REWARD_SOURCES: dict[str, str] = {
     "openai/gsm8k": "gsm8k",
     "lighteval/MATH": "math",
     "DigitalLearningGmbH/MATH-lighteval": "math",
     "HuggingFaceH4/MATH-500": "math",
+    "math_dapo": "math",
+    "math": "math",
 }
+# Rows of any other data_source: verl's default_compute_score stops the run on them
+# (NotImplementedError at the first step); rlcore scores them with this rule reward, the one
+# most of verl's examples use (\boxed{} answers), and says so where the user reads it.
+DEFAULT_REWARD = "math"
 _AGENT = {
     "actor_rollout_ref.rollout.multi_turn.max_assistant_turns": "agent.max_turns",
     "actor_rollout_ref.rollout.multi_turn.max_parallel_calls": "agent.max_parallel_calls",
@@ -240,7 +263,15 @@ FOLLOWS: dict[str, str] = {
     "critic.ppo_mini_batch_size": "actor_rollout_ref.actor.ppo_mini_batch_size",
     "critic.ppo_epochs": "actor_rollout_ref.actor.ppo_epochs",
 }
-_LOGGERS = ("console", "jsonl", "tensorboard", "wandb", "mlflow")
+# verl's trainer.logger backends -> rlcore's loggers (verl's "file" writes JSON lines).
+LOGGERS = {
+    "console": "console",
+    "file": "jsonl",
+    "jsonl": "jsonl",
+    "tensorboard": "tensorboard",
+    "wandb": "wandb",
+    "mlflow": "mlflow",
+}
 _DEVICES = ("cpu", "cuda")
 # Keys read together by _special (so they are never reported as unmapped on their own).
 _SPECIAL = frozenset(
@@ -259,10 +290,89 @@ _SPECIAL = frozenset(
         "trainer.resume_mode",
         "trainer.resume_from_path",
         "data.reward_fn_key",
+        "custom_reward_function.path",
+        "reward_model.reward_manager",
         "actor_rollout_ref.rollout.multi_turn.enable",
         *_AGENT,
     }
 )
+
+
+# Why a verl key has no rlcore counterpart, by family (fnmatch patterns on the dotted name,
+# first match wins); docs/porting-from-verl.md lists the same.
+WHY_NOT: tuple[tuple[str, str], ...] = (
+    ("*profiler*", "rlcore has no profiler hooks: run torch.profiler or py-spy yourself"),
+    (
+        "*.fsdp_config.*",
+        "FSDP option the fsdp2 engine does not take (it has offload_params, "
+        "reshard_after_forward, fsdp_size)",
+    ),
+    ("*.megatron.*", "Megatron option: rlcore's megatron engine has its own [actor.engine] keys"),
+    ("*.checkpoint.*", "rlcore saves weights, optimizer and run state every save_freq steps"),
+    ("*router_replay*", "MoE router replay: not in rlcore"),
+    ("*tiled_mlp*", "kernel option the fsdp2 engine does not expose"),
+    ("*fused_kernel*", "kernel option the fsdp2 engine does not expose"),
+    ("*use_torch_compile", "kernel option the fsdp2 engine does not expose"),
+    ("*ulysses_sequence_parallel_size", "rlcore has no sequence parallelism"),
+    ("*.optim.optimizer*", "rlcore's engines use torch's AdamW"),
+    ("*.optim.*", "optimizer option rlcore does not expose"),
+    (
+        "actor_rollout_ref.rollout.log_prob_*",
+        "the actor recomputes old log-probs with actor.micro_batch_size / "
+        "max_tokens_per_micro_batch",
+    ),
+    ("actor_rollout_ref.rollout.multi_turn.*", "rlcore's [agent] table (only with enable = true)"),
+    (
+        "actor_rollout_ref.rollout.agent.*",
+        "verl's agent-loop workers; rlcore's [agent] runs inside the rollout",
+    ),
+    ("actor_rollout_ref.rollout.*", "inference-server option the rollout plugin does not take"),
+    ("actor_rollout_ref.ref.*", "the reference reuses the actor's engine options ([ref.engine])"),
+    ("actor_rollout_ref.hybrid_engine", "rlcore colocates the actor and rollout by default"),
+    ("actor_rollout_ref.model.*", "model-loading option rlcore does not expose"),
+    ("actor_rollout_ref.actor.*", "actor option rlcore does not expose"),
+    (
+        "critic.*",
+        "critic option rlcore does not expose ([critic] takes model_path, optim, batches)",
+    ),
+    ("*sandbox_fusion*", "rlcore's code reward runs its own sandbox ([reward.options.code])"),
+    ("*overlong_buffer*.log", "rlcore's dapo logs dapo/overlong_penalty/mean and overlong_frac"),
+    ("*max_resp_len", "rlcore's dapo overlong buffer ends at data.max_response_length"),
+    (
+        "custom_reward_function.*",
+        "rlcore loads rewards as plugins: wrap the function in one (rlcore new-plugin reward)",
+    ),
+    (
+        "reward_model.*",
+        "verl's reward model/manager: rlcore scores with [reward] plugins (a model-based "
+        "one is a reward plugin too)",
+    ),
+    ("ray_kwargs.*", "rlcore starts Ray itself ([resources])"),
+    ("transfer_queue.*", "rlcore moves batches through Ray's object store"),
+    ("data.*", "dataset option rlcore does not expose (rlcore reads verl's row schema)"),
+    ("algorithm.*", "algorithm option no rlcore algorithm has"),
+    ("trainer.default_hdfs_dir", "rlcore writes checkpoints to trainer.run_dir only"),
+    ("trainer.max_critic_ckpt_to_keep", "trainer.keep_last keeps every role's checkpoints"),
+    ("trainer.critic_warmup", "rlcore trains the actor from the first step"),
+    ("trainer.val_only", "rlcore has no validate-only mode"),
+    ("trainer.*_generations", "rlcore logs no sample texts to trackers (trainer.rollout_data_dir)"),
+    (
+        "trainer.validation_data_dir",
+        "rlcore logs no sample texts to trackers (trainer.rollout_data_dir)",
+    ),
+    ("trainer.*", "verl runtime option with no rlcore counterpart"),
+    ("global_*", "verl runtime option with no rlcore counterpart"),
+)
+
+
+def unmapped_reason(key: str) -> str:
+    """Why ``key`` (a verl dotted name) is not carried over."""
+    from fnmatch import fnmatchcase
+
+    for pattern, why in WHY_NOT:
+        if fnmatchcase(key, pattern):
+            return why
+    return "no rlcore key"
 
 
 @attrs.frozen
@@ -272,9 +382,13 @@ class Conversion:
     toml: str
     data: dict[str, Any]
     unmapped: tuple[tuple[str, Any, str], ...]  # (verl key, value, why)
+    notes: tuple[str, ...] = ()  # choices made for the user (reward default, coerced values)
 
     def report_lines(self) -> list[str]:
-        lines = [f"not mapped: {key} = {_show(value)} ({why})" for key, value, why in self.unmapped]
+        lines = [f"note: {note}" for note in self.notes]
+        lines += [
+            f"not mapped: {key} = {_show(value)} ({why})" for key, value, why in self.unmapped
+        ]
         lines.append(f"{len(self.unmapped)} verl keys not mapped")
         return lines
 
@@ -286,29 +400,11 @@ def _show(value: Any) -> str:
         return "null" if value is None else repr(value)
 
 
-# --- YAML, overrides, interpolation ---------------------------------------------------------
+# --- YAML, overrides --------------------------------------------------------------------------
 
 
 def _load_yaml(path: str | Path) -> dict[str, Any]:
-    try:
-        import yaml
-    except ImportError as err:
-        msg = "rlcore config from-verl reads YAML with PyYAML: pip install pyyaml"
-        raise ConfigError(msg) from err
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError as err:
-        msg = f"verl config '{path}' not found"
-        raise ConfigError(msg) from err
-    except (OSError, UnicodeDecodeError) as err:
-        msg = f"cannot read verl config '{path}': {err}"
-        raise ConfigError(msg) from err
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        first = str(err).splitlines()[0] if str(err) else type(err).__name__
-        msg = f"invalid YAML in {path}: {first}"
-        raise ConfigError(msg) from err
+    data = read_yaml_file(path)
     if not isinstance(data, dict):
         msg = f"verl config '{path}' is not a YAML mapping"
         raise ConfigError(msg)
@@ -324,21 +420,16 @@ def _load_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
-_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
-
-
 def _parse_value(text: str) -> Any:
-    """A Hydra override's value: YAML, except that ``1e-6`` is a float (OmegaConf's grammar;
-    YAML 1.1 reads it as a string)."""
-    import yaml
-
+    """A Hydra override's value, read as OmegaConf reads YAML (``1e-6`` is a float)."""
+    if text == "":
+        return ""
     try:
-        value = yaml.safe_load(text) if text != "" else ""
-    except yaml.YAMLError:
-        return text
-    if isinstance(value, str) and _FLOAT.fullmatch(value.strip()):
-        return float(value)
-    return value
+        return load_yaml_text(text, f"override value {text[:40]!r}")
+    except ConfigError as err:
+        if "invalid YAML" in str(err):
+            return text  # Hydra's unquoted strings (a path with ':' ...) stay text
+        raise
 
 
 def _apply_override(data: dict[str, Any], text: str) -> None:
@@ -374,35 +465,6 @@ def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: node}
 
 
-_INTERP = re.compile(r"\$\{([^}]*)\}")
-
-
-def _resolve(flat: dict[str, Any]) -> dict[str, Any]:
-    """``${a.b}`` and ``${oc.select:a.b,default}`` resolved (repeatedly, for chains)."""
-
-    def lookup(expr: str, depth: int) -> Any:
-        expr = expr.strip()
-        default: Any = None
-        if expr.startswith("oc.select:"):
-            path, _, raw_default = expr.removeprefix("oc.select:").partition(",")
-            default = _parse_value(raw_default) if raw_default else None
-        else:
-            path = expr
-        if path in flat:
-            return value_of(flat[path], depth + 1)
-        return default
-
-    def value_of(value: Any, depth: int = 0) -> Any:
-        if not isinstance(value, str) or "${" not in value or depth > 20:
-            return value
-        whole = _INTERP.fullmatch(value)
-        if whole:
-            return lookup(whole[1], depth)
-        return _INTERP.sub(lambda m: str(lookup(m[1], depth)), value)
-
-    return {k: value_of(v) for k, v in flat.items()}
-
-
 # --- conversion ------------------------------------------------------------------------------
 
 
@@ -414,7 +476,9 @@ def _set(out: dict[str, Any], key: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
-def _special(flat: Mapping[str, Any], out: dict[str, Any], unmapped: list[Any]) -> None:
+def _special(
+    flat: Mapping[str, Any], out: dict[str, Any], unmapped: list[Any], notes: list[str]
+) -> None:
     """The rlcore keys that come from several verl keys at once."""
     get = flat.get
     # Micro-batching: a token budget (use_dynamic_bsz) or a row count, never both in rlcore.
@@ -452,18 +516,7 @@ def _special(flat: Mapping[str, Any], out: dict[str, Any], unmapped: list[Any]) 
             ratio, int | float
         ):
             _set(out, f"algorithm.clip_ratio_{side}", float(ratio))
-    # Loggers: verl's names rlcore has; the W&B project from trainer.project_name.
-    loggers = get("trainer.logger")
-    if loggers is not None:
-        names = _list(loggers)
-        _set(out, "trainer.loggers", [n for n in names if n in _LOGGERS])
-        for n in names:
-            if n not in _LOGGERS:
-                unmapped.append(("trainer.logger", n, "no rlcore logger of that name"))
-        if "wandb" in names and get("trainer.project_name") is not None:
-            _set(out, "trainer.logger_options.wandb.project", get("trainer.project_name"))
-    if get("trainer.project_name") is not None and "wandb" not in _list(loggers or []):
-        unmapped.append(("trainer.project_name", get("trainer.project_name"), "no rlcore key"))
+    _trackers(flat, out, unmapped, notes)
     device = get("trainer.device")
     if device in _DEVICES:
         _set(out, "resources.device", device)
@@ -478,14 +531,7 @@ def _special(flat: Mapping[str, Any], out: dict[str, Any], unmapped: list[Any]) 
         _set(out, "trainer.resume", get("trainer.resume_from_path"))
     elif mode is not None:
         unmapped.append(("trainer.resume_mode", mode, "no rlcore equivalent"))
-    # The reward: verl picks default_compute_score by data_source; rlcore names the plugins.
-    if get("custom_reward_function.path"):
-        path = get("custom_reward_function.path")
-        unmapped.append(("custom_reward_function.path", path, "write a reward plugin"))
-    _set(out, "reward.sources", {source: [name] for source, name in REWARD_SOURCES.items()})
-    key = get("data.reward_fn_key")
-    if key not in (None, "data_source"):
-        unmapped.append(("data.reward_fn_key", key, "rlcore reads data_source"))
+    _reward(flat, out, unmapped, notes)
     # Multi-turn: an [agent] table turns it on, so only when verl's multi_turn.enable is.
     if get("actor_rollout_ref.rollout.multi_turn.enable") is True:
         for verl, key in _AGENT.items():
@@ -498,62 +544,83 @@ def _special(flat: Mapping[str, Any], out: dict[str, Any], unmapped: list[Any]) 
         _set(out, "ref.engine", ref_engine)
 
 
-def _algorithm(flat: Mapping[str, Any], out: dict[str, Any], unmapped: list[Any]) -> None:
+def _trackers(
+    flat: Mapping[str, Any], out: dict[str, Any], unmapped: list[Any], notes: list[str]
+) -> None:
+    """Loggers, and the project name where verl uses it (W&B project, MLflow experiment)."""
+    get = flat.get
+    loggers = get("trainer.logger")
+    names = [] if loggers is None else _list(loggers)
+    kept = [LOGGERS[n] for n in names if n in LOGGERS]
+    for n in names:
+        if n not in LOGGERS:
+            why = f"no rlcore logger of that name (rlcore has: {', '.join(sorted(LOGGERS))})"
+            unmapped.append(("trainer.logger", n, why))
+    if "jsonl" not in kept:
+        # The run folder's metrics.jsonl feeds `rlcore plot` and plots/summary.png.
+        kept.append("jsonl")
+        notes.append("trainer.loggers: jsonl added (rlcore's plots read the run's metrics.jsonl)")
+    _set(out, "trainer.loggers", list(dict.fromkeys(kept)))
+    project = get("trainer.project_name")
+    if project is None:
+        return
+    if "wandb" in kept:
+        _set(out, "trainer.logger_options.wandb.project", project)
+    if "mlflow" in kept:
+        _set(out, "trainer.logger_options.mlflow.experiment", project)
+    if not {"wandb", "mlflow"} & set(kept):
+        where = "trainer.run_dir" if get("trainer.default_local_dir") else "nothing"
+        why = f"rlcore has no project key; verl uses it for trackers only (it is in {where})"
+        unmapped.append(("trainer.project_name", project, why))
+
+
+def _reward(
+    flat: Mapping[str, Any], out: dict[str, Any], unmapped: list[Any], notes: list[str]
+) -> None:
+    """verl picks default_compute_score by data_source; rlcore names the reward plugins."""
+    get = flat.get
+    _set(out, "reward.sources", {source: [name] for source, name in REWARD_SOURCES.items()})
+    _set(out, "reward.default", [DEFAULT_REWARD])
+    custom = get("custom_reward_function.path")
+    if custom:
+        why = (
+            "rlcore loads rewards as plugins: wrap its compute_score in one "
+            "(`rlcore new-plugin reward NAME`) and set reward.default"
+        )
+        unmapped.append(("custom_reward_function.path", custom, why))
+    notes.append(
+        f'reward.default = ["{DEFAULT_REWARD}"]: rows whose data_source is not in reward.sources '
+        f"({', '.join(REWARD_SOURCES)}) are scored by the {DEFAULT_REWARD} reward"
+        + (" instead of your custom_reward_function" if custom else "")
+        + "; change reward.default or add your data_source to reward.sources"
+    )
+    key = get("data.reward_fn_key")
+    if key not in (None, "data_source"):
+        unmapped.append(("data.reward_fn_key", key, "rlcore reads data_source"))
+
+
+def _algorithm(
+    flat: Mapping[str, Any], out: dict[str, Any], unmapped: list[Any], notes: list[str]
+) -> None:
     estimator = flat.get("algorithm.adv_estimator")
     name = ALGORITHMS.get(estimator) if isinstance(estimator, str) else None
     if name is None:
         out.get("algorithm", {}).pop("adv_estimator", None)
         unmapped.append(("algorithm.adv_estimator", estimator, "no rlcore algorithm for it"))
         return
+    dapo_manager = flat.get("reward_model.reward_manager") == "dapo"
+    if name == "grpo" and (dapo_manager or flat.get("algorithm.filter_groups.enable")):
+        # verl's DAPO is GRPO plus the dapo reward manager's overlong buffer (main_ppo) or
+        # recipe/dapo's dynamic sampling: both are options of rlcore's dapo algorithm.
+        name = "dapo"
+        if flat.get("algorithm.filter_groups.enable") is None:
+            _set(out, "algorithm.filter_groups.enable", False)  # main_ppo never filters
+        notes.append(
+            "algorithm.name = dapo: verl's grpo with the dapo reward manager's overlong buffer"
+            " or filter_groups is rlcore's dapo algorithm (filter_groups.enable = "
+            f"{str(out['algorithm']['filter_groups']['enable']).lower()})"
+        )
     _set(out, "algorithm.name", name)
-
-
-def _plugin_keys(out: Mapping[str, Any]) -> set[str] | None:
-    """Every key the core and the plugins ``out`` selects accept (None: a plugin is missing)."""
-    from rlcore.config.reference import SLOTS, core_keys, plugin_keys
-    from rlcore.errors import PluginError
-    from rlcore.plugins import default_registry
-
-    registry = default_registry()
-    keys = {d.key for d in core_keys(registry)}
-    for slot in SLOTS:
-        if slot.default is None:
-            continue
-        node: Any = out
-        for part in slot.selected_by.split("."):
-            node = node.get(part, {}) if isinstance(node, Mapping) else {}
-        name = node if isinstance(node, str) else slot.default
-        tables = [slot.table] + (["ref.engine"] if slot.kind == "engine" else [])
-        for table in tables:
-            try:
-                keys.update(d.key for d in plugin_keys(registry, slot.kind, name, table=table))
-            except PluginError:
-                return None  # the loader names the missing plugin and how to install it
-    for name in out.get("trainer", {}).get("loggers", ()):
-        if name in registry.names("logger"):
-            keys.update(d.key for d in plugin_keys(registry, "logger", name))
-    return keys
-
-
-def _prune(
-    out: dict[str, Any], accepted: set[str], origin: Mapping[str, str], unmapped: list[Any]
-) -> dict[str, Any]:
-    """``out`` without the keys the selected plugins do not have (each reported)."""
-
-    def walk(node: dict[str, Any], prefix: str) -> dict[str, Any]:
-        kept: dict[str, Any] = {}
-        for key, value in node.items():
-            path = f"{prefix}{key}"
-            if path in ("reward.sources", "trainer.loggers") or path in accepted:
-                kept[key] = value
-            elif isinstance(value, dict) and any(k.startswith(f"{path}.") for k in accepted):
-                kept[key] = walk(value, f"{path}.")
-            else:
-                verl = origin.get(path, path)
-                unmapped.append((verl, value, f"-> {path}, which the selected plugin lacks"))
-        return kept
-
-    return walk(out, "")
 
 
 def convert(
@@ -566,16 +633,23 @@ def convert(
     before = _flatten(copy.deepcopy(data))
     for text in overrides:
         _apply_override(data, text)
-    flat = _resolve(_flatten(data))
+    flat: dict[str, Any] = {}
+    for key, value in resolve(_flatten(data)).items():
+        flat.update(_flatten(value, key))  # a reference to a table: its keys, one by one
     for key, followed in FOLLOWS.items():
         if key in before and before[key] == before.get(followed) and flat.get(key) == before[key]:
             flat[key] = None  # not overridden: it follows `followed`, as rlcore's key does
     out: dict[str, Any] = {}
     origin: dict[str, str] = {}
     unmapped: list[tuple[str, Any, str]] = []
-    for key, value in flat.items():
+    notes: list[str] = []
+    for key, value in list(flat.items()):
         if key.endswith("._target_") or key == "_target_":
             continue  # Hydra's instantiation target, not a setting
+        if isinstance(value, Unresolved):
+            unmapped.append((key, _unresolved_text(key, data), value.why))
+            flat[key] = None  # read by _special as unset
+            continue
         if value == "???":  # Hydra's "missing" marker
             value = None
         if key in MAPPING:
@@ -586,14 +660,15 @@ def convert(
                     _set(out, target, converted)
                     origin[target] = key
         elif key not in _SPECIAL:
-            unmapped.append((key, value, "no rlcore key"))
-    _special(flat, out, unmapped)
-    _algorithm(flat, out, unmapped)
+            unmapped.append((key, value, unmapped_reason(key)))
+    _special(flat, out, unmapped, notes)
+    _algorithm(flat, out, unmapped, notes)
     if flat.get("trainer.total_training_steps") is not None:
         out.get("trainer", {}).pop("total_epochs", None)  # verl: the step count wins
-    accepted = _plugin_keys(out)
+    accepted = selected_keys(out)
     if accepted is not None:
-        out = _prune(out, accepted, origin, unmapped)
+        out = prune(out, accepted, origin, unmapped)
+    check_values(out, accepted or {}, origin, notes)
     order = ("data", "model", "actor", "rollout", "ref", "critic", "reward", "algorithm")
     out = {k: out[k] for k in sorted(out, key=lambda k: order.index(k) if k in order else 99)}
     if "name" in out.get("algorithm", {}):
@@ -602,9 +677,40 @@ def convert(
     header = (
         f"# Converted from verl's {source or 'config'} by `rlcore config from-verl`; "
         f"{len(unmapped)} verl keys not mapped (listed on stderr).\n"
+        + "".join(f"# {note}\n" for note in notes)
     )
-    return Conversion(toml=header + dump_toml(out), data=out, unmapped=tuple(unmapped))
+    return Conversion(
+        toml=header + dump_toml(out), data=out, unmapped=tuple(unmapped), notes=tuple(notes)
+    )
+
+
+def _unresolved_text(key: str, data: Mapping[str, Any]) -> Any:
+    node: Any = data
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, Mapping) else None
+    return node
 
 
 def convert_file(path: str | Path, overrides: Sequence[str] = ()) -> Conversion:
     return convert(_load_yaml(path), overrides, source=str(path))
+
+
+def write_output(text: str, output: str | Path, *, source: str | Path) -> None:
+    """Write the TOML to ``output``: never over ``source`` (the same file, or a hard or
+    symbolic link to it), and a failure is one line naming the file."""
+    import os
+
+    out = Path(output)
+    try:
+        same = out.exists() and os.path.samefile(out, source)
+    except OSError:
+        same = False
+    if same:
+        msg = f"-o {output} is the verl config being converted ({source}); name another file"
+        raise ConfigError(msg)
+    try:
+        with open(out, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as err:
+        msg = f"cannot write -o {output}: {err.strerror or err}"
+        raise ConfigError(msg) from None

@@ -694,6 +694,11 @@ class TrainerConfig:
     export_final: bool = key(
         True, "Export the final actor as a Hugging Face folder: <run_dir>/final_hf."
     )
+    check_finite_on_resume: bool = key(
+        True,
+        "Before a resume, read the checkpoint's model weights and refuse one holding NaN or "
+        "inf, naming the tensor (false: load it as it is).",
+    )
     max_consecutive_nonfinite: int = key(
         3,
         "Consecutive steps with a non-finite loss or gradient (each skipped) before the run stops.",

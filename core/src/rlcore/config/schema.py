@@ -536,7 +536,7 @@ class RewardConfig:
     ``options`` holds, for every selected reward (and any given a ``[reward.options.NAME]``
     table), that plugin's ``Config``. ``timeout_s`` bounds one per-sample call (past it the
     row scores 0), ``batch_timeout_s`` one batched scorer's call (past it the run stops with
-    an error naming the scorer; None: no limit).
+    an error naming the scorer; 900 s unless set).
     """
 
     default: tuple[str, ...] = key(
@@ -558,9 +558,9 @@ class RewardConfig:
         validator=v.gt(0.0),
     )
     batch_timeout_s: float | None = key(
-        None,
+        900.0,
         "Wall-clock limit in seconds of one batched scorer's call (BaseBatchReward, "
-        "scored in the driver); past it the run stops naming the scorer. None: no limit.",
+        "scored in the driver); past it the run stops naming the scorer.",
         validator=v.optional(v.gt(0.0)),
     )
     num_workers: int = key(

@@ -348,3 +348,58 @@ def test_resume_with_another_lora_rank(run, capsys, registry, tmp_path):
         "actor.engine.lora_rank (checkpoint 4, now 8); restore them, or start a new "
         "trainer.run_dir from its weights (rlcore export, then model.path)",
     )
+
+
+# --- issue 50 item 7: the step a checkpoint records, non-finite weights ----------------------
+
+
+def test_resume_refuses_a_state_file_of_another_step(run, tmp_path, capsys, registry, tiny):
+    # trainer_state.json copied from step 1 into global_step_2 (same size: the manifest
+    # cannot tell): it used to resume as step 1 and log steps [1, 2, 2, 3].
+    step = bi.checkpoint(tmp_path / "old", 2, tiny)
+    state = step / "trainer_state.json"
+    state.write_text(state.read_text().replace('"step": 2', '"step": 1'))
+    code, err = bi.train_preflight(run, [f'trainer.resume="{step}"'], capsys, registry)
+    bi.assert_one_line(
+        code,
+        err,
+        f"trainer.resume: checkpoint {step} is damaged: {state} says step 1, but the folder is "
+        "global_step_2; use an earlier one",
+    )
+
+
+def _nan_checkpoint(run: Path, registry, run_dir: Path, model: Path) -> tuple[Path, str]:
+    """A checkpoint of ``run``'s settings whose actor weights are ``model``'s, one of them NaN."""
+    import math
+
+    import torch.distributed.checkpoint as dcp
+    from safetensors.torch import load_file
+
+    from rlcore.checkpoint import CheckpointManager, save_driver_state
+    from rlcore.config import config_to_dict, dump_toml
+
+    weights = load_file(bi.weights_file(model))
+    name = sorted(weights)[-1]
+    weights[name][0].fill_(math.nan)
+    text = dump_toml(config_to_dict(load_config(run, [], registry=registry)))
+
+    def write(tmp: Path) -> None:
+        dcp.save({"model": weights}, checkpoint_id=str(tmp / "actor"), no_dist=True)
+        save_driver_state(tmp, step=1, dataloader_state={"epoch": 0})
+        (tmp / "config.toml").write_text(text)
+
+    return CheckpointManager(run_dir / "checkpoints").save(1, write), name
+
+
+def test_resume_refuses_non_finite_weights_unless_told(run, tmp_path, capsys, registry, tiny):
+    step, name = _nan_checkpoint(run, registry, tmp_path / "old", tiny)
+    code, err = bi.train_preflight(run, [f'trainer.resume="{step}"'], capsys, registry)
+    bi.assert_one_line(
+        code,
+        err,
+        f"trainer.resume: checkpoint {step}: actor weight {name} holds NaN or inf; resume from "
+        "an earlier checkpoint, or set trainer.check_finite_on_resume = false to load it anyway",
+    )
+    # The opt-out: the checks before Ray pass (nothing is trained here).
+    overrides = [f'trainer.resume="{step}"', "trainer.check_finite_on_resume=false"]
+    preflight(load_config(run, overrides, registry), registry=registry)

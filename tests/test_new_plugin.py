@@ -157,3 +157,47 @@ def test_generated_plugins_of_each_kind_train_the_tiny_run_unchanged(tmp_path):
     assert ckpt.is_file()
     # ... and its export (export_hf) is the run's final model.
     assert (run_dir / "final_hf" / "model.safetensors").is_file()
+
+
+# --- issue 50 item 5: names and target folders, one line each ---------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (
+            ["reward", "json"],
+            "'json' is a standard-library module; a plugin package of that name would shadow "
+            "it for every program of the environment; choose another NAME, e.g. my_json",
+        ),
+        (
+            ["tool", "attrs"],
+            "'attrs' is the import name of the installed distribution attrs; a plugin package "
+            "of that name would replace it; choose another NAME, e.g. my_attrs",
+        ),
+        (
+            ["reward", "a" * 300],
+            "NAME is 300 characters long; at most 64 (it names a folder, a package and a test "
+            "file)",
+        ),
+        (
+            ["reward", "my_reward", "--dir", "{file}"],
+            "--dir {file} is a file, not a folder; name a folder",
+        ),
+        (
+            ["reward", "my_reward", "--dir", "/proc/rlcore-new-plugin"],
+            "cannot create /proc/rlcore-new-plugin/my_reward: No such file or directory; "
+            "choose a writable --dir",
+        ),
+    ],
+)
+def test_bad_plugin_names_and_folders_are_one_line(tmp_path, capsys, args, expected):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    args = [a.replace("{file}", str(blocker)) for a in args]
+    if "--dir" not in args:
+        args += ["--dir", str(tmp_path / "out")]
+    assert main(["new-plugin", *args]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: new-plugin: {expected.replace('{file}', str(blocker))}\n"
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())

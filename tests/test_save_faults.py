@@ -234,3 +234,43 @@ def test_sigterm_then_sigkill_during_saves_lose_nothing(assets, tmp_path):
     _verified(checkpoints / f"global_step_{killed_in}")
     assert _steps(run_dir)[-1] == killed_in
     _assert_nothing_left(proc.pid)
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 1250 KB tmpfs: the tiny run's final checkpoint (~1030 KB) fits, its export (~310 KB)
+    then does not."""
+    disk = tmp_path / "tiny-disk"
+    disk.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1250k", "tmpfs", str(disk)],
+        capture_output=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip() or done}")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_disk_full_in_the_final_export_is_one_line(assets, tmp_path, tiny_disk):
+    # It was the worker's 32-line remote traceback; the save's translation says it in one line.
+    from rlcore.testing.runs import tiny_run_toml
+
+    model, data = assets
+    run_dir = tiny_disk / "run"
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text(tiny_run_toml(model=model, train_files=[data], run_dir=run_dir, total_steps=1))
+    log = tmp_path / "train.log"
+    proc = _train(cfg, log)
+    code = _finish(proc)
+    out = log.read_text()
+    assert code == 2, out[-3000:]
+    assert "Traceback" not in out
+    assert _lines(out, "error: ") == [
+        f"error: no space left on {run_dir} while exporting the final actor to "
+        f"{run_dir / 'final_hf'}; the previous checkpoint at step 1 is intact"
+    ], out[-3000:]
+    _assert_nothing_left(proc.pid)

@@ -211,13 +211,18 @@ class CheckpointManager:
         return final
 
     def _disk_full_error(self, step: int) -> CheckpointError:
+        return self.disk_full_error(self.root, f"saving step {step}")
+
+    def disk_full_error(self, folder: Path, doing: str) -> CheckpointError:
+        """The one line of a write into ``folder`` that found the disk full while ``doing``
+        (a save, the final export): what is still safe on disk."""
         previous = self.checkpoints()
         kept = (
             f"the previous checkpoint at step {step_of(previous[-1])} is intact"
             if previous
             else "no checkpoint was saved before"
         )
-        return CheckpointError(f"no space left on {self.root} while saving step {step}; {kept}")
+        return CheckpointError(f"no space left on {folder} while {doing}; {kept}")
 
     def _save_error(self, step: int, err: OSError) -> CheckpointError:
         if disk_full(err, self.root):

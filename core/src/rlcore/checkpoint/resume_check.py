@@ -23,13 +23,13 @@ import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlcore.checkpoint.layout import CRITIC_DIR
+from rlcore.checkpoint.layout import ACTOR_DIR, CRITIC_DIR
 from rlcore.checkpoint.manager import CONFIG_FILE, CheckpointError
 
 if TYPE_CHECKING:
     from rlcore.config import RunConfig
 
-__all__ = ["check_resume_compatible", "config_differences"]
+__all__ = ["check_finite_weights", "check_resume_compatible", "config_differences"]
 
 _OPTIM_TABLES = (("actor", "optim"), ("critic", "optim"))
 # What an engine's saved state is shaped by: the engine, and the adapter (verl's LoRA names).
@@ -131,3 +131,19 @@ def check_resume_compatible(config: RunConfig, step_dir: Path) -> None:
             "weights (rlcore export, then model.path)"
         )
         raise CheckpointError(msg)
+
+
+def check_finite_weights(step_dir: Path) -> None:
+    """Raise :class:`CheckpointError` (one line naming the tensor) if a trained model of
+    ``step_dir`` holds NaN or inf (``trainer.check_finite_on_resume = false`` skips it)."""
+    from rlcore.checkpoint.safe_load import non_finite_weight
+
+    for role in (ACTOR_DIR, CRITIC_DIR):
+        name = non_finite_weight(step_dir / role)
+        if name is not None:
+            msg = (
+                f"trainer.resume: checkpoint {step_dir}: {role} weight {name} holds NaN or inf; "
+                "resume from an earlier checkpoint, or set trainer.check_finite_on_resume = "
+                "false to load it anyway"
+            )
+            raise CheckpointError(msg)

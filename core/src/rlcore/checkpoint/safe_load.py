@@ -31,6 +31,7 @@ import json
 import logging
 import os
 import pickle
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,7 @@ __all__ = [
     "MetadataUnpickler",
     "UnsafeCheckpointError",
     "load_dcp_metadata",
+    "non_finite_weight",
     "pick_resume",
     "require_intact",
     "safe_dcp_load",
@@ -437,12 +439,17 @@ def verify_checkpoint(step_dir: str | os.PathLike[str]) -> str | None:
     marker = path / COMPLETE_MARKER
     if not marker.is_file():
         return f"{path} has no {COMPLETE_MARKER} marker (interrupted while being written)"
+    steps: dict[Path, object] = {}
     for file in (marker, path / STATE_FILE):
         try:
             if file.exists():  # the trainer writes trainer_state.json; the manifest lists it
-                json.loads(file.read_text(encoding="utf-8"))
+                payload = json.loads(file.read_text(encoding="utf-8"))
+                steps[file] = payload.get("step") if isinstance(payload, dict) else None
         except (OSError, ValueError) as err:
             return f"{file} is unreadable ({type(err).__name__})"
+    problem = _step_disagreement(path, steps)
+    if problem:
+        return problem
     _refuse_outside_links(path)
     problem = _check_manifest(path)
     if problem:
@@ -456,6 +463,17 @@ def verify_checkpoint(step_dir: str | os.PathLike[str]) -> str | None:
             problem = _check_engine_dir(engine_dir)
             if problem:
                 return problem
+    return None
+
+
+def _step_disagreement(step_dir: Path, steps: dict[Path, object]) -> str | None:
+    """The folder's step against the one the ``COMPLETE`` marker and ``trainer_state.json``
+    record: a state file copied from another step would resume as that step (steps logged
+    twice, the schedule and the data order off by the difference)."""
+    want = step_of(step_dir)
+    for file, step in steps.items():
+        if step is not None and (isinstance(step, bool) or step != want):
+            return f"{file} says step {step!r}, but the folder is {step_dir.name}"
     return None
 
 
@@ -573,6 +591,37 @@ def pick_resume(root: str | os.PathLike[str], complete: Iterable[Path]) -> Path 
             'set trainer.resume = "off" to start over'
         )
         raise CheckpointError(msg)
+    return None
+
+
+def non_finite_weight(engine_dir: str | os.PathLike[str]) -> str | None:
+    """The name of the first model weight of a DCP engine directory holding NaN or inf, or
+    None (also for a directory that is not DCP: another engine's format is not read).
+
+    Reads the ``model.`` tensors (not the optimizer state) through the safe reader, on one
+    process: a run that resumed such weights would train on NaN losses until the non-finite
+    guard stops it, several steps and minutes later.
+    """
+    import torch
+
+    meta_file = Path(engine_dir) / DCP_METADATA
+    if not meta_file.is_file():
+        return None
+    saved = load_dcp_metadata(meta_file).state_dict_metadata
+    model: dict[str, Any] = {}
+    for fqn, item in saved.items():
+        size = getattr(item, "size", None)
+        dtype = getattr(getattr(item, "properties", None), "dtype", None)
+        if fqn.startswith("model.") and size is not None and isinstance(dtype, torch.dtype):
+            model[fqn.removeprefix("model.")] = torch.empty(tuple(size), dtype=dtype)
+    if not model:
+        return None
+    with warnings.catch_warnings():  # one process on purpose: torch's warning says only that
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        safe_dcp_load({"model": model}, engine_dir, no_dist=True)
+    for name, tensor in model.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            return name
     return None
 
 

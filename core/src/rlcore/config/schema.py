@@ -544,7 +544,7 @@ class RewardConfig:
     ``options`` holds, for every selected reward (and any given a ``[reward.options.NAME]``
     table), that plugin's ``Config``. ``timeout_s`` bounds one per-sample call (past it the
     row scores 0), ``batch_timeout_s`` one batched scorer's call (past it the run stops with
-    an error naming the scorer; None: no limit).
+    an error naming the scorer; 900 s unless set).
     """
 
     default: tuple[str, ...] = key(
@@ -566,9 +566,9 @@ class RewardConfig:
         validator=v.gt(0.0),
     )
     batch_timeout_s: float | None = key(
-        None,
+        900.0,
         "Wall-clock limit in seconds of one batched scorer's call (BaseBatchReward, "
-        "scored in the driver); past it the run stops naming the scorer. None: no limit.",
+        "scored in the driver); past it the run stops naming the scorer.",
         validator=v.optional(v.gt(0.0)),
     )
     num_workers: int = key(
@@ -701,6 +701,11 @@ class TrainerConfig:
     )
     export_final: bool = key(
         True, "Export the final actor as a Hugging Face folder: <run_dir>/final_hf."
+    )
+    check_finite_on_resume: bool = key(
+        True,
+        "Before a resume, read the checkpoint's model weights and refuse one holding NaN or "
+        "inf, naming the tensor (false: load it as it is).",
     )
     max_consecutive_nonfinite: int = key(
         3,

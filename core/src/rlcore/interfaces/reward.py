@@ -116,7 +116,7 @@ class BaseBatchReward(abc.ABC):
     It runs in the driver process, once per step on the rows that select it, not in the
     per-sample rewards' process pool: a batched scorer is usually a model (a reward model, a
     judge) or a remote call, which batches well and holds state a pool would copy. Its wall
-    clock is bounded by ``[reward] batch_timeout_s`` (none by default); past it, or when it
+    clock is bounded by ``[reward] batch_timeout_s`` (900 s by default); past it, or when it
     raises or returns the wrong shape, the run stops with one error naming the scorer (a
     per-sample reward's failure scores 0 instead: one row, not the whole batch, is at fault).
 

@@ -118,9 +118,11 @@ def preflight(config: RunConfig, *, registry: PluginRegistry | None = None) -> P
     elif resume == "auto" and config.trainer.run_dir:  # a crafted or damaged one, before Ray
         found = CheckpointManager(Path(config.trainer.run_dir) / CHECKPOINTS_DIR).latest()
     if found is not None:  # the same model and optimizer settings, or one line naming keys
-        from rlcore.checkpoint.resume_check import check_resume_compatible
+        from rlcore.checkpoint.resume_check import check_finite_weights, check_resume_compatible
 
         check_resume_compatible(config, found)
+        if config.trainer.check_finite_on_resume:
+            check_finite_weights(found)
     log.info(
         "preflight ok: model %s, %d train / %d validation prompts",
         config.model.path,

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rlcore.checkpoint.space import disk_full
 from rlcore.errors import RlcoreError
 
 if TYPE_CHECKING:
@@ -171,7 +172,14 @@ def run_training(
         trainer.fit()
         if config.trainer.export_final:
             export_dir = run_dir / FINAL_EXPORT_DIR
-            reasons = [r for r in workers.policy.export_hf(str(export_dir)) if r]
+            try:
+                reasons = [r for r in workers.policy.export_hf(str(export_dir)) if r]
+            except Exception as err:  # a worker's error, delivered by Ray
+                # A full disk is one line, as a save's is, not the worker's remote traceback.
+                if disk_full(err, run_dir):
+                    doing = f"exporting the final actor to {export_dir}"
+                    raise checkpoints.disk_full_error(run_dir, doing) from err
+                raise
             if reasons:
                 msg = (
                     f"the final export failed: engine {config.actor.engine.name!r} cannot "
@@ -207,7 +215,6 @@ def _plot(run_dir: Path) -> list[Path]:
     if importlib.util.find_spec("matplotlib") is None:
         log.info("no plots: pip install matplotlib, then rlcore plot %s", run_dir)
         return []
-    from rlcore.errors import RlcoreError
     from rlcore.tracking.plotting import plot_run
 
     try:

@@ -204,3 +204,45 @@ def test_bad_templates(template, why):
 def test_a_template_with_only_the_response_and_literal_braces():
     check_template('Grade {response} as JSON {{"score": n}}')
     assert render('{{"a": {response}}}', prompt="", response="1", ground_truth=None) == '{"a": 1}'
+
+
+# --- issue 50 item 6: ASCII digits only, bounded matching, a bounded batch -------------------
+
+
+@pytest.mark.parametrize(
+    ("pattern", "text"),
+    [
+        (None, "[[٧]]"),  # Arabic-Indic seven: float() reads it as 7.0
+        (None, "[[７]]"),  # fullwidth seven
+        (r"Score:\s*(\d+)", "Score: ३"),  # Devanagari three, through a user pattern
+    ],
+)
+def test_only_ascii_digits_are_numbers(pattern, text):
+    parser = ScoreParser() if pattern is None else ScoreParser(pattern, scale=(0, 4))
+    j = parser(text)
+    assert (j.status, j.raw) == ("unparseable", None)
+    assert ScoreParser(last_number=True, pattern=r"\[\[never\]\]")(text).status == "unparseable"
+
+
+def test_a_pattern_that_backtracks_without_bound_is_cut_short():
+    import time
+
+    # Exponential in the text's length under the standard library's re: 60 characters of it
+    # would run for hours. The regex package's per-parse timeout makes it one unparseable row.
+    parser = ScoreParser(r"(a|aa)+$", scale=(0, 9))
+    start = time.monotonic()
+    j = parser("a" * 60 + "!")
+    elapsed = time.monotonic() - start
+    assert j.status == "unparseable"
+    assert elapsed < 30  # ended at all (the bound is PARSE_TIMEOUT_S; not a speed test)
+    assert parser("aaaa").status == "unparseable"  # "aaaa" matched, but it is not a number
+    assert ScoreParser(r"(\d)+$", scale=(0, 9))("7").score == pytest.approx(7 / 9)
+
+
+def test_batch_timeout_has_a_finite_default():
+    from rlcore.config.schema import RewardConfig
+
+    limit = RewardConfig().batch_timeout_s
+    assert limit is not None
+    assert math.isfinite(limit)
+    assert limit > 0

@@ -5,21 +5,28 @@
 whatever the judge wrote (no number, ``NaN``, ``1e999``, a 10,000-digit number, a number out
 of the declared scale, binary junk), the outcome is a :class:`Judgement` whose ``status``
 says how it was read, and an unparseable one scores ``unparseable_score``.
+
+Numbers are ASCII digits only: every pattern is compiled with the ASCII flag, so ``\\d`` is
+``[0-9]`` (``float("٧")`` is 7.0: a judge writing Arabic-Indic digits would otherwise score).
+Patterns are compiled by the ``regex`` package, whose matching takes a timeout: a user pattern
+that backtracks without bound (``(a+)+$``) costs at most :data:`PARSE_TIMEOUT_S` per
+judgement, which then counts as unparseable.
 """
 
 from __future__ import annotations
 
 import math
-import re
 import string
 from collections.abc import Sequence
 from typing import Any, Literal
 
 import attrs
+import regex as re  # the stdlib's API, plus a timeout on matching
 
 __all__ = [
     "DEFAULT_PATTERN",
     "DEFAULT_TEMPLATE",
+    "PARSE_TIMEOUT_S",
     "PLACEHOLDERS",
     "Judgement",
     "ScoreParser",
@@ -50,12 +57,14 @@ Reply with the rating in double brackets, like [[7]]."""
 
 # A plain decimal number, the only text a captured group may hold: no "nan", "inf",
 # "1_000" (Python's float() takes all three), hex or words.
-_NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
+_NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?", re.ASCII)
 # The last number of a text (the "final number" fallback).
-_LAST_NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d+)?|\.\d+)")
+_LAST_NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d+)?|\.\d+)", re.ASCII)
 # Only the tail of a judgement is searched: bounded time on a runaway output.
 _MAX_CHARS = 20_000
 _MAX_DIGITS = 64  # a longer number is junk (and float() of 10^5 digits is slow)
+#: Wall-clock bound of one judgement's matching; past it the judgement is unparseable.
+PARSE_TIMEOUT_S = 0.2
 
 Status = Literal["ok", "unparseable", "out_of_range"]
 
@@ -109,7 +118,7 @@ def render(template: str, *, prompt: str, response: str, ground_truth: Any) -> s
 def check_pattern(pattern: str) -> None:
     """A :class:`ValueError` unless ``pattern`` compiles with at most one capture group."""
     try:
-        compiled = re.compile(pattern)
+        compiled = re.compile(pattern, re.ASCII)
     except re.error as err:
         msg = f"is not a valid regular expression ({err})"
         raise ValueError(msg) from None
@@ -162,7 +171,7 @@ class ScoreParser:
         if not math.isfinite(unparseable_score):
             msg = f"unparseable_score must be finite, got {unparseable_score}"
             raise ValueError(msg)
-        self.pattern = re.compile(pattern)
+        self.pattern = re.compile(pattern, re.ASCII)
         self.last_number = last_number
         self.lo, self.hi = lo, hi
         self.out_of_range = out_of_range
@@ -176,7 +185,8 @@ class ScoreParser:
 
     def _number(self, text: str) -> str | None:
         found = None
-        for match in self.pattern.finditer(text):  # the last one
+        # One deadline for the whole search (TimeoutError past it: unparseable).
+        for match in self.pattern.finditer(text, timeout=PARSE_TIMEOUT_S):  # the last one
             found = match
         if found is not None:
             return found.group(1) if self.pattern.groups else found.group(0)

@@ -36,7 +36,7 @@ def test_prepare_holds_out_200_sums_the_model_never_trains_on(tmp_path):
     assert prepare.main(["--work-dir", str(tmp_path), "--gsm8k-dir", str(tmp_path / "none")]) == 0
     train = pq.read_table(tmp_path / "data" / "train.parquet").to_pylist()
     test = pq.read_table(tmp_path / "data" / "test.parquet").to_pylist()
-    assert (len(train), len(test)) == (90 * 90 - 200, 200)
+    assert (len(train), len(test)) == (50 * 50 - 200, 200)
     questions = {r["prompt"][0]["content"] for r in train}
     assert not questions & {r["prompt"][0]["content"] for r in test}
     row = test[0]

@@ -204,10 +204,11 @@ def resolve_gguf(ref: str, key: str) -> str:
         raise ConfigError(msg) from None
     import transformers
 
-    root = _writable_root(key)
     stem = path.name[: -len(".gguf")] if path.name.lower().endswith(".gguf") else path.name
-    target = root / f"{stem}-{_sha256(path)[:16]}-transformers{transformers.__version__}"
-    if not target.is_dir():
+    name = f"{stem}-{_sha256(path)[:16]}-transformers{transformers.__version__}"
+    target = gguf_cache_dir() / name
+    if not target.is_dir():  # a read-only cache that already holds the folder is fine
+        root = _writable_root(key)
         _clear_stale(root)
         log.info(
             "converting %s (%.0f MB GGUF) into the HF folder %s, once: later runs reuse it",

@@ -32,12 +32,14 @@ def _one_rank_group(device: str) -> Iterator[None]:
     """A private 1-rank process group (an in-memory store: no socket), unless one exists."""
     import torch.distributed as dist
 
+    from rlcore.engine.device import process_group_backend
+
     if dist.is_initialized():
         yield
         return
     store = dist.HashStore()  # type: ignore[attr-defined]
     dist.init_process_group(
-        "nccl" if device == "cuda" else "gloo", store=store, rank=0, world_size=1
+        process_group_backend(device), store=store, rank=0, world_size=1
     )
     try:
         yield

@@ -1,7 +1,9 @@
 """A stopped worker (``kill -STOP``) ends the run with one line naming its role, rank and pid,
 within ``resources.heartbeat_timeout_s`` (here set by ``RLCORE_HEARTBEAT_TIMEOUT_S``, which the
 CLI maps onto it) plus one beat and two polls (see rlcore.workers.liveness), then exits;
-nothing of the run is left behind. A real ``rlcore train`` in its own session."""
+nothing of the run is left behind. A real ``rlcore train`` in its own session: the colocated
+policy worker, and, with the rollout on a pool of its own (one-step-off), the rollout worker
+and the trainer's worker (the other side of every weight sync)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,10 @@ import pytest
 pytestmark = pytest.mark.slow
 
 TIMEOUT_S = 6
+SPLIT = """placement = { rollout = "gen" }
+[resources.pools.gen]
+processes_per_node = 1
+"""
 
 
 def _session(sid: int) -> list[int]:
@@ -41,7 +47,15 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def test_a_stopped_worker_ends_the_run_in_bounded_time(tmp_path):
+@pytest.mark.parametrize(
+    ("async_mode", "stop_class"),
+    [
+        (None, "ray::ColocatedWorker"),
+        ("one_step_off", "ray::RolloutWorker"),
+        ("one_step_off", "ray::ColocatedWorker"),
+    ],
+)
+def test_a_stopped_worker_ends_the_run_in_bounded_time(tmp_path, async_mode, stop_class):
     from rlcore.testing.runs import arithmetic_rows, tiny_run_model, tiny_run_toml, write_jsonl
     from rlcore.workers.liveness import BEAT_S, POLL_S
 
@@ -59,6 +73,11 @@ def test_a_stopped_worker_ends_the_run_in_bounded_time(tmp_path):
             save_freq=1,
             micro_batch_size=4,
             experiment_name="liveness",
+            extra=SPLIT if async_mode else "",
+        ).replace(
+            "[trainer]\n",
+            f'[trainer]\nasync_mode = "{async_mode}"\n' if async_mode else "[trainer]\n",
+            1,
         )
     )
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
@@ -78,7 +97,7 @@ def test_a_stopped_worker_ends_the_run_in_bounded_time(tmp_path):
             assert proc.poll() is None, log.read_text()[-3000:]
             assert time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.1)
-        workers = [p for p in _session(proc.pid) if _cmdline(p).startswith("ray::ColocatedWorker")]
+        workers = [p for p in _session(proc.pid) if _cmdline(p).startswith(stop_class)]
         assert len(workers) == 1, [(p, _cmdline(p)) for p in _session(proc.pid)]
         os.kill(workers[0], signal.SIGSTOP)
         stopped, stopped_wall = time.monotonic(), time.time()
@@ -104,9 +123,9 @@ def test_a_stopped_worker_ends_the_run_in_bounded_time(tmp_path):
     errors = [ln for ln in out.splitlines() if ln.startswith("error: ")]
     assert len(errors) == 1, out[-3000:]
     assert re.fullmatch(
-        rf"error: role rlcore\.\w+ rank 0 \(node [\d.]+, pid {workers[0]}\) stopped responding "
-        rf"in \w+: no heartbeat for \d+ s \(resources\.heartbeat_timeout_s = {TIMEOUT_S}\); the "
-        r"process is stopped or wedged",
+        rf"error: role [\w.]+(?: on pool '\w+')? rank 0 \(node [\d.]+, pid {workers[0]}\) "
+        rf"stopped responding in \w+: no heartbeat for \d+ s "
+        rf"\(resources\.heartbeat_timeout_s = {TIMEOUT_S}\); the process is stopped or wedged",
         errors[0],
     ), errors
     assert "Traceback" not in out

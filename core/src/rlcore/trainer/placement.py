@@ -51,6 +51,7 @@ class SplitPolicy:
             self.trainer.open_weight_bridge(addr, port, world, manifest, self.pools),
             self.rollout.open_weight_bridge(addr, port, world, manifest, self.pools),
         ]
+        self._wait_watching_both(*futures)
         for fut in futures:
             fut.get()
         log.info(
@@ -68,6 +69,7 @@ class SplitPolicy:
         start = time.perf_counter()
         sent = self.trainer.send_weights(version)
         received = self.rollout.receive_weights(version)
+        self._wait_watching_both(sent, received)
         try:
             outs = list(sent.get())
         except WorkerError as err:
@@ -84,6 +86,31 @@ class SplitPolicy:
         metrics["weight_sync/version"] = [float(version)]
         metrics["timing_s/weight_sync"] = [time.perf_counter() - start]
         return metrics
+
+    def _wait_watching_both(self, sent: GroupFuture, received: GroupFuture) -> None:
+        """Wait until both sides of a sync finished (or one failed), watching the heartbeats
+        of both groups.
+
+        The trainer's rank 0 blocked in the broadcast keeps beating while a stopped rollout
+        rank never takes its part, so waiting on the trainer's call alone would only end at
+        the collective timeout; a stopped rank of either side is named here within
+        ``resources.heartbeat_timeout_s`` (rlcore.workers.liveness). Bounded by the groups'
+        call timeout; the ``get()`` calls that follow report results, deaths and timeouts.
+        """
+        import ray
+
+        from rlcore.workers import liveness
+
+        sides = ((self.trainer, sent, "send_weights"), (self.rollout, received, "receive_weights"))
+        refs = [*sent.refs, *received.refs]
+        deadline = time.monotonic() + max(self.trainer.call_timeout_s, self.rollout.call_timeout_s)
+        while time.monotonic() < deadline:
+            ready, pending = ray.wait(refs, num_returns=len(refs), timeout=liveness.POLL_S)
+            if not pending or any(_failed(ref) for ref in ready):
+                return
+            for group, future, method in sides:
+                left = [rank for rank, ref in enumerate(future.refs) if ref in pending]
+                group.check_heartbeats(left, method)
 
     def _dead_rollout(self, received: GroupFuture) -> WorkerError | None:
         """The rollout group's error when one of its ranks died (looked for briefly)."""
@@ -151,3 +178,14 @@ class SplitPolicy:
 
     def export_hf(self, path: str) -> Any:
         return self.trainer.export_hf(path)
+
+
+def _failed(ref: Any) -> bool:
+    """Whether a finished call raised (its ``get()`` then reports it, naming the rank)."""
+    import ray
+
+    try:
+        ray.get(ref, timeout=0)
+    except Exception:
+        return True
+    return False

@@ -516,6 +516,19 @@ class RayWorkerGroup:
             out = [out[index[ref]] for ref in refs]
         return out
 
+    @property
+    def call_timeout_s(self) -> float:
+        """The bound of one call's wait (``resources.call_timeout_s``)."""
+        return self._call_timeout_s
+
+    def check_heartbeats(self, ranks: Sequence[int], method: str) -> None:
+        """Raise the one-line :class:`WorkerError` for the first of ``ranks`` whose heartbeat
+        stopped (:func:`rlcore.workers.liveness.check_ranks`): for a wait on another group's
+        call that only finishes when these ranks answer (a broadcast to them)."""
+        liveness.check_ranks(
+            self._role, self.__dict__.get("process_info"), ranks, method, self._heartbeat_timeout_s
+        )
+
     def _on_wait_tick(
         self, method: str, ranks: Sequence[int]
     ) -> Callable[[list[int], float], None] | None:

@@ -6,7 +6,8 @@ a ratio comes from doing less work (rlcore's shared prompts, skipped zero-advant
 which must come from doing the same work faster: at equal FLOP rates, the time ratio equals the
 FLOP ratio, so a time ratio under the FLOP ratio needs faster kernels, not less work.
 
-What is counted, for a decoder-only transformer (2 FLOPs per multiply-add):
+What is counted, for a decoder-only transformer (2 FLOPs per multiply-add; the shape and its
+forward are :class:`rlcore.tracking.flops.ModelShape`, which the runs' ``perf/mfu`` counts with):
 
 - matmuls: every linear layer of every token (q, k, v, o, the MLP's three), and the LM head on
   the tokens whose logits are used (generation: every decoded token; training: the response
@@ -30,60 +31,12 @@ Checked against ``torch.utils.flop_counter.FlopCounterMode`` on a real model in
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
 
+# One count of a model's FLOPs for the runs' perf/mfu and this benchmark (re-exported here).
+from rlcore.tracking.flops import ModelShape, causal_keys
 
-@dataclass(frozen=True)
-class ModelShape:
-    """What the FLOP count needs of a decoder's ``config.json``."""
-
-    layers: int
-    hidden: int
-    q_width: int  # heads x head size
-    kv_width: int  # key/value heads x head size
-    intermediate: int
-    vocab: int
-
-    @classmethod
-    def from_config(cls, path: str | Path) -> ModelShape:
-        """From a Hugging Face model folder (or its ``config.json``); Llama/Qwen2 key names."""
-        path = Path(path)
-        config = json.loads((path / "config.json" if path.is_dir() else path).read_text())
-        hidden, heads = config["hidden_size"], config["num_attention_heads"]
-        head_size = config.get("head_dim") or hidden // heads
-        kv_heads = config.get("num_key_value_heads") or heads
-        return cls(
-            layers=config["num_hidden_layers"],
-            hidden=hidden,
-            q_width=heads * head_size,
-            kv_width=kv_heads * head_size,
-            intermediate=config["intermediate_size"],
-            vocab=config["vocab_size"],
-        )
-
-    @property
-    def layer_params(self) -> int:
-        """Weights of one decoder layer's linear maps (q, k, v, o, gate, up, down)."""
-        h = self.hidden
-        attention = 2 * h * self.q_width + 2 * h * self.kv_width
-        return attention + 3 * h * self.intermediate
-
-    def forward(self, tokens: float, keys: float, head_tokens: float) -> float:
-        """Forward FLOPs of ``tokens`` tokens that see ``keys`` keys in all (summed over the
-        tokens, per layer), with the LM head on ``head_tokens`` of them."""
-        decoder = self.layers * (2 * self.layer_params * tokens + 4 * self.q_width * keys)
-        return decoder + 2 * self.hidden * self.vocab * head_tokens
-
-    def decoder_forward(self, tokens: float, keys: float) -> float:
-        """The decoder layers' part of :meth:`forward` (what checkpointing recomputes)."""
-        return self.forward(tokens, keys, head_tokens=0)
-
-
-def causal_keys(length: float, before: float = 0.0) -> float:
-    """Keys seen in all by ``length`` tokens that follow ``before`` tokens, causally."""
-    return length * before + length * (length + 1) / 2
+__all__ = ["ModelShape", "StepWork", "causal_keys", "step_flops"]
 
 
 @dataclass(frozen=True)

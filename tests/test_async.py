@@ -83,6 +83,9 @@ def test_fully_async_keeps_every_trained_sample_within_max_staleness(ray_session
         assert all(r[key] >= 0.0 for r in steps), key
     for role in ("actor", "rollout", "driver"):  # each pool's largest process, and the driver
         assert all(0.0 < r[f"perf/peak_rss_gb/{role}"] < 64 for r in steps), role
+    for phase in ("update", "generate"):  # rlcore.tracking.flops: worker compute vs the peak
+        assert all(0.0 < r[f"perf/mfu/{phase}"] < 10 for r in steps), phase
+        assert all(r[f"perf/model_tflops/{phase}"] > 0 for r in steps), phase
     # Every trained sample, read back: its version is within max_staleness of the actor's
     # version at its step (step s trains at version s - 1), and the prompts are the loader's
     # (4 steps x 4 prompts x n = 2, each prompt once: 16 prompts, one epoch).

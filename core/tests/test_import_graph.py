@@ -22,7 +22,7 @@ ROOT = Path(rlcore.__file__).parent
 # A top-level name is a module (``rlcore.cli``) or a package (``rlcore.trainer`` and all
 # below it); ``rlcore`` is the package's own ``__init__``.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors",),
+    ("errors", "cache"),
     ("rlcore", "protocol", "hookspecs", "builtin"),
     ("dispatch",),
     ("interfaces",),

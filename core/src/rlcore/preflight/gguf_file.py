@@ -33,6 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from rlcore.cache import cache_dir
 from rlcore.errors import ConfigError
 
 __all__ = ["DIST_PREFIX", "gguf_cache_dir", "is_gguf_reference", "locate_gguf", "resolve_gguf"]
@@ -54,10 +55,7 @@ def is_gguf_reference(path: str) -> bool:
 
 def gguf_cache_dir() -> Path:
     """Where converted folders go, read from the environment now."""
-    if os.environ.get("RLCORE_CACHE_DIR"):
-        return Path(os.environ["RLCORE_CACHE_DIR"]).expanduser() / "gguf"
-    base = os.environ.get("XDG_CACHE_HOME") or "~/.cache"
-    return Path(base).expanduser() / "rlcore" / "gguf"
+    return cache_dir("gguf")
 
 
 def _dist_file(ref: str, key: str) -> Path:

@@ -56,6 +56,7 @@ TABLE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("step_s", "timing_s/step"),
     ("tok/s", "perf/tokens_per_s"),
     ("rss_GB", "perf/peak_rss_gb/actor"),
+    ("mfu", "perf/mfu/update"),
 )
 
 

@@ -33,6 +33,7 @@ PANELS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     ("entropy", "Policy entropy", "entropy", ("actor/entropy",)),
     ("response_length", "Response length", "tokens", ("response_length/mean",)),
     ("step_time", "Step time", "seconds", ("timing_s/step",)),
+    ("mfu", "Model FLOPs utilisation", "MFU", ("perf/mfu/update", "perf/mfu/generate")),
 )
 
 Series = dict[str, tuple[list[int], list[float]]]

@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     from rlcore.protocol import DataProto
     from rlcore.reward import RewardManager
     from rlcore.tracking import Tracker
+    from rlcore.tracking.flops import MfuMeter
     from rlcore.trainer.async_queue import GenerationSource
     from rlcore.trainer.plan import LoopPlan
     from rlcore.trainer.specs import RunSpecs
@@ -112,6 +113,7 @@ class Components:
     reward_model: RayWorkerGroup | None = None  # [reward_model]: the role "rm"
     world_size: int = 1
     config_text: str = ""
+    mfu: MfuMeter | None = None  # perf/mfu per step (None: the model's peak is unknown)
 
 
 class Trainer:
@@ -302,6 +304,8 @@ class Trainer:
         }
         metrics["perf/samples_per_s"] = len(batch) / max(ctx.timing["step"], 1e-9)
         metrics["perf/peak_rss_gb/driver"] = peak_rss_gb()
+        if self.parts.mfu is not None:
+            metrics |= self.parts.mfu.metrics(batch, metrics)
         if self.queued:
             # Training throughput: the step's samples over the step less its wait for them.
             busy = ctx.timing["step"] - ctx.metrics.get("async/trainer_idle_s", 0.0)

@@ -23,6 +23,9 @@ if TYPE_CHECKING:
     from rlcore.config import RunConfig
     from rlcore.plugins import PluginRegistry
     from rlcore.preflight import Preflight
+    from rlcore.tracking.flops import MfuMeter
+    from rlcore.trainer.builder import Workers
+    from rlcore.trainer.specs import RunSpecs
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +168,7 @@ def run_training(
                 checkpoints=checkpoints,
                 world_size=workers.world_size,
                 config_text=dump_toml(config_dict),
+                mfu=_mfu_meter(config, specs, workers),
             ),
         )
         if resume_from is not None:
@@ -233,3 +237,24 @@ def _plot(run_dir: Path) -> list[Path]:
         return []
     log.info("plots: %s", ", ".join(str(p) for p in written))
     return [Path(p) for p in written]
+
+
+def _mfu_meter(config: RunConfig, specs: RunSpecs, workers: Workers) -> MfuMeter | None:
+    """The policy's MFU meter: its model's shape, one worker's peak (a GPU's declared one, or
+    this machine's matmul rate at a worker's torch threads, measured once and cached), and
+    the processes of the update and of generation (the rollout's pool, when it has one)."""
+    from rlcore.tracking.flops import mfu_meter
+    from rlcore.trainer.placement import SplitPolicy
+
+    actor = specs.policy.actor.spec
+    policy = workers.policy
+    return mfu_meter(
+        actor.model_path,
+        device=actor.device,
+        dtype=actor.dtype,
+        threads=max(1, int(config.resources.cpus_per_process)),
+        update_ranks=workers.world_size,
+        generate_ranks=(
+            policy.rollout.world_size if isinstance(policy, SplitPolicy) else workers.world_size
+        ),
+    )

@@ -74,7 +74,7 @@ def test_each_kind_installs_is_listed_and_passes_its_generated_test(tmp_path, ca
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=500, check=False,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
-    assert "10 passed" in run.stdout, run.stdout[-2000:]
+    assert "11 passed" in run.stdout  # two per kind, the algorithm's step too, run.stdout[-2000:]
 
 
 @pytest.mark.parametrize(
@@ -201,3 +201,28 @@ def test_bad_plugin_names_and_folders_are_one_line(tmp_path, capsys, args, expec
     err = capsys.readouterr().err
     assert err == f"error: new-plugin: {expected.replace('{file}', str(blocker))}\n"
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+# --- issue 49 item 6: the algorithm template's step program and its conformance test --------
+
+
+def test_the_algorithm_template_has_a_step_program_its_test_and_key_fields(tmp_path, capsys):
+    assert main(["new-plugin", "algorithm", "stepped", "--dir", str(tmp_path)]) == 0
+    capsys.readouterr()
+    root = tmp_path / "stepped"
+    source = (root / "src" / "stepped" / "algorithm.py").read_text()
+    assert "def step_program(self)" in source
+    assert "attrs.field(" not in source  # every key declared with key(default, "help")
+    assert source.count(" = key(") == 4
+    test = (root / "tests" / "test_stepped.py").read_text()
+    assert "check_step_program(" in test
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(root / "src"), os.environ.get("PYTHONPATH", "")]),
+    }
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(root / "tests")],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert "3 passed" in run.stdout, run.stdout[-2000:]

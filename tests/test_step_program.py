@@ -282,3 +282,23 @@ def test_a_declared_role_reaches_the_program_as_ctx_roles():
     run.step(0)
     assert "teacher_log_prob" in run.policy.updates[-1].batch
     check_step_program(Distill)
+
+
+# --- issue 49 items 6-7: the algorithm guide documents what an author reads ----------------
+
+
+def test_the_algorithm_guide_documents_its_blocks_metrics_and_the_starting_accuracy():
+    from pathlib import Path
+
+    from rlcore.testing.conformance import POLICY_METRICS
+
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "writing-an-algorithm.md").read_text()
+    table = guide.split("Its blocks:", 1)[1].split("### Inserting phases", 1)[0]
+    for block in ("ctx.phase(", "ctx.generate(", "ctx.log_probs_and_values(", "ctx.reward("):
+        assert f"`{block}" in table, block
+    assert 'ctx.phase("reward", ctx.reward_manager' not in guide  # the step as it is written
+    for name in POLICY_METRICS:  # check_algorithm's defaults, named for the author
+        assert f"`{name}`" in guide, name
+    section = guide.split("## Check your starting accuracy", 1)[1]
+    assert "5.5%" in section
+    assert "36 to 42 points" in section

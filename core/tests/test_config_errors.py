@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import attrs
 import pytest
 import rlcore_fake.good
 import rlcore_fake_dup
 
 from rlcore.config import ConfigValidationError, load_config, load_config_text
 from rlcore.errors import ConfigError
+from rlcore.hookspecs import hookimpl
+from rlcore.interfaces import BaseReward, key
 from rlcore.plugins import PluginRegistry
 
 BASE = """
@@ -258,3 +261,70 @@ def test_toml_syntax_error_names_file_line_and_column(tmp_path, registry):
     with pytest.raises(ConfigError) as exc:
         load_config(path, registry=registry)
     assert str(exc.value) == f"invalid TOML in {path} at line 3, column 20: Invalid value"
+
+
+# --- issue 49 item 5: a plugin's required keys and its validator's ConfigError ---------------
+
+
+def _mode(_instance, _attribute, value):
+    if value not in ("fast", "exact"):
+        msg = f"unknown mode {value!r}; use fast or exact"
+        raise ConfigError(msg)
+
+
+class StrictReward(BaseReward):
+    @attrs.frozen(kw_only=True)
+    class Config(BaseReward.Config):
+        endpoint: str = key(help="Where the scorer listens (required).")
+        mode: str = key("fast", "Scoring mode: fast or exact.", validator=_mode)
+
+    def score(self, data_source, solution_str, ground_truth, extra_info=None):
+        return 0.0
+
+
+STRICT = StrictReward
+
+
+class _StrictPlugin:
+    contract_version = 2
+
+    @staticmethod
+    @hookimpl
+    def register_rewards():
+        return {"strict": STRICT}
+
+
+def _strict_registry():
+    reg = PluginRegistry(entry_points=False)
+    reg.register(rlcore_fake.good)
+    reg.register(_StrictPlugin(), name="strict")
+    return reg
+
+
+def test_a_plugin_validators_config_error_carries_file_and_key_path():
+    text = BASE.replace('default = "fake"', 'default = "strict"')
+    text += '\n[reward.options.strict]\nendpoint = "http://127.0.0.1:9"\nmode = "warp"\n'
+    with pytest.raises(ConfigError) as exc:
+        load_config_text(text, source="run.toml", registry=_strict_registry())
+    assert str(exc.value) == (
+        "run.toml: reward.options.strict.mode: unknown mode 'warp'; use fast or exact"
+    )
+    # The required key, when left out, is named like any core key.
+    text = BASE.replace('default = "fake"', 'default = "strict"')
+    with pytest.raises(ConfigError) as exc:
+        load_config_text(text, source="run.toml", registry=_strict_registry())
+    assert str(exc.value) == "run.toml: reward.options.strict.endpoint: missing required key"
+
+
+def test_conformance_allows_a_required_key_given_a_config():
+    from rlcore.testing.conformance import check_config, check_reward
+
+    config = STRICT.Config(endpoint="http://127.0.0.1:9")
+    assert check_config(STRICT, config, "reward.options.strict") is config
+    check_reward(STRICT, config=config, cases=[("anything", "1", 0.0)])
+    with pytest.raises(AssertionError) as exc:
+        check_config(STRICT, None, "reward.options.strict")
+    assert str(exc.value).endswith(
+        "a Config with required keys needs config= (an instance with them set): required keys "
+        "endpoint"
+    )

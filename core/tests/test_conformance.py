@@ -88,7 +88,7 @@ class MutableConfigReward(ExactReward):
 class RequiredKeyReward(ExactReward):
     @attrs.frozen(kw_only=True)
     class Config(BaseReward.Config):
-        threshold: float  # no default: an empty [reward.options.x] table fails
+        threshold: float  # no default: required, so check_reward needs config=
 
 
 class UnpicklableReward(ExactReward):
@@ -110,7 +110,7 @@ def test_check_reward_passes_a_correct_reward():
         (BoolScoreReward, {}, "a finite float 'score'"),
         (PositionalConfigReward, {}, "Config fields must be keyword-only"),
         (MutableConfigReward, {}, "Config must be frozen"),
-        (RequiredKeyReward, {}, "Config defaults must structure and validate"),
+        (RequiredKeyReward, {}, "a Config with required keys needs config="),
         (UnpicklableReward, {}, "the reward must pickle"),
         (ExactReward, {"cases": [("42", "42", 0.5)]}, "author case scored wrong"),
     ],

@@ -142,3 +142,46 @@ def test_plotting_at_the_end_of_a_run_never_raises(tmp_path, caplog):
     [warning] = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert warning.startswith(f"plotting {run} failed (FileExistsError: ")
     assert warning.endswith(f"training is unaffected; rerun rlcore plot {run}")
+
+
+# --- issue 49 item 7: a panel whose metric the run does not compute says so ------------------
+
+
+def _panel(series, stem, keys):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from rlcore.tracking.plotting import draw_panel
+
+    fig, ax = plt.subplots()
+    draw_panel(ax, series, stem, "title", "y", keys)
+    lines = [line.get_label() for line in ax.lines]
+    texts = [t.get_text() for t in ax.texts]
+    plt.close(fig)
+    return lines, texts
+
+
+def test_a_kl_that_is_zero_at_every_step_is_a_note_not_a_flat_line():
+    steps = [1, 2, 3]
+    series = {"actor/ppo_kl": (steps, [0.0, 0.0, 0.0])}
+    lines, texts = _panel(series, "kl", ["actor/ppo_kl"])
+    assert lines == []
+    assert texts == ["actor/ppo_kl: 0 at every step\nnot computed by this run (no such term)"]
+    # Beside a KL that was computed, the absent one is named and the other drawn.
+    series["actor/kl_loss"] = (steps, [0.0, 0.01, 0.02])
+    lines, texts = _panel(series, "kl", ["actor/ppo_kl", "actor/kl_loss"])
+    assert lines == ["actor/kl_loss"]
+    assert texts == ["actor/ppo_kl: 0 at every step"]
+    # A reward of 0 at every step is a measurement: drawn.
+    lines, texts = _panel(
+        {"critic/score/mean": (steps, [0.0] * 3)}, "reward", ["critic/score/mean"]
+    )
+    assert (lines, texts) == (["critic/score/mean"], [])
+
+
+def test_the_summary_of_a_run_without_kl_keeps_the_panel_with_its_note(tmp_path):
+    rows = [{"step": s, "critic/score/mean": s / 10, "actor/ppo_kl": 0.0} for s in range(1, 4)]
+    paths = plot_run(write_run(tmp_path / "run", rows))
+    assert [p.name for p in paths] == ["summary.png", "reward.png", "kl.png"]

@@ -24,6 +24,7 @@ from cattrs.gen import make_dict_structure_fn
 from cattrs.preconf.tomllib import make_converter
 
 from rlcore.config.dump import format_key, format_value
+from rlcore.errors import ConfigError
 
 __all__ = ["Path", "Problem", "describe", "render_path", "structure", "unknown_key"]
 
@@ -241,6 +242,8 @@ def validate_instance(obj: Any, path: Path) -> list[Problem]:
                     field.validator(obj, field, value)
                 except (ValueError, TypeError) as err:
                     problems.append(((*path, field.name), _validator_message(err, value)))
+                except ConfigError as err:  # a plugin's validator: its text, at its key path
+                    problems.append(((*path, field.name), str(err)))
             problems.extend(validate_instance(value, (*path, field.name)))
     elif isinstance(obj, Mapping):
         for key, value in obj.items():

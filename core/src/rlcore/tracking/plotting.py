@@ -4,7 +4,8 @@ Written to ``RUN_DIR/plots`` by default: ``summary.png``, one page with every pa
 data side by side, then one PNG per such panel: reward (``critic/score/mean``), validation
 accuracy (``val/*/acc``, else ``val/*/score``, one line per data source), KL
 (``actor/ppo_kl``, ``actor/kl_loss``), entropy (``actor/entropy``), response length
-(``response_length/mean``) and step time (``timing_s/step``).
+(``response_length/mean``) and step time (``timing_s/step``). A KL that is 0 at every step
+(a run without a KL term) is named in a note on its panel, not drawn as a line at 0.
 matplotlib is an optional dependency: ``pip install 'rlcore[plot]'``.
 """
 
@@ -21,7 +22,7 @@ from rlcore.errors import DataError, RlcoreError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PANELS", "SUMMARY_NAME", "load_metrics", "main", "plot_run"]
+__all__ = ["PANELS", "SUMMARY_NAME", "draw_panel", "load_metrics", "main", "plot_run"]
 
 SUMMARY_NAME = "summary.png"
 
@@ -100,16 +101,43 @@ def _val_keys(series: Series) -> list[str]:
 Panel = tuple[str, str, str, list[str]]
 
 
-def _draw(ax: Any, series: Series, stem: str, title: str, ylabel: str, keys: list[str]) -> None:
+# Panels whose metrics are logged as 0.0 when the run has no such term: the KL of a run with
+# no KL loss, no KL in the reward and one on-policy update (its ratio is 1). A reward of 0 at
+# every step, on the other hand, is a measurement.
+_ZERO_MEANS_ABSENT = frozenset({"kl"})
+
+
+def _never_computed(series: Series, stem: str, key: str) -> bool:
+    """Whether ``key`` of panel ``stem`` is 0 at every step where that means "not computed"."""
+    return stem in _ZERO_MEANS_ABSENT and all(value == 0.0 for value in series[key][1])
+
+
+def draw_panel(
+    ax: Any, series: Series, stem: str, title: str, ylabel: str, keys: list[str]
+) -> None:
+    """One panel on ``ax``: a line per key. On a panel where 0 means "no such term" (KL), a
+    key that is 0 at every step is named in a note instead, and a panel of only such keys
+    holds the note alone: a flat line at 0 would read as a measured value."""
     from matplotlib.ticker import MaxNLocator
 
-    for key in keys:
+    drawn = [k for k in keys if not _never_computed(series, stem, k)]
+    for key in drawn:
         steps, values = series[key]
         ax.plot(steps, values, marker="o" if len(steps) < 30 else None, ms=3, label=key)
     ax.set(title=title, xlabel="step", ylabel=ylabel)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
     ax.grid(alpha=0.3)
-    if len(keys) > 1 or stem == "val_accuracy":
+    zero = [k for k in keys if k not in drawn]
+    if zero:
+        note = "\n".join(f"{k}: 0 at every step" for k in zero)
+        if not drawn:
+            note += "\nnot computed by this run (no such term)"
+        # Alone: in the middle of the empty panel; beside lines: in the lower left corner.
+        x, y, ha, va = (
+            (0.5, 0.5, "center", "center") if not drawn else (0.02, 0.04, "left", "bottom")
+        )
+        ax.text(x, y, note, transform=ax.transAxes, ha=ha, va=va, fontsize="small", color="0.35")
+    if len(drawn) > 1 or (drawn and stem == "val_accuracy"):
         ax.legend(fontsize="small")
 
 
@@ -119,7 +147,7 @@ def _summary(plt: Any, series: Series, panels: list[Panel], path: Path, *, title
     rows = -(-len(panels) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(5.0 * cols, 3.6 * rows), squeeze=False)
     for ax, (stem, panel_title, ylabel, keys) in zip(axes.flat, panels):
-        _draw(ax, series, stem, panel_title, ylabel, keys)
+        draw_panel(ax, series, stem, panel_title, ylabel, keys)
     for ax in list(axes.flat)[len(panels) :]:
         ax.set_visible(False)
     fig.suptitle(title)
@@ -159,7 +187,7 @@ def plot_run(
     written = [_summary(plt, series, panels, out / SUMMARY_NAME, title=run.resolve().name)]
     for stem, title, ylabel, keys in panels:
         fig, ax = plt.subplots(figsize=(6.4, 4.0))
-        _draw(ax, series, stem, title, ylabel, keys)
+        draw_panel(ax, series, stem, title, ylabel, keys)
         fig.tight_layout()
         path = out / f"{stem}.png"
         fig.savefig(path, dpi=100)

@@ -60,7 +60,11 @@ What each checks (see the function docstrings for the exact rules):
 
 The ``Config`` rules, common to all: an attrs class, frozen, keyword-only, whose defaults
 structure from an empty table through rlcore's config converter and validate, which refuses
-an unknown key, and whose instances pickle.
+an unknown key, and whose instances pickle. Required keys (``key(help=...)``, no default) are
+allowed: the empty table must report exactly them missing, and the ``check_<kind>`` call then
+takes ``config=`` (an instance with them set). A validator may raise ``ValueError``,
+``TypeError`` or :class:`~rlcore.errors.ConfigError`; the run's error names the file and key
+path before its text either way.
 """
 
 from __future__ import annotations

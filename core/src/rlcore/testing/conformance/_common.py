@@ -58,8 +58,13 @@ def check_config(cls: type, config: Any, section: str) -> Any:
 
     Rules: an attrs class decorated itself (not only inheriting), frozen and keyword-only
     (``@attrs.frozen(kw_only=True)`` re-applied on the subclass); ``{}`` structures through
-    rlcore's converter into a valid instance (every field has a default that passes its
-    validator); an unknown key is refused; instances pickle (they cross Ray and process pools).
+    rlcore's converter into a valid instance, apart from the required keys (fields without a
+    default, ``key(help=...)``), which must be reported missing and nothing else; an unknown
+    key is refused; instances pickle (they cross Ray and process pools).
+
+    A ``Config`` with required keys has no defaults to build: pass ``config`` (an instance
+    with them set, e.g. ``MyReward.Config(endpoint="http://127.0.0.1:8000")``) to the
+    ``check_<kind>`` call; without it the check fails naming the keys.
     """
     what = name_of(cls)
     config_cls = getattr(cls, "Config", None)
@@ -81,14 +86,27 @@ def check_config(cls: type, config: Any, section: str) -> Any:
             "subclass; attrs does not inherit it)",
             f"positional fields {positional}",
         )
+    required = {f.name for f in attrs.fields(config_cls) if f.default is attrs.NOTHING}
     defaults, problems = structure({}, config_cls, (section,))
-    if problems:
-        text = "; ".join(f"{render_path(p)}: {m}" for p, m in problems)
+    # A required key is reported missing (and nothing else is wrong with the empty table).
+    missing = {p[-1] for p, m in problems if m == "missing required key" and len(p) > 1}
+    problems = [(p, m) for p, m in problems if not (p[-1:] and p[-1] in required)]
+    if problems or missing != required:
+        text = "; ".join(f"{render_path(p)}: {m}" for p, m in problems) or (
+            f"required keys {sorted(required)}, reported missing {sorted(missing)}"
+        )
         fail(what, "Config defaults must structure and validate from an empty table", text)
+    if required and config is None:
+        fail(
+            what,
+            "a Config with required keys needs config= (an instance with them set)",
+            f"required keys {', '.join(sorted(required))}",
+        )
+    instance = defaults if defaults is not None else config
     fields = attrs.fields(config_cls)
     probe = fields[0].name if fields else UNKNOWN_KEY
     try:
-        setattr(defaults, probe, getattr(defaults, probe, None))
+        setattr(instance, probe, getattr(instance, probe, None))
     except (attrs.exceptions.FrozenInstanceError, AttributeError):
         pass
     else:

@@ -156,7 +156,11 @@ def _candidate_main(read_fd: int, write_fd: int) -> None:
     module_type = type(os)
 
     def reply(message: dict[str, Any]) -> None:
-        write(dumps(message).encode() + b"\n")
+        try:
+            line = dumps(message)
+        except BaseException as err:  # an int past 4300 digits, a recursion too deep
+            line = dumps({"raise": type(err).__name__})
+        write(line.encode() + b"\n")
         flush()
 
     def failure(err: BaseException) -> dict[str, Any]:
@@ -493,6 +497,10 @@ def _run_main(request: dict[str, Any]) -> None:
 
 
 def _main() -> None:
+    # Python 3.11's 4300-digit limit on int <-> str guards parsers of untrusted text; here
+    # values cross as JSON text, and the judge's CPU limit bounds a huge one anyway.
+    if hasattr(sys, "set_int_max_str_digits"):
+        sys.set_int_max_str_digits(0)
     if sys.argv[1:2] == ["candidate"]:  # started by the judge, with its two pipes
         _candidate_main(int(sys.argv[2]), int(sys.argv[3]))
         return

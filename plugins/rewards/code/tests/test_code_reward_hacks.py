@@ -77,6 +77,9 @@ def test_monkeypatching_builtins(reward):
          "assert abs(area() - 3.14159) < 1e-6\n"),
         ("import builtins\nbuiltins.len = lambda x: 3\ndef items(): return []",
          "assert len(items()) == 3\n"),
+        # Shadowing a builtin with a global of the same name (a shared namespace).
+        ("def sorted(x):\n    return [1, 2, 3]\ndef items(): return [3, 1]",
+         "assert sorted(items()) == [1, 2, 3]\n"),
         ("import builtins\nbuiltins.AssertionError = KeyError\ndef one(): return 2",
          "assert one() == 1\n"),
         ("import builtins\nbuiltins.isinstance = lambda *a: True\ndef name(): return 5",

@@ -77,6 +77,9 @@ def test_monkeypatching_builtins(reward):
          "assert abs(area() - 3.14159) < 1e-6\n"),
         ("import builtins\nbuiltins.len = lambda x: 3\ndef items(): return []",
          "assert len(items()) == 3\n"),
+        # Shadowing a builtin with a global of the same name (a shared namespace).
+        ("def sorted(x):\n    return [1, 2, 3]\ndef items(): return [3, 1]",
+         "assert sorted(items()) == [1, 2, 3]\n"),
         ("import builtins\nbuiltins.AssertionError = KeyError\ndef one(): return 2",
          "assert one() == 1\n"),
         ("import builtins\nbuiltins.isinstance = lambda *a: True\ndef name(): return 5",
@@ -278,7 +281,7 @@ def test_honest_solutions_cross_as_plain_data(reward):
         "LIMIT = (3, 'x')\n"
         "def f(a, *, b=0):\n"
         "    return {'t': (a, b), 's': {1, 2}, 'n': None, 'f': 0.1 + 0.2, 'b': b'\\x00',\n"
-        "            'c': 1j, 'big': 2 ** 100, 'inf': math.inf, 'fs': frozenset({3})}\n"
+        "            'c': 1j, 'big': 7 ** 9000, 'inf': math.inf, 'fs': frozenset({3})}\n"
         "def g(xs):\n"
         "    if not xs:\n"
         "        raise ValueError('empty')\n"
@@ -287,7 +290,7 @@ def test_honest_solutions_cross_as_plain_data(reward):
     tests = (
         "r = f([1, 2], b=2)\n"
         "assert r == {'t': ([1, 2], 2), 's': {1, 2}, 'n': None, 'f': 0.1 + 0.2, 'b': b'\\x00',\n"
-        "             'c': 1j, 'big': 2 ** 100, 'inf': float('inf'), 'fs': frozenset({3})}\n"
+        "             'c': 1j, 'big': 7 ** 9000, 'inf': float('inf'), 'fs': frozenset({3})}\n"
         "assert type(r['t']) is tuple and type(r['big']) is int\n"
         "assert LIMIT == (3, 'x') and math.sqrt(4) == 2\n"
         "assert g((3, 1, 2)) == [1, 2, 3]\n"

@@ -57,16 +57,24 @@ look at data (the return value); an argument mutated in place is not seen, and a
 generator the candidate returns is an error. HumanEval's 164 problems all fit.
 """
 
-import ast
+from __future__ import annotations
+
 import builtins
 import contextlib
 import json
 import os
 import resource
-import signal
 import sys
-import time
-from typing import Any, NoReturn
+
+# The candidate process starts on every score's path: it imports only what it uses.
+if sys.argv[1:2] != ["candidate"]:
+    import ast
+    import signal
+    import time
+
+TYPE_CHECKING = False  # mypy reads the block below; `typing` costs a start-up its import
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
 
 _MAX_REPLY = 64 * 1024 * 1024  # bytes of one reply line the judge reads at most
 _REAP_POLLS = 100  # x 10 ms: a candidate whose reply pipe closed has exited by then
@@ -148,7 +156,11 @@ def _candidate_main(read_fd: int, write_fd: int) -> None:
     module_type = type(os)
 
     def reply(message: dict[str, Any]) -> None:
-        write(dumps(message).encode() + b"\n")
+        try:
+            line = dumps(message)
+        except BaseException as err:  # an int past 4300 digits, a recursion too deep
+            line = dumps({"raise": type(err).__name__})
+        write(line.encode() + b"\n")
         flush()
 
     def failure(err: BaseException) -> dict[str, Any]:
@@ -250,7 +262,7 @@ def _free_names(tree: ast.Module) -> set[str]:
 class _Judge:
     """The judge's end of the two pipes to the candidate."""
 
-    def __init__(self, source: str, limits: dict[str, list[int]], code: str) -> None:
+    def __init__(self, source: str) -> None:
         child_in, to_child = os.pipe()
         from_child, child_out = os.pipe()
         os.set_inheritable(child_in, True)  # the judge's own ends stay close-on-exec
@@ -267,6 +279,10 @@ class _Judge:
         self.write = os.fdopen(to_child, "wb")
         self.read = os.fdopen(from_child, "rb")
         self.broken: tuple[str, str] | None = None
+        self.cpu_s = float("inf")
+
+    def start(self, limits: dict[str, list[int]], code: str) -> None:
+        """Send the candidate its limits and the response's code, which it then runs."""
         self.cpu_s = limits.get("RLIMIT_CPU", (float("inf"),))[0]
         self.send({"limits": limits, "code": code})
 
@@ -384,6 +400,12 @@ def _test_main(request: dict[str, Any]) -> None:
         write(verdict_fd, f"\n{token} {reason} {detail}\n".encode())
         exit_now(0)
 
+    # The candidate's interpreter starts first, while this one gets ready; it runs no code of
+    # the response before it gets it, which is after this process is protected.
+    try:
+        judge = _Judge(request["source"])
+    except OSError as err:  # RLIMIT_NPROC, RLIMIT_NOFILE
+        verdict("crash", f"cannot start the candidate: {err}")
     try:
         _make_dumpable_never()
     except (OSError, ImportError, AttributeError) as err:
@@ -392,10 +414,7 @@ def _test_main(request: dict[str, Any]) -> None:
         tests = ast.parse(request["test"], "<tests>")
     except BaseException as err:
         verdict("bad_test", type(err).__name__)
-    try:
-        judge = _Judge(request["source"], request["limits"], request["code"])
-    except OSError as err:  # RLIMIT_NPROC, RLIMIT_NOFILE
-        verdict("crash", f"cannot start the candidate: {err}")
+    judge.start(request["limits"], request["code"])
     _set_limits(request["limits"])
     try:
         loaded = judge.receive()
@@ -478,6 +497,10 @@ def _run_main(request: dict[str, Any]) -> None:
 
 
 def _main() -> None:
+    # Python 3.11's 4300-digit limit on int <-> str guards parsers of untrusted text; here
+    # values cross as JSON text, and the judge's CPU limit bounds a huge one anyway.
+    if hasattr(sys, "set_int_max_str_digits"):
+        sys.set_int_max_str_digits(0)
     if sys.argv[1:2] == ["candidate"]:  # started by the judge, with its two pipes
         _candidate_main(int(sys.argv[2]), int(sys.argv[3]))
         return

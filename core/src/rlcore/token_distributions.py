@@ -44,11 +44,8 @@ def hf_next_token_distributions(
         h = out[0] if isinstance(out, tuple) else out
         captured.append(h[:, -(r + 1) : -1].float().cpu())
 
-    handles = [layer.register_forward_hook(keep) for layer in decoder_layers(model)]
-    if not hidden_states:
-        for handle in handles:
-            handle.remove()
-        handles = []
+    layers = decoder_layers(model) if hidden_states else []
+    handles = [layer.register_forward_hook(keep) for layer in layers]
     try:
         out = model(
             input_ids=b["input_ids"].to(device),

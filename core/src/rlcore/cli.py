@@ -214,7 +214,7 @@ def _cmd_new_plugin(args: argparse.Namespace) -> int:
 
 
 def _cmd_check_consistency(args: argparse.Namespace) -> int:
-    from rlcore.trainer.consistency import run_consistency_check
+    from rlcore.testing.consistency_check import run_consistency_check
 
     return run_consistency_check(
         _load_config(args),

@@ -10,7 +10,7 @@ Both sides through their optional ``next_token_distributions``
 (:meth:`BaseRollout.next_token_distributions`, :meth:`BaseEngine.next_token_distributions`),
 so any rollout plugin and any engine can be checked, in one process; the engine must be
 built (a 1-rank process group) and the rollout loaded with the engine's weights by the
-caller (``rlcore check consistency`` does both, :mod:`rlcore.trainer.consistency`).
+caller (``rlcore check consistency`` does both, :mod:`rlcore.testing.consistency_check`).
 """
 
 from __future__ import annotations

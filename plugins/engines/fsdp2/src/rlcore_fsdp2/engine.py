@@ -456,7 +456,7 @@ class FSDP2Engine(GuardedSteps, BaseEngine):
         """The padded forward of :meth:`compute_log_prob` (same dtype policy), whole vocab."""
         if self.spec.value_head or self.spec.reward_head:
             return super().next_token_distributions(batch, hidden_states=hidden_states)
-        from rlcore.token_distributions import hf_next_token_distributions
+        from rlcore_fsdp2.distributions import hf_next_token_distributions
 
         self.onload()
         self.model.eval()

@@ -252,7 +252,7 @@ class HFRollout(BaseRollout):
         self, batch: DataProto, *, hidden_states: bool = False
     ) -> TokenDistributions:
         """The generating model's own forward (its dtype and attention) over ``batch``."""
-        from rlcore.token_distributions import hf_next_token_distributions
+        from rlcore_hf.distributions import hf_next_token_distributions
 
         return hf_next_token_distributions(
             self.model, batch, self.device, hidden_states=hidden_states

@@ -1,8 +1,9 @@
 """Next-token distributions of a transformers causal LM over the response positions.
 
-What a transformers-backed rollout (HF) or engine (FSDP2) returns from
-``next_token_distributions``, for the training-inference consistency check
-(:mod:`rlcore.testing.conformance._consistency`). Runs in the process that holds the model.
+What the HF rollout returns from ``next_token_distributions``, for the training-inference
+consistency check (:func:`rlcore.testing.conformance.check_consistency`). The same
+forward as ``rlcore_fsdp2.distributions`` (the FSDP2 engine): plugins share code only
+through the core, whose top level is full.
 """
 
 from __future__ import annotations

@@ -13,7 +13,13 @@ import contextlib
 import pytest
 import torch
 
-from rlcore.interfaces import EngineSpec, OptimConfig, RolloutSpec, SamplingParams
+from rlcore.interfaces import (
+    BaseRollout,
+    EngineSpec,
+    OptimConfig,
+    RolloutSpec,
+    SamplingParams,
+)
 from rlcore.testing.conformance import (
     check_consistency,
     compare_distributions,
@@ -116,6 +122,15 @@ def test_in_sync_passes_one_sync_behind_fails(model_path):
 
         rollout.update_weights(engine.named_parameters_for_sync())  # synced again: passes
         assert check_consistency(rollout, engine, rows).worst_kl < 1e-6
+
+        # A rollout without the optional method is refused in one line naming it.
+        class NoDistributions(HFRollout):
+            next_token_distributions = BaseRollout.next_token_distributions
+
+        bare = object.__new__(NoDistributions)
+        with pytest.raises(AssertionError, match="NoDistributions cannot return") as err:
+            check_consistency(bare, engine, rows)
+        assert "\n" not in str(err.value)
 
 
 def test_command_prints_the_table(model_path, tmp_path, capsys):

@@ -2,7 +2,8 @@
 
 What a transformers-backed rollout (HF) or engine (FSDP2) returns from
 ``next_token_distributions``, for the training-inference consistency check
-(:mod:`rlcore.testing.conformance._consistency`). Runs in the process that holds the model.
+(:func:`rlcore.testing.conformance.check_consistency`). Runs in the process that holds the
+model; one forward for both plugins.
 """
 
 from __future__ import annotations
@@ -44,11 +45,8 @@ def hf_next_token_distributions(
         h = out[0] if isinstance(out, tuple) else out
         captured.append(h[:, -(r + 1) : -1].float().cpu())
 
-    handles = [layer.register_forward_hook(keep) for layer in decoder_layers(model)]
-    if not hidden_states:
-        for handle in handles:
-            handle.remove()
-        handles = []
+    layers = decoder_layers(model) if hidden_states else []
+    handles = [layer.register_forward_hook(keep) for layer in layers]
     try:
         out = model(
             input_ids=b["input_ids"].to(device),

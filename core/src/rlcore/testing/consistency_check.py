@@ -87,9 +87,12 @@ def consistency_report(
         # As the policy worker does after every update: the rollout serves the engine's weights.
         rollout.update_weights(engine.named_parameters_for_sync())
         rows = rollout.generate(batch, sampling)
-        report = measure_consistency(
-            rollout, engine, rows, kl_bound=kl_bound, layer_bound=layer_bound, top_k=top_k
-        )
+        try:
+            report = measure_consistency(
+                rollout, engine, rows, kl_bound=kl_bound, layer_bound=layer_bound, top_k=top_k
+            )
+        except NotImplementedError as err:  # a plugin without next_token_distributions
+            raise ConfigError(f"{err} ([rollout] name, [actor.engine] name)") from None
         shutdown = getattr(rollout, "shutdown", None)
         if callable(shutdown):
             shutdown()

@@ -93,8 +93,8 @@ from rlcore.testing.conformance._tool import ADVERSARIAL_ARGUMENTS, check_tool
 
 __all__ = [
     "ADVERSARIAL_ARGUMENTS",
-    "CONSISTENCY_METRICS",
     "ADVERSARIAL_INPUTS",
+    "CONSISTENCY_METRICS",
     "HEAVY_MODULES",
     "POLICY_METRICS",
     "STEP_RULES",

@@ -24,7 +24,7 @@ from rlcore.testing.conformance._common import fail, name_of
 if TYPE_CHECKING:
     import torch
 
-    from rlcore.interfaces import BaseEngine, BaseRollout, TokenDistributions
+    from rlcore.interfaces import BaseEngine, BaseRollout
     from rlcore.protocol import DataProto
 
 __all__ = [
@@ -158,15 +158,6 @@ class ConsistencyReport:
         return "\n".join(lines)
 
 
-def _distributions(
-    side: BaseRollout | BaseEngine, batch: DataProto, hidden: bool, what: str
-) -> TokenDistributions:
-    try:
-        return side.next_token_distributions(batch, hidden_states=hidden)
-    except NotImplementedError as err:
-        fail(what, "next_token_distributions is needed for the consistency check", str(err))
-
-
 def measure_consistency(
     rollout: BaseRollout,
     engine: BaseEngine,
@@ -182,13 +173,14 @@ def measure_consistency(
     Both must hold the same weights (the caller syncs them). Drift is the largest
     per-position KL in either direction past ``kl_bound``; then the hidden states of both are
     compared layer by layer and the first layer past ``layer_bound`` relative difference is
-    named. A side without ``next_token_distributions`` fails in one line.
+    named. A side without ``next_token_distributions`` raises its NotImplementedError (one
+    line naming the plugin).
     """
     r_what, e_what = name_of(type(rollout)), name_of(type(engine))
     mask = batch.batch["response_mask"]
     labels = batch.batch["responses"]
-    on_trainer = _distributions(engine, batch, False, e_what)
-    on_rollout = _distributions(rollout, batch, False, r_what)
+    on_trainer = engine.next_token_distributions(batch)
+    on_rollout = rollout.next_token_distributions(batch)
     values = compare_distributions(on_trainer.logits, on_rollout.logits, mask, labels, top_k=top_k)
     del on_trainer, on_rollout
     metrics = {}
@@ -215,8 +207,8 @@ def _localise(
     report: ConsistencyReport, rollout: BaseRollout, engine: BaseEngine, batch: DataProto
 ) -> ConsistencyReport:
     """``report`` with the per-layer hidden-state differences, or a note why there are none."""
-    h_trainer = _distributions(engine, batch, True, report.engine).hidden_states
-    h_rollout = _distributions(rollout, batch, True, report.rollout).hidden_states
+    h_trainer = engine.next_token_distributions(batch, hidden_states=True).hidden_states
+    h_rollout = rollout.next_token_distributions(batch, hidden_states=True).hidden_states
     missing = [w for w, h in ((report.engine, h_trainer), (report.rollout, h_rollout)) if not h]
     if missing or h_trainer is None or h_rollout is None:
         note = f"{' and '.join(missing)} returned no hidden states: the layer is not located"
@@ -239,10 +231,15 @@ def check_consistency(
     top_k: int = 10,
 ) -> ConsistencyReport:
     """:func:`measure_consistency`, failing (AssertionError, the table in the message) when
-    the distributions drift past ``kl_bound``; returns the report otherwise."""
-    report = measure_consistency(
-        rollout, engine, batch, kl_bound=kl_bound, layer_bound=layer_bound, top_k=top_k
-    )
+    the distributions drift past ``kl_bound`` or a side cannot return them; returns the
+    report otherwise."""
+    try:
+        report = measure_consistency(
+            rollout, engine, batch, kl_bound=kl_bound, layer_bound=layer_bound, top_k=top_k
+        )
+    except NotImplementedError as err:
+        pair = f"{name_of(type(rollout))} vs {name_of(type(engine))}"
+        fail(pair, "both sides need next_token_distributions", str(err))
     if not report.passed:
         fail(
             report.rollout,

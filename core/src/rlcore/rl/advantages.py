@@ -22,15 +22,18 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import numpy as np
 import torch
 
+from rlcore.interfaces import key
 from rlcore.rl.masked import apply_mask, masked_whiten
 
 if TYPE_CHECKING:
     from rlcore.rl.registry import AdvantageEstimatorFn
 
 __all__ = [
+    "GRPOOptions",
     "compute_gae_advantage_return",
     "compute_grpo_outcome_advantage",
     "compute_reinforce_plus_plus_baseline_outcome_advantage",
@@ -293,11 +296,29 @@ def _registered(
     return estimator
 
 
+@attrs.frozen(kw_only=True, slots=False)
+class GRPOOptions:
+    """The ``grpo`` estimator's options, declared once with the estimator: an algorithm whose
+    ``adv_estimator`` may be ``grpo`` mixes them into its ``Config``
+    (``class Config(PolicyGradientAlgorithm.Config, GRPOOptions)``). Not slotted, so it mixes
+    into any algorithm's (slotted) ``Config``."""
+
+    norm_adv_by_std: bool = key(
+        True, "Divide by the group's std (GRPO); false: only subtract the mean (Dr. GRPO)."
+    )
+    epsilon: float = key(
+        1e-6, "Added to the group's std before dividing.", validator=attrs.validators.gt(0.0)
+    )
+
+
 gae_estimator = _registered(
     "gae", compute_gae_advantage_return, reads=("gamma", "lam"), critic=True
 )
 grpo_estimator = _registered(
-    "grpo", compute_grpo_outcome_advantage, reads=("epsilon", "norm_adv_by_std"), uids=True
+    "grpo",
+    compute_grpo_outcome_advantage,
+    reads=tuple(sorted(field.name for field in attrs.fields(GRPOOptions))),
+    uids=True,
 )
 rloo_estimator = _registered("rloo", compute_rloo_outcome_advantage, uids=True)
 reinforce_plus_plus_estimator = _registered(

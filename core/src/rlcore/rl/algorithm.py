@@ -1,17 +1,16 @@
 """``PolicyGradientAlgorithm``: the options and losses PPO, GRPO, RLOO and REINFORCE++ share.
 
 A plugin subclasses it and re-applies ``@attrs.frozen(kw_only=True)`` on its own ``Config``,
-giving ``adv_estimator`` its default and the options that estimator reads (or it overrides
+giving ``adv_estimator`` its default and the options that estimator reads, declared with
+the estimator (``rlcore.rl.advantages.GRPOOptions``; or it overrides
 :meth:`compute_advantages`). The advantage estimator and the policy loss are looked up by
 name in :mod:`rlcore.rl.registry` (``[algorithm] adv_estimator`` / ``policy_loss``); the KL
 loss / KL-in-reward and the entropy bonus come from here::
 
     class GRPO(PolicyGradientAlgorithm):
         @attrs.frozen(kw_only=True)
-        class Config(PolicyGradientAlgorithm.Config):
+        class Config(PolicyGradientAlgorithm.Config, GRPOOptions):  # the estimator's options
             adv_estimator: str | None = adv_estimator_key("grpo", "The advantage estimator.")
-            norm_adv_by_std: bool = key(True, "Divide by the group's std.")
-            epsilon: float = key(1e-6, "Added to the group's std before dividing.")
 
 Run state: the KL-in-reward controller (:attr:`kl_ctrl`) is the only state, and it is used
 on the driver only (:meth:`compute_rewards` reads and updates it); workers rebuild the

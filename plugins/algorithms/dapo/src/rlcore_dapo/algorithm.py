@@ -32,6 +32,7 @@ import numpy as np
 
 from rlcore.errors import RlcoreError
 from rlcore.interfaces import key
+from rlcore.rl.advantages import GRPOOptions
 from rlcore.rl.algorithm import PolicyGradientAlgorithm, adv_estimator_key
 from rlcore.rl.step import StepContext, StepProgram, compute_advantages, expand_prompts
 
@@ -210,7 +211,7 @@ class DAPO(PolicyGradientAlgorithm):
     """DAPO (see the module docstring); GRPO's group-normalised advantages, no critic."""
 
     @attrs.frozen(kw_only=True)
-    class Config(PolicyGradientAlgorithm.Config):
+    class Config(PolicyGradientAlgorithm.Config, GRPOOptions):
         clip_ratio_high: float = key(
             0.28,
             "PPO clip range upper side; DAPO's clip-higher (0.28, the paper's).",
@@ -220,12 +221,6 @@ class DAPO(PolicyGradientAlgorithm):
         adv_estimator: str | None = adv_estimator_key(
             "grpo",
             "The advantage estimator; grpo: group-normalised, as GRPO.",
-        )
-        norm_adv_by_std: bool = key(
-            True, "Divide by the group's std (GRPO); false: only subtract the mean."
-        )
-        epsilon: float = key(
-            1e-6, "Added to the group's std before dividing.", validator=_v.gt(0.0)
         )
         filter_groups: FilterGroupsConfig = attrs.Factory(FilterGroupsConfig)
         overlong_buffer: OverlongBufferConfig = attrs.Factory(OverlongBufferConfig)

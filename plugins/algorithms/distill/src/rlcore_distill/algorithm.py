@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from rlcore.interfaces import ExtraRole, key
+from rlcore.rl.advantages import GRPOOptions
 from rlcore.rl.algorithm import PolicyGradientAlgorithm, adv_estimator_key, require
 from rlcore.rl.step import Phase, StepContext, StepProgram
 
@@ -156,7 +157,7 @@ class Distill(PolicyGradientAlgorithm):
     """On-policy distillation from the ``teacher`` role (see the module docstring)."""
 
     @attrs.frozen(kw_only=True)
-    class Config(PolicyGradientAlgorithm.Config):
+    class Config(PolicyGradientAlgorithm.Config, GRPOOptions):
         teacher_kl_coef: float = key(
             1.0,
             "Weight of the per-token reverse-KL advantage -(log p_student - "
@@ -172,12 +173,6 @@ class Distill(PolicyGradientAlgorithm):
         adv_estimator: str | None = adv_estimator_key(
             "grpo",
             "The estimator of the reward part (with reward_weight > 0).",
-        )
-        norm_adv_by_std: bool = key(
-            True, "Reward part: divide by the group's std (GRPO); false: only the mean."
-        )
-        epsilon: float = key(
-            1e-6, "Reward part: added to the group's std before dividing.", validator=_v.gt(0.0)
         )
 
         def __attrs_post_init__(self) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import attrs
 
 from rlcore.interfaces import key
+from rlcore.rl.advantages import GRPOOptions
 from rlcore.rl.algorithm import PolicyGradientAlgorithm, adv_estimator_key
 
 __all__ = ["GRPO", "ReinforcePlusPlus"]
@@ -26,17 +27,11 @@ class GRPO(PolicyGradientAlgorithm):
     """
 
     @attrs.frozen(kw_only=True)
-    class Config(PolicyGradientAlgorithm.Config):
+    class Config(PolicyGradientAlgorithm.Config, GRPOOptions):
         adv_estimator: str | None = adv_estimator_key(
             "grpo",
             "The advantage estimator; grpo: each response's score minus its group's "
             "mean, over the group's std + epsilon.",
-        )
-        norm_adv_by_std: bool = key(
-            True, "Divide by the group's std (GRPO); false: only subtract the mean (Dr. GRPO)."
-        )
-        epsilon: float = key(
-            1e-6, "Added to the group's std before dividing.", validator=_v.gt(0.0)
         )
 
     config: GRPO.Config

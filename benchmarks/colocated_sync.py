@@ -148,6 +148,7 @@ def main() -> None:
     for _ in range(args.repeats):
         for name, tree in trees.items():
             run = _run(tree, args)
+            print(f"{name}: {json.dumps(run)}", file=sys.stderr, flush=True)  # progress
             rows[name] += run[1:]  # the first step of a run warms up
             peaks[name].append(run[-1]["peak_rss_gb"])
     print(

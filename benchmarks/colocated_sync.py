@@ -2,13 +2,14 @@
 
     python benchmarks/colocated_sync.py --model /tmp/smollm2-hf --before /work/main
 
-Each run is a fresh process holding what one colocated policy worker holds (an FSDP2 actor on
-one gloo rank and the HF rollout, float32 unless ``--rollout-dtype``) and runs ``--steps``
-GRPO-shaped steps: generate ``--prompts`` x ``--n`` samples of ``--new-tokens`` tokens, the
-old log-probs, one forward/backward and optimizer step, then the weight sync as the worker
-runs it (``push_weights``: ``perf/weight_sync_bytes`` is its return). Runs alternate between
-the ``--before`` tree and this one (``--repeats`` each), so machine load hits both alike; the
-table shows medians over steps after the first of each run, and each process's peak RSS.
+Each run is a fresh process (``--ranks`` of them) holding what one colocated policy worker
+holds (an FSDP2 actor on gloo and the HF rollout, float32 unless ``--rollout-dtype``) and runs
+``--steps`` GRPO-shaped steps: generate ``--prompts`` x ``--n`` samples of ``--new-tokens``
+tokens, the old log-probs, one forward/backward and optimizer step, then the weight sync as
+the worker runs it (``push_weights``: ``perf/weight_sync_bytes`` is its return, rank 0's).
+Runs alternate between the ``--before`` tree and this one (``--repeats`` each), so machine
+load hits both alike; the table shows medians over steps after the first of each run, and
+rank 0's peak RSS.
 Wall clock on whatever else the machine runs: compare the two rows, not runs.
 """
 
@@ -50,7 +51,10 @@ def _worker(args: argparse.Namespace) -> None:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1 << 20)
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    if "RANK" in os.environ:  # --ranks N: FSDP2 shards over N gloo ranks, each one rollout
+        dist.init_process_group("gloo")
+    else:
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     tok = AutoTokenizer.from_pretrained(args.model)
     texts = [
         tok.apply_chat_template(
@@ -97,7 +101,8 @@ def _worker(args: argparse.Namespace) -> None:
             "step_s": t_end - start,
             "peak_rss_gb": peak_rss_gb(),
         }
-        print(json.dumps(row), flush=True)
+        if dist.get_rank() == 0:
+            print(json.dumps(row), flush=True)
     dist.destroy_process_group()
 
 
@@ -106,12 +111,19 @@ def _run(tree: Path, args: argparse.Namespace) -> list[dict[str, float]]:
     argv = [sys.executable, str(Path(__file__).resolve()), "--worker", "--model", args.model]
     for name in ("steps", "prompts", "n", "new_tokens", "rollout_dtype"):
         argv += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
-    proc = subprocess.run(
-        argv, env=env, capture_output=True, text=True, timeout=1800, check=False, cwd=tree
-    )
-    if proc.returncode != 0:
-        sys.exit(f"run in {tree} failed:\n{proc.stderr[-3000:]}")
-    return [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
+    if args.ranks == 1:
+        proc = subprocess.run(
+            argv, env=env, capture_output=True, text=True, timeout=1800, check=False, cwd=tree
+        )
+        if proc.returncode != 0:
+            sys.exit(f"run in {tree} failed:\n{proc.stderr[-3000:]}")
+        out = proc.stdout
+    else:
+        from rlcore.testing.ranks import Ranks
+
+        with Ranks(argv, world_size=args.ranks, env=env) as ranks:
+            out = ranks.wait(timeout=1800)[0]
+    return [json.loads(x) for x in out.splitlines() if x.startswith("{")]
 
 
 def main() -> None:
@@ -124,6 +136,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=4)
     parser.add_argument("--new-tokens", type=int, default=24)
     parser.add_argument("--rollout-dtype", default="float32")
+    parser.add_argument("--ranks", type=int, default=1, help="FSDP2 ranks (gloo processes)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -135,10 +148,12 @@ def main() -> None:
     for _ in range(args.repeats):
         for name, tree in trees.items():
             run = _run(tree, args)
+            print(f"{name}: {json.dumps(run)}", file=sys.stderr, flush=True)  # progress
             rows[name] += run[1:]  # the first step of a run warms up
             peaks[name].append(run[-1]["peak_rss_gb"])
     print(
-        f"{args.prompts} prompts x {args.n}, {args.new_tokens} tokens, rollout "
+        f"{args.ranks} rank(s), each {args.prompts} prompts x {args.n}, {args.new_tokens} "
+        f"tokens, rollout "
         f"{args.rollout_dtype}, {args.repeats} runs x {args.steps - 1} steps each (medians)"
     )
     head = ("tree", "weight_sync_bytes", "sync_s", "gen_s", "step_s", "peak_rss_gb")

@@ -245,8 +245,9 @@ def test_an_engine_without_export_is_a_reason_not_a_traceback(policy, tmp_path, 
 def test_colocated_memory_order(policy, monkeypatch):
     """Item 6 of the GPU readiness issue, in the order of calls (offload/onload are no-ops on
     CPU, so the numbers are unchanged): the rollout is built with actor and reference offloaded;
-    a sync wakes the rollout's weights only, loads the actor, copies, offloads the actor, and
-    only then wakes the rest (KV cache); the reference is on the device for its pass only."""
+    a sync wakes the rollout's weights only, loads the actor, hands its weights over (shared or
+    copied), offloads the actor, and only then wakes the rest (KV cache); the reference is on
+    the device for its pass only."""
     from rlcore.roles.policy import ActorRolloutRefWorker
 
     calls: list[tuple[str, str]] = []
@@ -262,7 +263,7 @@ def test_colocated_memory_order(policy, monkeypatch):
 
     for name in ("offload", "onload"):
         spy(type(policy.actor), name, lambda self: self.spec.role)
-    for name in ("__init__", "wake_up", "wake_up_weights", "update_weights"):
+    for name in ("__init__", "wake_up", "wake_up_weights", "update_weights", "share_weights"):
         spy(type(policy.rollout), name, lambda self: "rollout")
     worker = ActorRolloutRefWorker(policy.specs.policy)
     worker.init_model()
@@ -272,6 +273,12 @@ def test_colocated_memory_order(policy, monkeypatch):
         assert found, f"{call} not called: {calls}"
         return found[-1] if last else found[0]
 
+    def synced():  # the weights handed over: shared (one rank, same dtype) or streamed
+        handed = {("rollout", "share_weights"), ("rollout", "update_weights")}
+        found = [i for i, c in enumerate(calls) if c in handed]
+        assert found, f"no weight sync: {calls}"
+        return found[0]
+
     built = at(("rollout", "__init__"))
     assert at(("actor", "offload")) < built
     assert at(("ref", "offload")) < built
@@ -279,7 +286,7 @@ def test_colocated_memory_order(policy, monkeypatch):
         built
         < at(("rollout", "wake_up_weights"))
         < at(("actor", "onload"))
-        < at(("rollout", "update_weights"))
+        < synced()
         < at(("actor", "offload"), last=True)
         < at(("rollout", "wake_up"), last=True)
     )

@@ -283,6 +283,21 @@ def test_verls_dapo_example_trains_a_step(ray_session, verl_home, tmp_path):
     assert "dapo/overlong_frac" in rows[0]  # trained by rlcore's dapo, its overlong buffer on
 
 
+def test_docs_porting_from_verl_lists_every_mapping_and_reason():
+    from rlcore.config.from_verl import MAPPING
+    from rlcore.config.verl_reasons import WHY_NOT
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "porting-from-verl.md").read_text()
+    rows = {line for line in doc.splitlines() if line.startswith("| `")}
+    missing = [
+        verl
+        for verl, (target, _) in MAPPING.items()
+        if not any(row.startswith(f"| `{verl}` | `{target}` |") for row in rows)
+    ]
+    missing += [p for p, why in WHY_NOT if f"| `{p}` | {why} |" not in rows]
+    assert not missing, f"docs/porting-from-verl.md lacks: {missing}"
+
+
 # --- numbers, rewards, run folder, loggers (issue 49) -----------------------------------------
 
 

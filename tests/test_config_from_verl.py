@@ -5,7 +5,8 @@ tests/data/verl/ holds, unedited below a header naming their source, files of ve
 ``verl/trainer/config/_generated_ppo_trainer.yaml`` (verl's whole default config) and three
 launch scripts whose Hydra overrides go on top of it: ``examples/grpo_trainer/run_qwen2-7b.sh``
 (GSM8K GRPO), ``examples/grpo_trainer/run_qwen2-7b_math.sh`` (GSM8K + MATH GRPO) and
-``recipe/dapo/test_dapo_7b_math.sh`` (DAPO). The scripts run in bash with ``python3`` stubbed
+``recipe/dapo/test_dapo_7b_math.sh`` (DAPO); and ``verl/trainer/config/actor/actor.yaml``, whose
+``lr: 1e-6`` YAML 1.1 reads as text. The scripts run in bash with ``python3`` stubbed
 to print its arguments, so the overrides are exactly what their shell would pass; their data
 and model paths point at a tiny model and small parquet files (through ``$HOME`` and the
 scripts' own variables). Each converts, validates without edits, and the DAPO one trains a
@@ -321,6 +322,24 @@ def test_an_exponent_without_a_dot_stays_a_number(tmp_path):
     assert isinstance(cfg.actor.optim.lr, float)
 
 
+def test_verls_actor_yaml_learning_rate_is_a_float(tmp_path):
+    # verl's own actor.yaml (v0.7.0, tests/data/verl/actor.yaml) writes `lr: 1e-6`.
+    import yaml
+
+    from rlcore.config.from_verl import convert
+    from rlcore.config.verl_yaml import read_yaml_file
+
+    actor_yaml = VERL / "actor.yaml"
+    assert yaml.safe_load(actor_yaml.read_text())["optim"]["lr"] == "1e-6"  # YAML 1.1: text
+    actor = read_yaml_file(actor_yaml)
+    conversion = convert({"actor_rollout_ref": {"actor": actor}}, BASE)
+    out = tmp_path / "run.toml"
+    out.write_text(conversion.toml)
+    lr = load_config(out).actor.optim.lr
+    assert lr == 1e-6
+    assert isinstance(lr, float)
+
+
 def test_a_number_written_as_text_is_coerced_with_a_line(tmp_path):
     path = _yaml(tmp_path, 'actor_rollout_ref:\n  actor:\n    optim:\n      lr: "1e-4"\n')
     rc, out, err = _convert(tmp_path, str(path), *BASE)
@@ -462,6 +481,40 @@ def test_a_missing_interpolation_key_and_a_cycle_are_one_line(tmp_path, capsys):
     path = _yaml(tmp_path, "data:\n  seed: ${data.shuffle}\n  shuffle: ${data.seed}\n")
     assert main(["config", "from-verl", str(path)]) == 2
     _one_line_error(capsys.readouterr().err.splitlines(), "interpolation cycle: data.seed -> ")
+
+
+def _doubling_text() -> str:
+    lines = [f"a0: {'x' * 64}"] + [f'a{i}: "${{a{i - 1}}}${{a{i - 1}}}"' for i in range(1, 40)]
+    return "\n".join(lines) + "\n"
+
+
+def _doubling_tables() -> str:
+    tables = ["t0:\n  x: 1\n  y: 2"]
+    tables += [f"t{i}:\n  x: ${{t{i - 1}}}\n  y: ${{t{i - 1}}}" for i in range(1, 40)]
+    return "\n".join(tables) + "\n"
+
+
+def _chain() -> str:
+    return "".join(f"k{i}: ${{k{i + 1}}}\n" for i in range(3000)) + "k3000: 1\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "override", "start"),
+    [
+        (_doubling_text(), None, "a17: its interpolations expand to more than 4 MiB of text"),
+        (_doubling_tables(), None, "t16.y: the config's interpolations expand to more than"),
+        (_chain(), None, "k0: a chain of more than 64 interpolations"),
+        ("data: {}\n", ".".join(["a"] * 5000) + "=1", "verl override 'a.a.a."),
+        ("data: {}\n", "data.x=" + "[" * 5000, "override value '[[[["),
+    ],
+    ids=["text-doubling", "table-doubling", "chain", "deep-override-key", "deep-override-value"],
+)
+def test_expanding_interpolations_and_deep_overrides_are_one_line(
+    text, override, start, tmp_path, capsys
+):
+    path = _yaml(tmp_path, text)
+    assert main(["config", "from-verl", str(path), *([override] if override else [])]) == 2
+    _one_line_error(capsys.readouterr().err.splitlines(), start)
 
 
 # --- values the target key cannot hold --------------------------------------------------------

@@ -29,7 +29,14 @@ import attrs
 from rlcore.config.dump import dump_toml, format_value
 from rlcore.config.verl_reasons import unmapped_reason
 from rlcore.config.verl_targets import check_values, prune, selected_keys
-from rlcore.config.verl_yaml import Unresolved, load_yaml_text, read_yaml_file, resolve
+from rlcore.config.verl_yaml import (
+    MAX_DEPTH,
+    Unresolved,
+    expand,
+    load_yaml_text,
+    read_yaml_file,
+    resolve,
+)
 from rlcore.errors import ConfigError
 
 __all__ = ["MAPPING", "Conversion", "convert", "convert_file", "write_output"]
@@ -364,6 +371,11 @@ def _apply_override(data: dict[str, Any], text: str) -> None:
         msg = f"verl override {text!r}: expected KEY=VALUE (Hydra's, e.g. data.train_batch_size=8)"
         raise ConfigError(msg)
     parts = key.strip().split(".")
+    if len(parts) > MAX_DEPTH:
+        msg = (
+            f"verl override {text[:60]!r}...: a key {len(parts)} levels deep (at most {MAX_DEPTH})"
+        )
+        raise ConfigError(msg)
     node = data
     for part in parts[:-1]:
         nxt = node.setdefault(part, {})
@@ -543,9 +555,7 @@ def convert(
     before = _flatten(copy.deepcopy(data))
     for text in overrides:
         _apply_override(data, text)
-    flat: dict[str, Any] = {}
-    for key, value in resolve(_flatten(data)).items():
-        flat.update(_flatten(value, key))  # a reference to a table: its keys, one by one
+    flat = expand(resolve(_flatten(data)))  # a reference to a table: its keys, one by one
     for key, followed in FOLLOWS.items():
         if key in before and before[key] == before.get(followed) and flat.get(key) == before[key]:
             flat[key] = None  # not overridden: it follows `followed`, as rlcore's key does

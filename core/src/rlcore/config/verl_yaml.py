@@ -402,7 +402,7 @@ def expand(resolved: Mapping[str, Any]) -> dict[str, Any]:
             msg = f"{key}: the config's interpolations expand to more than {MAX_NODES:,} values"
             raise ConfigError(msg)
     out: dict[str, Any] = {}
-    stack: list[tuple[str, Any]] = list(reversed(resolved.items()))
+    stack: list[tuple[str, Any]] = list(reversed(list(resolved.items())))
     while stack:
         key, value = stack.pop()
         if isinstance(value, dict) and value:

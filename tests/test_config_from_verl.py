@@ -436,6 +436,11 @@ def test_an_oversized_file_and_a_self_alias_are_one_line_each(tmp_path, capsys):
     loop = _yaml(tmp_path, "a: &a [1, *a]\n")
     assert main(["config", "from-verl", str(loop)]) == 2
     _one_line_error(capsys.readouterr().err.splitlines(), f"verl config '{loop}': alias *a")
+    digits = _yaml(tmp_path, f"data:\n  seed: 1{'0' * 5000}\n")  # past Python's int limit
+    assert main(["config", "from-verl", str(digits)]) == 2
+    _one_line_error(
+        capsys.readouterr().err.splitlines(), f"verl config '{digits}': Exceeds the limit"
+    )
     twice = _yaml(tmp_path, "data:\n  seed: 1\n  seed: 2\n")
     assert main(["config", "from-verl", str(twice)]) == 2
     _one_line_error(capsys.readouterr().err.splitlines(), f"verl config '{twice}': key 'seed'")
@@ -522,6 +527,7 @@ def test_expanding_interpolations_and_deep_overrides_are_one_line(
 
 LR = ("actor_rollout_ref.actor.optim.lr", "actor.optim.lr")
 BATCH = ("data.train_batch_size", "data.train_batch_size")
+BETAS = ("actor_rollout_ref.actor.optim.betas", "actor.optim.betas")
 
 
 @pytest.mark.parametrize(
@@ -532,6 +538,8 @@ BATCH = ("data.train_batch_size", "data.train_batch_size")
         (LR, ".nan", "not a finite number"),
         (LR, "fast", "actor.optim.lr takes a float"),
         (BATCH, str(2**64), "outside the 64-bit integers"),
+        (LR, "!!binary aGVsbG8=", "a YAML bytes value, which actor.optim.lr cannot hold"),
+        (BETAS, "[0.9, null]", "null in a list, which TOML cannot hold"),
     ],
 )
 def test_a_value_the_key_cannot_hold_is_refused_naming_it(key, value, why, tmp_path, capsys):

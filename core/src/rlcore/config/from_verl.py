@@ -49,7 +49,7 @@ def _same(value: Any) -> Any:
 
 
 def _list(value: Any) -> Any:
-    return [value] if isinstance(value, str) else list(value)
+    return list(value) if isinstance(value, list | tuple) else [value]
 
 
 def _float(value: Any) -> Any:
@@ -69,14 +69,14 @@ _LOSS_MODES = {"kl-cov": "kl_cov", "kl_cov": "kl_cov", "geo_mean": "gmpo"}
 
 
 def _loss_mode(value: Any) -> Any:
-    return _LOSS_MODES.get(value, value)
+    return _LOSS_MODES.get(value, value) if isinstance(value, str) else value
 
 
 _SCHEDULES = {"constant": "constant", "cosine": "cosine"}
 
 
 def _schedule(value: Any) -> Any:
-    return _SCHEDULES.get(value, value)
+    return _SCHEDULES.get(value, value) if isinstance(value, str) else value
 
 
 # verl's dotted name -> (rlcore key, value transform). None values are left unset (rlcore's
@@ -473,9 +473,9 @@ def _trackers(
     get = flat.get
     loggers = get("trainer.logger")
     names = [] if loggers is None else _list(loggers)
-    kept = [LOGGERS[n] for n in names if n in LOGGERS]
+    kept = [LOGGERS[n] for n in names if isinstance(n, str) and n in LOGGERS]
     for n in names:
-        if n not in LOGGERS:
+        if not isinstance(n, str) or n not in LOGGERS:
             why = f"no rlcore logger of that name (rlcore has: {', '.join(sorted(LOGGERS))})"
             unmapped.append(("trainer.logger", n, why))
     if "jsonl" not in kept:

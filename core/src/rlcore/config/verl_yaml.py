@@ -157,6 +157,9 @@ def load_yaml_text(text: str, what: str) -> Any:
         where = f" (line {mark.line + 1})" if mark is not None else ""
         msg = f"invalid YAML in {what}: {first}{where}"
         raise ConfigError(msg) from None
+    except ValueError as err:  # int("1" + 5000 * "0"): Python's digit limit
+        msg = f"{what}: {str(err).split(';')[0]}"
+        raise ConfigError(msg) from None
     except RecursionError:  # a construct the limits above missed: still one line
         msg = f"{what}: nested too deeply to read"
         raise ConfigError(msg) from None

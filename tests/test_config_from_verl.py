@@ -49,14 +49,15 @@ def script_overrides(script: str, env: dict[str, str]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def verl_home(tmp_path_factory):
-    """$HOME with the files verl's examples read, a tiny model, and the DAPO script's paths."""
+    """$HOME with the files verl's examples read, a model folder, the DAPO script's paths."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from rlcore.testing.runs import arithmetic_rows, tiny_run_model
+    from rlcore.testing.runs import arithmetic_rows
 
     home = tmp_path_factory.mktemp("verl_home")
-    model = tiny_run_model(home / "model")
+    model = home / "model"  # converting needs a path; the step test builds a real model
+    model.mkdir()
 
     def parquet(path: Path, source: str, split: str) -> str:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -267,9 +268,11 @@ def test_verls_dapo_example_trains_a_step(ray_session, verl_home, tmp_path):
     # machine. DAPO's is the one that maps the most (token budgets, clip-higher, warm-up,
     # offload, data_source math_dapo); the GRPO scripts trained a step each the same way
     # when this test was written.
+    from rlcore.testing.runs import tiny_run_model
     from rlcore.trainer import run_training
 
     _, _, env = verl_home
+    env = {**env, "MODEL_PATH": str(tiny_run_model(tmp_path / "model"))}
     overrides = script_overrides("test_dapo_7b_math.sh", env)
     run_dir = tmp_path / "run"
     # The overlong buffer (4,096 tokens) shrinks with the response budget (8 tokens here).

@@ -5,7 +5,8 @@ tests/data/verl/ holds, unedited below a header naming their source, files of ve
 ``verl/trainer/config/_generated_ppo_trainer.yaml`` (verl's whole default config) and three
 launch scripts whose Hydra overrides go on top of it: ``examples/grpo_trainer/run_qwen2-7b.sh``
 (GSM8K GRPO), ``examples/grpo_trainer/run_qwen2-7b_math.sh`` (GSM8K + MATH GRPO) and
-``recipe/dapo/test_dapo_7b_math.sh`` (DAPO). The scripts run in bash with ``python3`` stubbed
+``recipe/dapo/test_dapo_7b_math.sh`` (DAPO); and ``verl/trainer/config/actor/actor.yaml``, whose
+``lr: 1e-6`` YAML 1.1 reads as text. The scripts run in bash with ``python3`` stubbed
 to print its arguments, so the overrides are exactly what their shell would pass; their data
 and model paths point at a tiny model and small parquet files (through ``$HOME`` and the
 scripts' own variables). Each converts, validates without edits, and the DAPO one trains a
@@ -48,14 +49,15 @@ def script_overrides(script: str, env: dict[str, str]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def verl_home(tmp_path_factory):
-    """$HOME with the files verl's examples read, a tiny model, and the DAPO script's paths."""
+    """$HOME with the files verl's examples read, a model folder, the DAPO script's paths."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from rlcore.testing.runs import arithmetic_rows, tiny_run_model
+    from rlcore.testing.runs import arithmetic_rows
 
     home = tmp_path_factory.mktemp("verl_home")
-    model = tiny_run_model(home / "model")
+    model = home / "model"  # converting needs a path; the step test builds a real model
+    model.mkdir()
 
     def parquet(path: Path, source: str, split: str) -> str:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -266,9 +268,11 @@ def test_verls_dapo_example_trains_a_step(ray_session, verl_home, tmp_path):
     # machine. DAPO's is the one that maps the most (token budgets, clip-higher, warm-up,
     # offload, data_source math_dapo); the GRPO scripts trained a step each the same way
     # when this test was written.
+    from rlcore.testing.runs import tiny_run_model
     from rlcore.trainer import run_training
 
     _, _, env = verl_home
+    env = {**env, "MODEL_PATH": str(tiny_run_model(tmp_path / "model"))}
     overrides = script_overrides("test_dapo_7b_math.sh", env)
     run_dir = tmp_path / "run"
     # The overlong buffer (4,096 tokens) shrinks with the response budget (8 tokens here).
@@ -281,6 +285,21 @@ def test_verls_dapo_example_trains_a_step(ray_session, verl_home, tmp_path):
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [row["step"] for row in rows] == [1]
     assert "dapo/overlong_frac" in rows[0]  # trained by rlcore's dapo, its overlong buffer on
+
+
+def test_docs_porting_from_verl_lists_every_mapping_and_reason():
+    from rlcore.config.from_verl import MAPPING
+    from rlcore.config.verl_reasons import WHY_NOT
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "porting-from-verl.md").read_text()
+    rows = {line for line in doc.splitlines() if line.startswith("| `")}
+    missing = [
+        verl
+        for verl, (target, _) in MAPPING.items()
+        if not any(row.startswith(f"| `{verl}` | `{target}` |") for row in rows)
+    ]
+    missing += [p for p, why in WHY_NOT if f"| `{p}` | {why} |" not in rows]
+    assert not missing, f"docs/porting-from-verl.md lacks: {missing}"
 
 
 # --- numbers, rewards, run folder, loggers (issue 49) -----------------------------------------
@@ -304,6 +323,24 @@ def test_an_exponent_without_a_dot_stays_a_number(tmp_path):
     cfg = load_config(out)
     assert cfg.actor.optim.lr == 1e-4
     assert isinstance(cfg.actor.optim.lr, float)
+
+
+def test_verls_actor_yaml_learning_rate_is_a_float(tmp_path):
+    # verl's own actor.yaml (v0.7.0, tests/data/verl/actor.yaml) writes `lr: 1e-6`.
+    import yaml
+
+    from rlcore.config.from_verl import convert
+    from rlcore.config.verl_yaml import read_yaml_file
+
+    actor_yaml = VERL / "actor.yaml"
+    assert yaml.safe_load(actor_yaml.read_text())["optim"]["lr"] == "1e-6"  # YAML 1.1: text
+    actor = read_yaml_file(actor_yaml)
+    conversion = convert({"actor_rollout_ref": {"actor": actor}}, BASE)
+    out = tmp_path / "run.toml"
+    out.write_text(conversion.toml)
+    lr = load_config(out).actor.optim.lr
+    assert lr == 1e-6
+    assert isinstance(lr, float)
 
 
 def test_a_number_written_as_text_is_coerced_with_a_line(tmp_path):
@@ -402,6 +439,11 @@ def test_an_oversized_file_and_a_self_alias_are_one_line_each(tmp_path, capsys):
     loop = _yaml(tmp_path, "a: &a [1, *a]\n")
     assert main(["config", "from-verl", str(loop)]) == 2
     _one_line_error(capsys.readouterr().err.splitlines(), f"verl config '{loop}': alias *a")
+    digits = _yaml(tmp_path, f"data:\n  seed: 1{'0' * 5000}\n")  # past Python's int limit
+    assert main(["config", "from-verl", str(digits)]) == 2
+    _one_line_error(
+        capsys.readouterr().err.splitlines(), f"verl config '{digits}': Exceeds the limit"
+    )
     twice = _yaml(tmp_path, "data:\n  seed: 1\n  seed: 2\n")
     assert main(["config", "from-verl", str(twice)]) == 2
     _one_line_error(capsys.readouterr().err.splitlines(), f"verl config '{twice}': key 'seed'")
@@ -449,11 +491,46 @@ def test_a_missing_interpolation_key_and_a_cycle_are_one_line(tmp_path, capsys):
     _one_line_error(capsys.readouterr().err.splitlines(), "interpolation cycle: data.seed -> ")
 
 
+def _doubling_text() -> str:
+    lines = [f"a0: {'x' * 64}"] + [f'a{i}: "${{a{i - 1}}}${{a{i - 1}}}"' for i in range(1, 40)]
+    return "\n".join(lines) + "\n"
+
+
+def _doubling_tables() -> str:
+    tables = ["t0:\n  x: 1\n  y: 2"]
+    tables += [f"t{i}:\n  x: ${{t{i - 1}}}\n  y: ${{t{i - 1}}}" for i in range(1, 40)]
+    return "\n".join(tables) + "\n"
+
+
+def _chain() -> str:
+    return "".join(f"k{i}: ${{k{i + 1}}}\n" for i in range(3000)) + "k3000: 1\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "override", "start"),
+    [
+        (_doubling_text(), None, "a17: its interpolations expand to more than 4 MiB of text"),
+        (_doubling_tables(), None, "t16.y: the config's interpolations expand to more than"),
+        (_chain(), None, "k0: a chain of more than 64 interpolations"),
+        ("data: {}\n", ".".join(["a"] * 5000) + "=1", "verl override 'a.a.a."),
+        ("data: {}\n", "data.x=" + "[" * 5000, "override value '[[[["),
+    ],
+    ids=["text-doubling", "table-doubling", "chain", "deep-override-key", "deep-override-value"],
+)
+def test_expanding_interpolations_and_deep_overrides_are_one_line(
+    text, override, start, tmp_path, capsys
+):
+    path = _yaml(tmp_path, text)
+    assert main(["config", "from-verl", str(path), *([override] if override else [])]) == 2
+    _one_line_error(capsys.readouterr().err.splitlines(), start)
+
+
 # --- values the target key cannot hold --------------------------------------------------------
 
 
 LR = ("actor_rollout_ref.actor.optim.lr", "actor.optim.lr")
 BATCH = ("data.train_batch_size", "data.train_batch_size")
+BETAS = ("actor_rollout_ref.actor.optim.betas", "actor.optim.betas")
 
 
 @pytest.mark.parametrize(
@@ -464,6 +541,8 @@ BATCH = ("data.train_batch_size", "data.train_batch_size")
         (LR, ".nan", "not a finite number"),
         (LR, "fast", "actor.optim.lr takes a float"),
         (BATCH, str(2**64), "outside the 64-bit integers"),
+        (LR, "!!binary aGVsbG8=", "a YAML bytes value, which actor.optim.lr cannot hold"),
+        (BETAS, "[0.9, null]", "null in a list, which TOML cannot hold"),
     ],
 )
 def test_a_value_the_key_cannot_hold_is_refused_naming_it(key, value, why, tmp_path, capsys):

@@ -4,13 +4,18 @@
 YAML file with every key in it: verl's flattened config
 (``verl/trainer/config/_generated_ppo_trainer.yaml``, or ``main_ppo --cfg job``'s output);
 a file that still composes others through Hydra ``defaults`` is refused in one line.
-Overrides use Hydra's syntax (``a.b=v``, ``+a.b=v``, ``++a.b=v``, ``~a.b``), values parsed as
-YAML. ``${a.b}`` and ``${oc.select:a.b,default}`` interpolations are resolved.
+Overrides use Hydra's syntax (``a.b=v``, ``+a.b=v``, ``++a.b=v``, ``~a.b``). The YAML and the
+override values are read, and ``${...}`` resolved, as verl's OmegaConf does
+(:mod:`rlcore.config.verl_yaml`); each value is checked against the rlcore key it goes to
+(:mod:`rlcore.config.verl_targets`).
 
 :data:`MAPPING` is the one table of verl's dotted names -> rlcore keys. A key whose rlcore
 counterpart belongs to a plugin (``algorithm.gamma``, ``rollout.gpu_memory_utilization``) is
 written only when the selected plugin has it. Every other verl key, and every key the
-selected plugins lack, is listed as not mapped, one line each.
+selected plugins lack, is listed as not mapped with its reason
+(:mod:`rlcore.config.verl_reasons`); choices made for the user (the reward of unknown data
+sources, ...) are printed as notes and written as comments. docs/porting-from-verl.md
+documents all of it.
 """
 
 from __future__ import annotations
@@ -22,8 +27,16 @@ from typing import Any
 import attrs
 
 from rlcore.config.dump import dump_toml, format_value
+from rlcore.config.verl_reasons import unmapped_reason
 from rlcore.config.verl_targets import check_values, prune, selected_keys
-from rlcore.config.verl_yaml import Unresolved, load_yaml_text, read_yaml_file, resolve
+from rlcore.config.verl_yaml import (
+    MAX_DEPTH,
+    Unresolved,
+    expand,
+    load_yaml_text,
+    read_yaml_file,
+    resolve,
+)
 from rlcore.errors import ConfigError
 
 __all__ = ["MAPPING", "Conversion", "convert", "convert_file", "write_output"]
@@ -36,7 +49,7 @@ def _same(value: Any) -> Any:
 
 
 def _list(value: Any) -> Any:
-    return [value] if isinstance(value, str) else list(value)
+    return list(value) if isinstance(value, list | tuple) else [value]
 
 
 def _float(value: Any) -> Any:
@@ -65,14 +78,14 @@ _LOSS_MODES = {"kl-cov": "kl_cov", "kl_cov": "kl_cov", "geo_mean": "gmpo"}
 
 
 def _loss_mode(value: Any) -> Any:
-    return _LOSS_MODES.get(value, value)
+    return _LOSS_MODES.get(value, value) if isinstance(value, str) else value
 
 
 _SCHEDULES = {"constant": "constant", "cosine": "cosine"}
 
 
 def _schedule(value: Any) -> Any:
-    return _SCHEDULES.get(value, value)
+    return _SCHEDULES.get(value, value) if isinstance(value, str) else value
 
 
 # verl's dotted name -> (rlcore key, value transform). None values are left unset (rlcore's
@@ -298,83 +311,6 @@ _SPECIAL = frozenset(
 )
 
 
-# Why a verl key has no rlcore counterpart, by family (fnmatch patterns on the dotted name,
-# first match wins); docs/porting-from-verl.md lists the same.
-WHY_NOT: tuple[tuple[str, str], ...] = (
-    ("*profiler*", "rlcore has no profiler hooks: run torch.profiler or py-spy yourself"),
-    (
-        "*.fsdp_config.*",
-        "FSDP option the fsdp2 engine does not take (it has offload_params, "
-        "reshard_after_forward, fsdp_size)",
-    ),
-    ("*.megatron.*", "Megatron option: rlcore's megatron engine has its own [actor.engine] keys"),
-    ("*.checkpoint.*", "rlcore saves weights, optimizer and run state every save_freq steps"),
-    ("*router_replay*", "MoE router replay: not in rlcore"),
-    ("*tiled_mlp*", "kernel option the fsdp2 engine does not expose"),
-    ("*fused_kernel*", "kernel option the fsdp2 engine does not expose"),
-    ("*use_torch_compile", "kernel option the fsdp2 engine does not expose"),
-    ("*ulysses_sequence_parallel_size", "rlcore has no sequence parallelism"),
-    ("*.optim.optimizer*", "rlcore's engines use torch's AdamW"),
-    ("*.optim.*", "optimizer option rlcore does not expose"),
-    (
-        "actor_rollout_ref.rollout.log_prob_*",
-        "the actor recomputes old log-probs with actor.micro_batch_size / "
-        "max_tokens_per_micro_batch",
-    ),
-    ("actor_rollout_ref.rollout.multi_turn.*", "rlcore's [agent] table (only with enable = true)"),
-    (
-        "actor_rollout_ref.rollout.agent.*",
-        "verl's agent-loop workers; rlcore's [agent] runs inside the rollout",
-    ),
-    ("actor_rollout_ref.rollout.*", "inference-server option the rollout plugin does not take"),
-    ("actor_rollout_ref.ref.*", "the reference reuses the actor's engine options ([ref.engine])"),
-    ("actor_rollout_ref.hybrid_engine", "rlcore colocates the actor and rollout by default"),
-    ("actor_rollout_ref.model.*", "model-loading option rlcore does not expose"),
-    ("actor_rollout_ref.actor.*", "actor option rlcore does not expose"),
-    (
-        "critic.*",
-        "critic option rlcore does not expose ([critic] takes model_path, optim, batches)",
-    ),
-    ("*sandbox_fusion*", "rlcore's code reward runs its own sandbox ([reward.options.code])"),
-    ("*overlong_buffer*.log", "rlcore's dapo logs dapo/overlong_penalty/mean and overlong_frac"),
-    ("*max_resp_len", "rlcore's dapo overlong buffer ends at data.max_response_length"),
-    (
-        "custom_reward_function.*",
-        "rlcore loads rewards as plugins: wrap the function in one (rlcore new-plugin reward)",
-    ),
-    (
-        "reward_model.*",
-        "verl's reward model/manager: rlcore scores with [reward] plugins (a model-based "
-        "one is a reward plugin too)",
-    ),
-    ("ray_kwargs.*", "rlcore starts Ray itself ([resources])"),
-    ("transfer_queue.*", "rlcore moves batches through Ray's object store"),
-    ("data.*", "dataset option rlcore does not expose (rlcore reads verl's row schema)"),
-    ("algorithm.*", "algorithm option no rlcore algorithm has"),
-    ("trainer.default_hdfs_dir", "rlcore writes checkpoints to trainer.run_dir only"),
-    ("trainer.max_critic_ckpt_to_keep", "trainer.keep_last keeps every role's checkpoints"),
-    ("trainer.critic_warmup", "rlcore trains the actor from the first step"),
-    ("trainer.val_only", "rlcore has no validate-only mode"),
-    ("trainer.*_generations", "rlcore logs no sample texts to trackers (trainer.rollout_data_dir)"),
-    (
-        "trainer.validation_data_dir",
-        "rlcore logs no sample texts to trackers (trainer.rollout_data_dir)",
-    ),
-    ("trainer.*", "verl runtime option with no rlcore counterpart"),
-    ("global_*", "verl runtime option with no rlcore counterpart"),
-)
-
-
-def unmapped_reason(key: str) -> str:
-    """Why ``key`` (a verl dotted name) is not carried over."""
-    from fnmatch import fnmatchcase
-
-    for pattern, why in WHY_NOT:
-        if fnmatchcase(key, pattern):
-            return why
-    return "no rlcore key"
-
-
 @attrs.frozen
 class Conversion:
     """The rlcore TOML and what did not carry over."""
@@ -446,6 +382,11 @@ def _apply_override(data: dict[str, Any], text: str) -> None:
         msg = f"verl override {text!r}: expected KEY=VALUE (Hydra's, e.g. data.train_batch_size=8)"
         raise ConfigError(msg)
     parts = key.strip().split(".")
+    if len(parts) > MAX_DEPTH:
+        msg = (
+            f"verl override {text[:60]!r}...: a key {len(parts)} levels deep (at most {MAX_DEPTH})"
+        )
+        raise ConfigError(msg)
     node = data
     for part in parts[:-1]:
         nxt = node.setdefault(part, {})
@@ -551,9 +492,9 @@ def _trackers(
     get = flat.get
     loggers = get("trainer.logger")
     names = [] if loggers is None else _list(loggers)
-    kept = [LOGGERS[n] for n in names if n in LOGGERS]
+    kept = [LOGGERS[n] for n in names if isinstance(n, str) and n in LOGGERS]
     for n in names:
-        if n not in LOGGERS:
+        if not isinstance(n, str) or n not in LOGGERS:
             why = f"no rlcore logger of that name (rlcore has: {', '.join(sorted(LOGGERS))})"
             unmapped.append(("trainer.logger", n, why))
     if "jsonl" not in kept:
@@ -633,9 +574,7 @@ def convert(
     before = _flatten(copy.deepcopy(data))
     for text in overrides:
         _apply_override(data, text)
-    flat: dict[str, Any] = {}
-    for key, value in resolve(_flatten(data)).items():
-        flat.update(_flatten(value, key))  # a reference to a table: its keys, one by one
+    flat = expand(resolve(_flatten(data)))  # a reference to a table: its keys, one by one
     for key, followed in FOLLOWS.items():
         if key in before and before[key] == before.get(followed) and flat.get(key) == before[key]:
             flat[key] = None  # not overridden: it follows `followed`, as rlcore's key does

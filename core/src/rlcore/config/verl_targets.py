@@ -83,6 +83,11 @@ def _number(text: str) -> float | int | None:
         return None
 
 
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:77]}..."
+
+
 def check_values(
     out: dict[str, Any], types: Mapping[str, str], origin: Mapping[str, str], notes: list[str]
 ) -> None:
@@ -98,7 +103,7 @@ def check_values(
             number = _number(value.strip())
             if number is None or (kind == "integer" and not isinstance(number, int)):
                 article = "an" if kind == "integer" else "a"
-                msg = f"{name(path)} = {value!r}: {path} takes {article} {kind}"
+                msg = f"{name(path)} = {_short(value)}: {path} takes {article} {kind}"
                 raise ConfigError(msg)
             number = float(number) if kind == "float" else number
             notes.append(f"{name(path)}: text {value!r} written as the {kind} {number!r}")
@@ -108,12 +113,23 @@ def check_values(
             raise ConfigError(msg)
         if isinstance(value, int) and not isinstance(value, bool):
             if not _INT64[0] <= value <= _INT64[1]:
-                msg = f"{name(path)} = {value}: outside the 64-bit integers a TOML file holds"
+                msg = f"{name(path)} = {_short(value)}: outside the 64-bit integers a TOML holds"
                 raise ConfigError(msg)
             if kind == "float":
                 value = float(value)
         if isinstance(value, list):
+            if any(item is None for item in value):
+                msg = f"{name(path)} = {_short(value)}: null in a list, which TOML cannot hold"
+                raise ConfigError(msg)
             value = [check(path, item) for item in value]
+        elif isinstance(value, dict):
+            walk(value, f"{path}.")
+        elif not isinstance(value, str | int | float):  # bool is an int
+            kind_of = type(value).__name__
+            msg = (
+                f"{name(path)} = {_short(value)}: a YAML {kind_of} value, which {path} cannot hold"
+            )
+            raise ConfigError(msg)
         return value
 
     def walk(node: dict[str, Any], prefix: str) -> None:

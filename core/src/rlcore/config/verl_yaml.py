@@ -26,7 +26,16 @@ from typing import Any
 
 from rlcore.errors import ConfigError
 
-__all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_NODES", "Unresolved", "load_yaml_text", "resolve"]
+__all__ = [
+    "MAX_BYTES",
+    "MAX_DEPTH",
+    "MAX_NODES",
+    "Unresolved",
+    "expand",
+    "load_yaml_text",
+    "read_yaml_file",
+    "resolve",
+]
 
 MAX_BYTES = 4 * 1024 * 1024  # verl's largest generated config is ~30 KB
 MAX_DEPTH = 64  # nesting levels (verl's deepest key is 6 levels)
@@ -147,6 +156,9 @@ def load_yaml_text(text: str, what: str) -> Any:
         mark = getattr(err, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark is not None else ""
         msg = f"invalid YAML in {what}: {first}{where}"
+        raise ConfigError(msg) from None
+    except ValueError as err:  # int("1" + 5000 * "0"): Python's digit limit
+        msg = f"{what}: {str(err).split(';')[0]}"
         raise ConfigError(msg) from None
     except RecursionError:  # a construct the limits above missed: still one line
         msg = f"{what}: nested too deeply to read"
@@ -320,7 +332,11 @@ def resolve(flat: Mapping[str, Any]) -> dict[str, Any]:
             i = nxt
         if len(pieces) == 1 and text.startswith("${"):
             return pieces[0]  # a whole-value reference keeps the referenced type
-        return "".join(p if isinstance(p, str) else _text(p) for p in pieces)
+        joined = "".join(p if isinstance(p, str) else _text(p) for p in pieces)
+        if len(joined) > MAX_BYTES:  # "${a}${a}" doubling through a chain of keys
+            msg = f"{key}: its interpolations expand to more than {MAX_BYTES >> 20} MiB of text"
+            raise ConfigError(msg)
+        return joined
 
     def get(key: str) -> Any:
         if key in done:
@@ -333,6 +349,9 @@ def resolve(flat: Mapping[str, Any]) -> dict[str, Any]:
             raise ConfigError(msg)
         value = flat[key]
         if isinstance(value, str) and "${" in value:
+            if len(active) >= MAX_DEPTH:  # each link costs Python frames: stop well before
+                msg = f"{active[0]}: a chain of more than {MAX_DEPTH} interpolations"
+                raise ConfigError(msg)
             active.append(key)
             try:
                 value = interpolate(value, key)
@@ -350,6 +369,49 @@ def resolve(flat: Mapping[str, Any]) -> dict[str, Any]:
             out[key] = get(key)
         except _NotResolved as err:
             out[key] = Unresolved(err.why)
+    return out
+
+
+def _leaves(value: Any, memo: dict[int, int]) -> int:
+    """Leaves of ``value`` once flattened; tables shared by references are counted once each
+    (memo by identity), without recursion (references can nest tables deeply)."""
+    if not isinstance(value, dict) or not value:
+        return 1
+    stack: list[tuple[dict[str, Any], bool]] = [(value, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if id(node) in memo:
+            continue
+        kids = [c for c in node.values() if isinstance(c, dict) and c]
+        if children_done:
+            memo[id(node)] = sum(
+                memo[id(c)] if isinstance(c, dict) and c else 1 for c in node.values()
+            )
+        else:
+            stack.append((node, True))
+            stack.extend((c, False) for c in kids if id(c) not in memo)
+    return memo[id(value)]
+
+
+def expand(resolved: Mapping[str, Any]) -> dict[str, Any]:
+    """``resolved`` with each value that is a table (a ``${...}`` to a table) flattened into
+    dotted keys, at most :data:`MAX_NODES` in all: a table whose keys refer to tables that
+    refer to tables doubles at each link."""
+    memo: dict[int, int] = {}
+    total = 0
+    for key, value in resolved.items():
+        total += _leaves(value, memo)
+        if total > MAX_NODES:
+            msg = f"{key}: the config's interpolations expand to more than {MAX_NODES:,} values"
+            raise ConfigError(msg)
+    out: dict[str, Any] = {}
+    stack: list[tuple[str, Any]] = list(reversed(list(resolved.items())))
+    while stack:
+        key, value = stack.pop()
+        if isinstance(value, dict) and value:
+            stack.extend((f"{key}.{k}", v) for k, v in reversed(value.items()))
+        else:
+            out[key] = value
     return out
 
 

@@ -25,6 +25,7 @@ OTHERS = [
     ("agent.generation_timeout_s", []),
     ("reward.options.math.timeout_s", []),
     ("rollout.request_timeout_s", ['rollout.name="vllm"']),
+    ("trainer.logger_timeout_s", []),
 ]
 
 
@@ -43,6 +44,7 @@ MAXIMUM = {
     "agent.generation_timeout_s": "9223372036 s (asyncio.wait_for)",
     "reward.options.math.timeout_s": "9223372036 s (setitimer or a thread's join)",
     "rollout.request_timeout_s": "9223372036 s (a future's result)",
+    "trainer.logger_timeout_s": f"{POLL} (a socket's poll, a C int of ms)",
 }
 
 

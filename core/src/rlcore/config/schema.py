@@ -32,6 +32,7 @@ from rlcore.interfaces import (
     seconds,
 )
 from rlcore.interfaces.config_key import check_seconds
+from rlcore.tracking.bounds import DEFAULT_TIMEOUT_S as DEFAULT_LOGGER_TIMEOUT_S
 from rlcore.tracking.loggers import LOGGERS
 
 __all__ = [
@@ -731,6 +732,14 @@ class TrainerConfig:
         factory=dict,
         help="[trainer.logger_options.NAME]: each selected logger's own options "
         "(listed per plugin below).",
+    )
+    logger_timeout_s: float = key(
+        DEFAULT_LOGGER_TIMEOUT_S,
+        "Time limit of each call of a logger (one step's metrics, the plots, its start and "
+        "close) and of its destination's check before Ray; past it the run goes on without "
+        "that logger's metrics (counted, one warning) until the late call returns.",
+        # The check's socket polls (a C int of ms); the calls are joined threads.
+        validator=seconds(POLL_MAX_S, "a socket's poll, a C int of ms"),
     )
     log_freq: int = key(1, "Print the console table every N steps.", validator=_pos)
     # "one_step_off": the rollout (on a pool of its own) generates batch k+1 while the trainer

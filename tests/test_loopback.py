@@ -92,6 +92,40 @@ def test_is_loopback():
     assert not is_loopback("192.0.2.2")
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (children, their children, ...)."""
+    parent: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            parent[int(entry)] = int(stat.rpartition(")")[2].split()[1])
+    found, todo = [], [pid]
+    while todo:
+        below = [p for p, pp in parent.items() if pp == todo[-1]]
+        todo.pop()
+        found += below
+        todo += below
+    return found
+
+
+def test_the_tests_own_ray_session_listens_on_loopback_only(ray_session):
+    """The shared ``ray_session`` fixture (conftest.py) starts Ray with a run's arguments: its
+    GCS, raylet, agents and workers listen on loopback only, as a run's do."""
+
+    @ray_session.remote
+    def one() -> int:
+        return 1
+
+    assert ray_session.get(one.remote(), timeout=120) == 1  # a worker is up too
+    held = sockets_of([os.getpid(), *descendants(os.getpid())])
+    print("\n".join(f"{pid} {name}: {ip}:{port}" for pid, name, ip, port in sorted(held)))
+    assert len({name for _, name, _, _ in held}) >= 2  # GCS and raylet at least
+    assert [h for h in held if not is_loopback(h[2])] == []
+
+
 @pytest.fixture(scope="module")
 def config(tmp_path_factory):
     from rlcore.testing.runs import arithmetic_rows, tiny_run_model, tiny_run_toml, write_jsonl

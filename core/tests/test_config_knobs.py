@@ -30,9 +30,9 @@ config = _cli.config
 #  the default, a bad value, the line it gives)
 KNOBS = [
     ("RLCORE_CALL_TIMEOUT_S", "resources", "call_timeout_s", "12", 12.0, 3600.0, "0",
-     "must be a finite number > 0, got 0.0"),
+     "must be a finite number > 0 and <= 9223372036 s (a thread's wait), got 0.0"),
     ("RLCORE_START_TIMEOUT_S", "resources", "start_timeout_s", "7.5", 7.5, 600.0, "-1",
-     "must be a finite number > 0, got -1.0"),
+     "must be a finite number > 0 and <= 9223372036 s (a thread's wait), got -1.0"),
     ("RLCORE_PLACEMENT_TIMEOUT_S", "resources", "placement_timeout_s", "30", 30.0, 120.0,
      "soon", 'expected a number, got "soon"'),
     ("RLCORE_COLLECTIVE_TIMEOUT_S", "resources", "collective_timeout_s", "5", 5.0, 600.0,

@@ -124,5 +124,6 @@ def test_placement_timeout_setting():
 
     assert ResourcePool([1]).ready_timeout_s == 120.0  # resources.placement_timeout_s's default
     assert ResourcePool([1], ready_timeout_s=3).ready_timeout_s == 3.0
-    with pytest.raises(ConfigError, match="ready_timeout_s must be a finite number > 0, got 0"):
+    wait = r"ready_timeout_s must be a finite number > 0 and <= 9223372036 s \(a thread's wait\)"
+    with pytest.raises(ConfigError, match=wait + ", got 0"):
         ResourcePool([1], ready_timeout_s=0)

@@ -29,6 +29,7 @@ import attrs
 from rlcore.config.dump import format_value
 from rlcore.config.schema import RunConfig
 from rlcore.errors import ConfigError, PluginError
+from rlcore.interfaces.config_key import Seconds
 
 if typing.TYPE_CHECKING:
     from rlcore.plugins import PluginRegistry
@@ -183,7 +184,6 @@ _NAME_VALIDATORS: dict[tuple[str, str], str] = {
 }
 _TEXT_VALIDATORS: dict[tuple[str, str], str] = {
     ("rlcore.config.schema", "_nonempty"): "not empty",
-    ("rlcore.config.schema", "_seconds"): "> 0",
 }
 
 
@@ -218,6 +218,8 @@ def _allowed(
             parts.append("one of " + ", ".join(format_value(o) for o in validator.options))
         elif kind == "_NumberValidator":
             parts.append(f"{validator.compare_op} {format_value(validator.bound)}")
+        elif isinstance(validator, Seconds):
+            parts.append(validator.allowed)
         else:
             key = (getattr(validator, "__module__", ""), getattr(validator, "__qualname__", ""))
             if key in _TEXT_VALIDATORS:

@@ -21,7 +21,18 @@ from typing import Any, Final, Literal
 import attrs
 from attrs import validators as v
 
-from rlcore.interfaces import DTYPE_NAMES, Device, Dtype, OptimConfig, SamplingParams, key
+from rlcore.interfaces import (
+    DTYPE_NAMES,
+    POLL_MAX_S,
+    Device,
+    Dtype,
+    OptimConfig,
+    SamplingParams,
+    key,
+    seconds,
+)
+from rlcore.interfaces.config_key import check_seconds
+from rlcore.tracking.bounds import DEFAULT_TIMEOUT_S as DEFAULT_LOGGER_TIMEOUT_S
 from rlcore.tracking.loggers import LOGGERS
 
 __all__ = [
@@ -81,27 +92,9 @@ DEFAULT_COLLECTIVE_TIMEOUT_S = 600.0  # each torch.distributed collective in the
 DEFAULT_HEARTBEAT_TIMEOUT_S = 30.0  # a worker's heartbeat still for this long: stopped
 
 
-def check_seconds(key: str, value: Any) -> float:
-    """``value`` as seconds, or ``ValueError`` in one line naming ``key``: the one rule for
-    every timeout (config keys and the worker group's constructor arguments alike)."""
-    ok = isinstance(value, int | float) and not isinstance(value, bool)
-    if not (ok and math.isfinite(value) and value > 0):
-        shown = value if ok else repr(value)
-        msg = f"{key} must be a finite number > 0, got {shown}"
-        raise ValueError(msg)
-    return float(value)
-
-
-def _seconds(_inst: object, attr: attrs.Attribute[Any], value: Any) -> None:
-    try:
-        check_seconds(attr.name, value)
-    except ValueError as err:
-        # The loader prefixes the section path: resources.call_timeout_s: must be ...
-        raise ValueError(str(err).removeprefix(f"{attr.name} ")) from None
-
-
 def _timeout(default: float, text: str) -> Any:
-    return key(default, text, validator=_seconds)
+    # Driver-side deadlines (ray.wait is handed at most a poll interval) and thread waits.
+    return key(default, text, validator=seconds())
 
 
 def _nonempty(_inst: object, _attr: attrs.Attribute[Any], value: str | tuple[str, ...]) -> None:
@@ -535,6 +528,13 @@ class RewardModelConfig:
     )
 
 
+# The scoring pool polls a worker's pipe for up to 1.5 x reward.timeout_s (with its grace).
+REWARD_TIMEOUT: Final = seconds(
+    POLL_MAX_S / 1.5, "the scoring pool polls 1.5 x this, a C int of ms"
+)
+BATCH_REWARD_TIMEOUT: Final = seconds(holder="a thread's join")
+
+
 @attrs.frozen(kw_only=True)
 class RewardConfig:
     """``[reward]``: which reward plugin(s) score which ``data_source``.
@@ -563,13 +563,13 @@ class RewardConfig:
     timeout_s: float = key(
         5.0,
         "Time limit of one reward call in seconds; past it the response scores 0 and is counted.",
-        validator=v.gt(0.0),
+        validator=REWARD_TIMEOUT,
     )
     batch_timeout_s: float | None = key(
         900.0,
         "Wall-clock limit in seconds of one batched scorer's call (BaseBatchReward, "
-        "scored in the driver); past it the run stops naming the scorer.",
-        validator=v.optional(v.gt(0.0)),
+        "scored in the driver); past it the run stops naming the scorer. None: no limit.",
+        validator=v.optional(BATCH_REWARD_TIMEOUT),
     )
     num_workers: int = key(
         0,
@@ -643,11 +643,15 @@ class AgentConfig:
     )
     max_parallel_calls: int = key(4, "Tool calls run per model turn.", validator=_pos)
     max_parallel_conversations: int = key(256, "Conversations in flight at once.", validator=_pos)
-    tool_timeout_s: float = key(5.0, "Time limit of one tool call (s).", validator=v.gt(0.0))
+    tool_timeout_s: float = key(
+        5.0,
+        "Time limit of one tool call (s).",
+        validator=seconds(POLL_MAX_S, "the tool's pipe is polled, a C int of ms"),
+    )
     generation_timeout_s: float = key(
         600.0,
         "Time limit of one model turn (s); past it the conversation ends, flagged truncated.",
-        validator=v.gt(0.0),
+        validator=seconds(holder="asyncio.wait_for"),
     )
     max_tool_response_length: int = key(
         1000, "Characters of a tool's answer kept in the conversation.", validator=_pos
@@ -741,6 +745,14 @@ class TrainerConfig:
         factory=dict,
         help="[trainer.logger_options.NAME]: each selected logger's own options "
         "(listed per plugin below).",
+    )
+    logger_timeout_s: float = key(
+        DEFAULT_LOGGER_TIMEOUT_S,
+        "Time limit of each call of a logger (one step's metrics, the plots, its start and "
+        "close) and of its destination's check before Ray; past it the run goes on without "
+        "that logger's metrics (counted, one warning) until the late call returns.",
+        # The check's socket polls (a C int of ms); the calls are joined threads.
+        validator=seconds(POLL_MAX_S, "a socket's poll, a C int of ms"),
     )
     log_freq: int = key(1, "Print the console table every N steps.", validator=_pos)
     # "one_step_off": the rollout (on a pool of its own) generates batch k+1 while the trainer
@@ -846,8 +858,12 @@ class ResourcesConfig:
     placement_timeout_s: float = _timeout(
         DEFAULT_PLACEMENT_TIMEOUT_S, "Time limit for Ray to reserve a pool's placement groups (s)."
     )
-    collective_timeout_s: float = _timeout(
-        DEFAULT_COLLECTIVE_TIMEOUT_S, "Time limit of each torch.distributed collective (s)."
+    collective_timeout_s: float = key(
+        DEFAULT_COLLECTIVE_TIMEOUT_S,
+        "Time limit of each torch.distributed collective (s).",
+        # gloo and the c10d store add it to their clocks in ms/ns: measured, 2147484 s holds,
+        # 2.1e9 s hangs the rendezvous and 8.6e13 s fails it at once.
+        validator=seconds(POLL_MAX_S, "torch.distributed's clocks, a C int of ms"),
     )
     heartbeat_timeout_s: float = _timeout(
         DEFAULT_HEARTBEAT_TIMEOUT_S,

@@ -58,7 +58,7 @@ This package imports neither torch nor plugins, so discovery stays light.
 from __future__ import annotations
 
 from rlcore.interfaces.algorithm import BaseAlgorithm
-from rlcore.interfaces.config_key import key
+from rlcore.interfaces.config_key import POLL_MAX_S, WAIT_MAX_S, key, seconds
 from rlcore.interfaces.declarations import (
     ROLE_COMPUTES,
     AlgorithmNeeds,
@@ -92,7 +92,9 @@ __all__ = [
     "CONTRACT_NOTE",
     "CONTRACT_VERSION",
     "DTYPE_NAMES",
+    "POLL_MAX_S",
     "ROLE_COMPUTES",
+    "WAIT_MAX_S",
     "AlgorithmNeeds",
     "BaseAlgorithm",
     "BaseBatchReward",
@@ -120,4 +122,5 @@ __all__ = [
     "TokenDistributions",
     "ToolError",
     "key",
+    "seconds",
 ]

@@ -41,9 +41,11 @@ class BaseLogger(abc.ABC):
     ``[trainer.logger_options.NAME]``. The driver builds every selected logger once, calls
     :meth:`log` after each step with one flat dict (``"critic/score/mean"`` -> float; ``None``
     for a value that was not finite), :meth:`log_files` with the run's plots at the end, and
-    :meth:`close` always (also after an error). A logger must not raise from :meth:`log` for a
-    service that is down: warn and keep the run going (the run's own ``metrics.jsonl`` is the
-    record). Example::
+    :meth:`close` always (also after an error). Each call is waited for at most ``[trainer]
+    logger_timeout_s``: past it the run goes on and this logger's metrics are dropped (counted,
+    one warning) until the late call returns; a call that raises ends this logger for the run
+    (one warning), never the run (the run's own ``metrics.jsonl`` is the record). Before Ray
+    starts, :meth:`check` may refuse a destination that cannot take the run. Example::
 
         class PrintLogger(BaseLogger):
             def log(self, metrics, step):
@@ -58,6 +60,14 @@ class BaseLogger(abc.ABC):
         # None: the plugin's own defaults, so `MyLogger(run)` works in tests and notebooks.
         self.run = run
         self.config = config if config is not None else type(self).Config()
+
+    @classmethod
+    def check(cls, run: RunInfo, config: Any, timeout_s: float) -> None:
+        """Before Ray starts: raise an :class:`~rlcore.errors.RlcoreError` whose one-line
+        message names the option to fix if this logger's destination cannot take the run (a
+        server that does not answer within ``timeout_s``, a folder that cannot be written).
+        ``config`` is the logger's ``Config``. The default checks nothing; the helpers are
+        :func:`rlcore.tracking.bounds.check_server` and ``check_folder``."""
 
     @abc.abstractmethod
     def log(self, metrics: Mapping[str, float | int | str | None], step: int) -> None:

@@ -16,7 +16,7 @@ from rlcore.errors import ConfigError, DataError
 
 __all__ = ["check_model_files", "check_model_folder", "check_tokenizer"]
 
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model")
 
 
 def check_model_folder(path: str, key: str) -> None:
@@ -57,9 +57,9 @@ def check_tokenizer(path: str, *, chat_template: bool) -> Any:
         raise ConfigError(msg)
     # transformers builds an empty tokenizer from a model folder without tokenizer files:
     # every prompt would then encode to zero tokens.
-    if not any((folder / name).is_file() for name in _TOKENIZER_FILES):
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
         msg = (
-            f"{key}: {folder} has no tokenizer files ({', '.join(_TOKENIZER_FILES)}); "
+            f"{key}: {folder} has no tokenizer files ({', '.join(TOKENIZER_FILES)}); "
             "save the tokenizer there or set model.tokenizer_path"
         )
         raise ConfigError(msg)

@@ -1,8 +1,9 @@
 """The roles a run places beside the policy, checked before Ray starts.
 
 A role the algorithm declares (:attr:`BaseAlgorithm.extra_roles`) without a section or a
-``model.path``, a section no role asks for, and a model folder that does not exist are each
-one line naming the key. So is a batched reward's generation role (a judge,
+``model.path``, a section no role asks for, a model folder that does not exist and a role
+whose tokenizer is not the policy's (it scores the policy's token ids) are each one line
+naming the key. So is a batched reward's generation role (a judge,
 :attr:`BaseBatchReward.roles`) whose model folder does not exist
 (``reward.options.<name>.<model_key>``), and a ``resources.placement`` entry naming a role
 the run does not have.
@@ -10,10 +11,11 @@ the run does not have.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rlcore.errors import ConfigError
-from rlcore.preflight.model import check_model_folder
+from rlcore.errors import ConfigError, DataError
+from rlcore.preflight.model import TOKENIZER_FILES, check_model_folder
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -22,7 +24,13 @@ if TYPE_CHECKING:
     from rlcore.interfaces import ExtraRole, GenerationRole
     from rlcore.plugins import PluginRegistry
 
-__all__ = ["check_extra_roles", "check_placed_roles", "check_reward_roles", "reward_roles"]
+__all__ = [
+    "check_extra_roles",
+    "check_placed_roles",
+    "check_reward_roles",
+    "check_role_tokenizer",
+    "reward_roles",
+]
 
 
 def check_extra_roles(config: RunConfig, declared: Sequence[ExtraRole]) -> None:
@@ -47,6 +55,46 @@ def check_extra_roles(config: RunConfig, declared: Sequence[ExtraRole]) -> None:
             )
             raise ConfigError(msg)
         check_model_folder(section.model.path, f"roles.{role.name}.model.path")
+        check_role_tokenizer(config, role.name, section.model.path)
+
+
+def check_role_tokenizer(config: RunConfig, name: str, path: str) -> None:
+    """A role that scores the policy's responses (a distillation teacher's log-probs) reads
+    the policy's token ids, so the tokenizer in its folder, when it has one, must be the
+    policy's (``model.tokenizer_path``): the same tokens at the same ids. One line if not."""
+    from rlcore.data import load_tokenizer
+
+    key = f"roles.{name}.model.path"
+    folder, student = Path(path), Path(config.model.tokenizer_path)
+    if folder.resolve() == student.resolve():
+        return
+    if not any((folder / file).is_file() for file in TOKENIZER_FILES):
+        return  # weights only: nothing to compare (the policy's tokenizer is used)
+    try:
+        theirs = load_tokenizer(folder, require_chat_template=False).get_vocab()
+        ours = load_tokenizer(student, require_chat_template=False).get_vocab()
+    except DataError as err:
+        msg = f"{key}: {err}"
+        raise ConfigError(msg) from err
+    if theirs == ours:
+        return
+    differences = []
+    for label, only in (
+        ("only in the role's", theirs.keys() - ours),
+        ("only in the policy's", ours.keys() - theirs),
+    ):
+        if only:
+            first = min(only, key=lambda t: theirs.get(t, ours.get(t, 0)))
+            differences.append(f"{len(only)} tokens {label} (first: {first!r})")
+    moved = sum(1 for t in theirs.keys() & ours.keys() if theirs[t] != ours[t])
+    if moved:
+        differences.append(f"{moved} tokens at other ids")
+    msg = (
+        f"{key}: the tokenizer in {folder} ({len(theirs)} tokens) is not the policy's "
+        f"(model.tokenizer_path, {len(ours)} tokens): {', '.join(differences)}; the role "
+        "scores the policy's token ids, so give it a model trained with the policy's tokenizer"
+    )
+    raise ConfigError(msg)
 
 
 def reward_roles(

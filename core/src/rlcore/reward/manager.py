@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rlcore.config.schema import BATCH_REWARD_TIMEOUT, REWARD_TIMEOUT
 from rlcore.errors import ConfigError, DataError
 from rlcore.interfaces import BaseBatchReward, BaseReward
 from rlcore.reward._scoring import Outcome, Task, alarm_available, alarm_handler, call_reward
@@ -151,12 +152,12 @@ class RewardManager:
             if not math.isfinite(w):
                 msg = f"[reward.weights] {name!r} must be finite, got {w}"
                 raise ConfigError(msg)
-        if timeout_s <= 0:
-            msg = f"[reward] timeout_s must be > 0, got {timeout_s}"
-            raise ConfigError(msg)
-        if batch_timeout_s is not None and not batch_timeout_s > 0:
-            msg = f"[reward] batch_timeout_s must be > 0, got {batch_timeout_s}"
-            raise ConfigError(msg)
+        try:
+            REWARD_TIMEOUT.check("[reward] timeout_s", timeout_s)
+            if batch_timeout_s is not None:
+                BATCH_REWARD_TIMEOUT.check("[reward] batch_timeout_s", batch_timeout_s)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
         if num_workers < 0:
             msg = f"[reward] num_workers must be >= 0, got {num_workers}"
             raise ConfigError(msg)

@@ -2,6 +2,7 @@
 
 - :mod:`~rlcore.tracking.metrics` — per-step metrics with verl's names, phase timers, throughput;
 - :mod:`~rlcore.tracking.tracker` — the :class:`Tracker`: every logger in ``[trainer] loggers``;
+- :mod:`~rlcore.tracking.bounds` — each logger's destination checked before Ray, each call bounded;
 - :mod:`~rlcore.tracking.loggers` — the core's loggers: console, ``metrics.jsonl``, TensorBoard;
 - :mod:`~rlcore.tracking.plotting` — ``rlcore plot RUN_DIR``: PNG curves from ``metrics.jsonl``.
 """

@@ -82,6 +82,7 @@ def run_training(
     from rlcore.preflight.reward_model import check_reward_model
     from rlcore.preflight.roles import check_extra_roles, check_placed_roles, check_reward_roles
     from rlcore.tracking import Tracker
+    from rlcore.tracking.bounds import check_loggers
     from rlcore.trainer.builder import (
         build_algorithm,
         build_reward_manager,
@@ -109,6 +110,7 @@ def run_training(
     check_placed_roles(config, algorithm.needs.extra_roles, judges)  # placement's roles exist
     check_reward_model(config)  # [reward_model]: its folder, a sequence classifier
     check_pools_before_ray(config.resources)  # the pools fit this machine (local runs)
+    check_loggers(config, registry)  # each tracker's server answers, its folder is writable
     if not ray.is_initialized():
         start_ray(config.resources)
 
@@ -149,6 +151,7 @@ def run_training(
         experiment_name=config.trainer.experiment_name,
         config=config_dict,
         logger_options=config.trainer.logger_options,
+        timeout_s=config.trainer.logger_timeout_s,
     )
     try:
         reward_manager.bind_roles(workers.generation_roles)

@@ -47,7 +47,7 @@ DEFAULT_POLL_S = 5.0
 
 def seconds_setting(name: str, value: float) -> float:
     """A timeout given to a constructor (``call_timeout_s=...``), checked by the config's own
-    rule (:func:`rlcore.config.schema.check_seconds`); a bad one is one ``ConfigError`` line."""
+    rule (:func:`rlcore.interfaces.seconds`); a bad one is one ``ConfigError`` line."""
     try:
         return check_seconds(name, value)
     except ValueError as err:

@@ -123,6 +123,49 @@ def test_max_num_gen_batches_stops_with_one_line_naming_the_key():
     assert line.startswith("algorithm.filter_groups.max_num_gen_batches = 3: 3 generation rounds")
 
 
+def test_unbounded_resampling_says_how_it_goes(monkeypatch, caplog):
+    """max_num_gen_batches = 0 and a reward that does not vary: the step resamples without
+    bound, and says so (rounds, groups kept) every PROGRESS_EVERY_S; here every round (0 s),
+    four uniform rounds, then the harness's varied reward fills the batch."""
+    import logging
+
+    import rlcore.testing.conformance._step as harness
+    import rlcore_dapo.algorithm as dapo
+    from rlcore.protocol import DataProto
+    from rlcore.testing.conformance._step import _Run
+
+    varied, calls = harness._reward, []
+
+    def uniform_then_varied(batch):
+        calls.append(len(batch))
+        if len(calls) > 4:
+            return varied(batch)
+        scores = torch.zeros(batch.batch["responses"].shape)
+        same = np.array([0.0] * len(batch), dtype=object)
+        non_tensors = {"acc": same, "score": same}
+        return DataProto.from_dict(
+            tensors={"token_level_scores": scores}, non_tensors=non_tensors
+        ), {}
+
+    monkeypatch.setattr(harness, "_reward", uniform_then_varied)
+    monkeypatch.setattr(dapo, "PROGRESS_EVERY_S", 0.0)
+    config = DAPO.Config(
+        filter_groups=FilterGroupsConfig(metric="seq_reward", max_num_gen_batches=0)
+    )
+    with caplog.at_level(logging.INFO, logger="rlcore_dapo"):
+        ctx = _Run(lambda: DAPO(config), 4, 2).step(0)
+    lines = [r.getMessage() for r in caplog.records if r.name == "rlcore_dapo.algorithm"]
+    rounds = int(ctx.metrics["train/num_gen_batches"])
+    assert rounds >= 5
+    assert len(lines) == rounds - 1  # every round that left the batch short
+    assert lines[:4] == [
+        f"dapo: still resampling this step: {k} generation round(s), 0 of 4 prompts kept "
+        "(their 'seq_reward' differs within the group); "
+        "algorithm.filter_groups.max_num_gen_batches = 0 (no bound)"
+        for k in (1, 2, 3, 4)
+    ]
+
+
 def test_the_core_never_names_the_plugin():
     """Written only against the public API: no core module imports or names the package."""
     import rlcore

@@ -61,3 +61,34 @@ def test_coefficients_are_validated_naming_the_key(run, capsys, registry, tiny):
     ):
         code, err = _validate(run, capsys, registry, [*teacher, override])
         bi.assert_one_line(code, err, f"{run}: {line}")
+
+
+def test_a_teacher_with_another_tokenizer_is_one_line(run, capsys, registry, tiny, tmp_path):
+    """The teacher's log-probs are of the student's token ids: a teacher whose tokenizer has
+    40 tokens more (here the student's, extended) trained without a word before."""
+    from transformers import AutoTokenizer
+
+    teacher = bi.model_copy(tiny, tmp_path / "teacher")
+    tokenizer = AutoTokenizer.from_pretrained(teacher)
+    size = len(tokenizer)
+    tokenizer.add_tokens([f"<extra_{i}>" for i in range(40)])
+    tokenizer.save_pretrained(teacher)
+    bi.case(
+        run,
+        capsys,
+        registry,
+        ['algorithm.name="distill"', f'roles.teacher.model.path="{teacher}"'],
+        f"roles.teacher.model.path: the tokenizer in {teacher} ({size + 40} tokens) is not the "
+        f"policy's (model.tokenizer_path, {size} tokens): 40 tokens only in the role's (first: "
+        "'<extra_0>'); the role scores the policy's token ids, so give it a model trained with "
+        "the policy's tokenizer",
+    )
+
+
+def test_a_teacher_with_the_students_tokenizer_passes(run, capsys, registry, tiny, tmp_path):
+    from rlcore.config import load_config
+    from rlcore.preflight.roles import check_role_tokenizer
+
+    teacher = bi.model_copy(tiny, tmp_path / "teacher")  # its own copy of the same tokenizer
+    config = load_config(run, registry=registry)
+    check_role_tokenizer(config, "teacher", str(teacher))

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
+import pytest
 from mlflow.tracking import MlflowClient
 
+from rlcore.errors import ConfigError
+from rlcore.interfaces import RunInfo
 from rlcore.testing.conformance import check_plugin_module
+from rlcore.testing.servers import closed_port_url, silent_server
 from rlcore.tracking import Tracker
 from rlcore_mlflow.logger import RUN_ID_FILE, MlflowLogger, flat_params, metric_key
 
@@ -97,3 +102,83 @@ def test_plugin_module_is_light():
     assert check_plugin_module("rlcore_mlflow.plugin") == {
         "logger/mlflow": "rlcore_mlflow.logger:MlflowLogger"
     }
+
+
+# --- a tracking server that never answers, and one that is closed --------------------------
+
+BOUND_S = 2.0  # [trainer] logger_timeout_s of these tests
+
+
+@pytest.fixture(params=["silent", "closed"])
+def dead_server(request):
+    """The URL of a server that accepts connections and never answers, or of a closed port."""
+    if request.param == "closed":
+        yield closed_port_url()
+        return
+    with silent_server() as url:
+        yield url
+
+
+# What the check says of each (the fixture's order).
+CAUSES = {
+    "closed": "connection refused: nothing listens there",
+    "silent": f"no answer within {BOUND_S:g} s (trainer.logger_timeout_s)",
+}
+
+
+def test_a_dead_server_is_one_line_before_ray(tmp_path, dead_server, request):
+    run = RunInfo(run_dir=tmp_path / "run", experiment_name="exp")
+    start = time.monotonic()
+    with pytest.raises(ConfigError) as info:
+        MlflowLogger.check(run, MlflowLogger.Config(tracking_uri=dead_server), BOUND_S)
+    took = time.monotonic() - start
+    print(f"{dead_server}: refused in {took:.2f} s (bound {BOUND_S:g} s)")
+    cause = CAUSES[request.node.callspec.params["dead_server"]]
+    assert str(info.value) == (
+        f"trainer.logger_options.mlflow.tracking_uri = {dead_server!r}: {cause}; start the "
+        "tracking server, fix trainer.logger_options.mlflow.tracking_uri or drop mlflow from "
+        "trainer.loggers (checked before Ray starts)"
+    )
+    assert took < BOUND_S + 5  # generous: the machine is shared
+
+
+def test_a_server_that_answers_passes_the_check(tmp_path):
+    """Any HTTP answer (here a 404 from a plain HTTP server) shows the server is there."""
+    import http.server
+    import threading
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        run = RunInfo(run_dir=tmp_path / "run", experiment_name="exp")
+        MlflowLogger.check(run, MlflowLogger.Config(tracking_uri=url), BOUND_S)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_dead_server_costs_its_metrics_never_the_run(tmp_path, dead_server, caplog):
+    """The real MLflow client against the dead server (it would retry with back-off for
+    minutes): its start is given up after the bound, every step still reaches metrics.jsonl
+    with the count of what MLflow missed, and nothing waits again."""
+    run_dir = tmp_path / "run"
+    options = {"mlflow": MlflowLogger.Config(tracking_uri=dead_server)}
+    start = time.monotonic()
+    with Tracker(run_dir, ["jsonl", "mlflow"], logger_options=options, timeout_s=BOUND_S) as t:
+        started = time.monotonic() - start
+        for step, metrics in enumerate(STEPS, start=1):
+            t.log(metrics, step)
+    took = time.monotonic() - start
+    print(f"{dead_server}: start given up after {started:.2f} s, the run's tracking {took:.2f} s")
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows] == [1, 2, 3]
+    assert [row["tracker/mlflow/dropped"] for row in rows] == [1, 2, 3]  # its start, then steps
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert [w for w in warnings if "did not answer" in w] == [
+        f"logger 'mlflow' did not answer its start within {BOUND_S:g} s "
+        "(trainer.logger_timeout_s); the run goes on and its metrics are dropped (counted in "
+        "tracker/mlflow/dropped) until it answers"
+    ]
+    assert f"logger 'mlflow' missed 4 call(s) (no answer within {BOUND_S:g} s" in caplog.text
+    assert took < BOUND_S + 10  # one bound, not one per step; generous: the machine is shared

@@ -9,8 +9,10 @@ option names (``recipe/dapo``):
   advantages, so its group is dropped and more prompts are generated until
   ``data.train_batch_size`` prompts with differing rewards are in hand; the surplus of the
   last round is cut. ``max_num_gen_batches`` bounds the generation rounds of one step
-  (0: unbounded); reaching it stops the run with one line naming the key. A group of one
-  (``n = 1``) is kept, as verl does.
+  (0: unbounded); reaching it stops the run with one line naming the key. A step that keeps
+  resampling logs its progress (rounds, groups kept) every :data:`PROGRESS_EVERY_S` seconds,
+  so a run that cannot fill its batch is seen doing so. A group of one (``n = 1``) is kept, as
+  verl does.
 - **Overlong reward shaping** (``[algorithm.overlong_buffer]``, verl's ``overlong_buffer``):
   a response longer than ``max_response_length - len`` tokens gets
   ``min(-(length - (max_response_length - len)) / len * penalty_factor, 0)`` added to its
@@ -25,6 +27,8 @@ Metrics per step: ``train/num_gen_batches`` (verl's name: generation rounds),
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import TYPE_CHECKING, Literal
 
 import attrs
@@ -41,7 +45,19 @@ if TYPE_CHECKING:
 
     from rlcore.protocol import DataProto
 
-__all__ = ["DAPO", "DAPOProgram", "DynamicSamplingError", "keep_groups", "overlong_penalty"]
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "DAPO",
+    "PROGRESS_EVERY_S",
+    "DAPOProgram",
+    "DynamicSamplingError",
+    "keep_groups",
+    "overlong_penalty",
+]
+
+# A step still resampling after this long says so, and again every as long.
+PROGRESS_EVERY_S = 30.0
 
 _v = attrs.validators
 
@@ -136,6 +152,7 @@ class DAPOProgram(StepProgram):
         filt, prompts = self.config.filter_groups, len(batch)
         kept: list[DataProto] = []
         rounds = groups_in = filtered = 0
+        last_line = time.monotonic()
         # --- generate, score, filter; more prompts until the batch is full -------------------
         while True:
             rounds += 1
@@ -160,6 +177,9 @@ class DAPOProgram(StepProgram):
                     "hard, raise rollout.n, or set max_num_gen_batches = 0 (no bound)"
                 )
                 raise DynamicSamplingError(msg)
+            if time.monotonic() - last_line >= PROGRESS_EVERY_S:
+                last_line = time.monotonic()
+                self._progress(rounds, groups_in, prompts)
             batch = ctx.next_prompts()
         ctx.metrics |= {
             "train/num_gen_batches": float(rounds),
@@ -172,6 +192,21 @@ class DAPOProgram(StepProgram):
         batch = ctx.phase("adv", compute_advantages, ctx.algorithm, batch)
         ctx.update_actor(batch)
         return batch
+
+    def _progress(self, rounds: int, groups_in: int, prompts: int) -> None:
+        filt = self.config.filter_groups
+        bound = filt.max_num_gen_batches
+        log.info(
+            "dapo: still resampling this step: %d generation round(s), %d of %d prompts kept "
+            "(their %r differs within the group); algorithm.filter_groups.max_num_gen_batches "
+            "= %d%s",
+            rounds,
+            groups_in,
+            prompts,
+            filt.metric,
+            bound,
+            " (no bound)" if bound == 0 else "",
+        )
 
     def _metric(self, gen: DataProto) -> np.ndarray:
         metric = self.config.filter_groups.metric

@@ -23,14 +23,17 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import attrs
 from mlflow.entities import Metric, Param, RunStatus
 from mlflow.tracking import MlflowClient
 
 from rlcore.interfaces import BaseLogger, RunInfo, key
+from rlcore.tracking.bounds import check_folder, check_server, env_or_option
 
 RUN_ID_FILE = "mlflow_run_id"
+URI_KEY = "trainer.logger_options.mlflow.tracking_uri"
 # MLflow's own limits: 1,000 metrics and 100 params per batch, 6,000 characters per value.
 _METRICS_PER_BATCH = 1000
 _PARAMS_PER_BATCH = 100
@@ -75,6 +78,23 @@ class MlflowLogger(BaseLogger):
         )  # None: [trainer] experiment_name
 
     config: MlflowLogger.Config
+
+    @classmethod
+    def check(cls, run: RunInfo, config: Any, timeout_s: float) -> None:
+        """A tracking server answers within ``timeout_s``; a local store's folder is writable
+        (the client alone retries a closed port with back-off for minutes)."""
+        uri, where = env_or_option(config.tracking_uri, "MLFLOW_TRACKING_URI", URI_KEY)
+        if not uri:
+            check_folder(run.run_dir, "trainer.run_dir")
+            return
+        parts = urlsplit(uri)
+        if parts.scheme in ("http", "https"):
+            fix = f"start the tracking server, fix {where} or drop mlflow from trainer.loggers"
+            check_server(uri, where, timeout_s, fix=fix)
+        elif parts.scheme in ("", "file"):
+            check_folder(Path(parts.path if parts.scheme else uri), where)
+        elif parts.scheme == "sqlite" and parts.path not in ("", "/:memory:"):
+            check_folder(Path(parts.path.removeprefix("/")).parent, where)
 
     def __init__(self, run: RunInfo, config: MlflowLogger.Config | None = None) -> None:
         super().__init__(run, config)

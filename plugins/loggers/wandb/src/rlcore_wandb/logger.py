@@ -24,8 +24,11 @@ import attrs
 import wandb
 
 from rlcore.interfaces import BaseLogger, RunInfo, key
+from rlcore.tracking.bounds import check_folder, check_server, env_or_option
 
 RUN_ID_FILE = "wandb_run_id"
+MODE_KEY = "trainer.logger_options.wandb.mode"
+DEFAULT_BASE_URL = "https://api.wandb.ai"
 
 
 class WandbLogger(BaseLogger):
@@ -43,6 +46,18 @@ class WandbLogger(BaseLogger):
         )  # None: wandb's choice
 
     config: WandbLogger.Config
+
+    @classmethod
+    def check(cls, run: RunInfo, config: Any, timeout_s: float) -> None:
+        """The run's ``wandb`` folder is writable; online, the server answers in ``timeout_s``."""
+        mode, where = env_or_option(config.mode, "WANDB_MODE", MODE_KEY)
+        if mode == "disabled":
+            return
+        check_folder(run.run_dir / "wandb", "trainer.run_dir")
+        if mode == "online":
+            url, _ = env_or_option(None, "WANDB_BASE_URL", "WANDB_BASE_URL")
+            fix = f'set {where} = "offline" (then wandb sync), or fix WANDB_BASE_URL'
+            check_server(url or DEFAULT_BASE_URL, "WANDB_BASE_URL", timeout_s, fix=fix)
 
     def __init__(self, run: RunInfo, config: WandbLogger.Config | None = None) -> None:
         super().__init__(run, config)

@@ -40,6 +40,7 @@ from rlcore.interfaces import (
     BatchScores,
     GenerationRole,
     SamplingParams,
+    seconds,
 )
 from rlcore_judge.parse import (
     DEFAULT_PATTERN,
@@ -202,7 +203,7 @@ class JudgeReward(BaseBatchReward):
         )
         timeout_s: float = attrs.field(
             default=300.0,
-            validator=_v.gt(0.0),
+            validator=seconds(holder="ray.wait"),
             metadata={
                 "help": "Wall-clock limit of one judge call (s); past it the run stops "
                 "naming the role."

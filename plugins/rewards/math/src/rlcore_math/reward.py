@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import attrs
 
-from rlcore.interfaces import BaseReward, key
+from rlcore.interfaces import BaseReward, key, seconds
 from rlcore_math.extract import extract_answer, remove_boxed
 from rlcore_math.verify import check_equiv, warm_up
 
@@ -52,7 +52,7 @@ class MathReward(BaseReward):
             2.0,
             "Wall-clock limit of the symbolic (math-verify) checks of one response, "
             "all references together (s).",
-            validator=attrs.validators.gt(0.0),
+            validator=seconds(holder="setitimer or a thread's join"),
         )
         use_math_verify: bool = key(
             True, "Compare answers symbolically with math-verify, not only as normalised strings."

@@ -80,7 +80,14 @@ import torch
 from rlcore.engine import dtype_from_name, position_ids_from_mask
 from rlcore.engine.tokenizer import special_ids
 from rlcore.errors import ConfigError, RlcoreError
-from rlcore.interfaces import BaseRollout, GenerationResult, RolloutSpec, SamplingParams, key
+from rlcore.interfaces import (
+    BaseRollout,
+    GenerationResult,
+    RolloutSpec,
+    SamplingParams,
+    key,
+    seconds,
+)
 from rlcore.protocol import DataProto
 from rlcore_sglang.translate import (
     SGLANG_VERSION,
@@ -204,7 +211,7 @@ class SGLangRollout(BaseRollout):
         request_timeout_s: float = key(
             3600.0,
             "Time limit of one generate call on SGLang (s).",
-            validator=attrs.validators.gt(0),
+            validator=seconds(holder="asyncio.wait_for"),
         )
         # First GPU of the engine; None: torch's current device in this process.
         base_gpu_id: int | None = key(

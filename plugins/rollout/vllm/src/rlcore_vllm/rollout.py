@@ -40,6 +40,7 @@ from rlcore.interfaces import (
     SamplingParams,
     TokenDistributions,
     key,
+    seconds,
 )
 from rlcore.protocol import DataProto
 from rlcore_vllm.cuda_ipc import (
@@ -196,7 +197,7 @@ class VLLMRollout(BaseRollout):
             600.0,
             "Time limit of every wait on the async engine: its start, a batch, one "
             "request, an RPC (s).",
-            validator=attrs.validators.gt(0.0),
+            validator=seconds(holder="a future's result"),
         )
         # Bucket size of a weight sync to an engine in a subprocess: the safetensors files
         # (/dev/shm) or the CUDA IPC staging buffer (grown to the largest tensor if smaller).

@@ -222,7 +222,7 @@ def test_every_top_level_module_has_a_layer_and_the_top_level_is_small():
         layer_of(f"rlcore.{top}" if top != "rlcore" else top)
     entries = [p for p in ROOT.iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()]
     modules = [p.name for p in entries if p.name not in {"__init__.py", *DEPRECATED}]
-    assert len(modules) <= 21, sorted(modules)
+    assert len(modules) <= 22, sorted(modules)  # 22: cache (GGUF folders, the matmul peak)
 
 
 def test_no_import_runs_up_from_a_lower_layer():

@@ -35,7 +35,6 @@ log = logging.getLogger(__name__)
 __all__ = ["LOGGERS", "METRICS_FILE", "Tracker", "format_table"]
 
 
-
 class _Entry:
     """One logger and its bound: the call it has not finished, and what it has missed."""
 

@@ -32,6 +32,7 @@ from rlcore.interfaces import (
     seconds,
 )
 from rlcore.interfaces.config_key import check_seconds
+from rlcore.interfaces.reward import BATCH_REWARD_TIMEOUT, REWARD_TIMEOUT
 from rlcore.tracking.bounds import DEFAULT_TIMEOUT_S as DEFAULT_LOGGER_TIMEOUT_S
 from rlcore.tracking.loggers import LOGGERS
 
@@ -528,11 +529,6 @@ class RewardModelConfig:
     )
 
 
-# The scoring pool polls a worker's pipe for up to 1.5 x reward.timeout_s (with its grace).
-REWARD_TIMEOUT: Final = seconds(
-    POLL_MAX_S / 1.5, "the scoring pool polls 1.5 x this, a C int of ms"
-)
-BATCH_REWARD_TIMEOUT: Final = seconds(holder="a thread's join")
 
 
 @attrs.frozen(kw_only=True)

@@ -5,16 +5,24 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
+from rlcore.interfaces.config_key import POLL_MAX_S, seconds
 from rlcore.interfaces.declarations import GenerationRole
 
 if TYPE_CHECKING:
     import torch
 
     from rlcore.protocol import DataProto
+
+# The bounds of reward.timeout_s and reward.batch_timeout_s, which the core's scoring holds to:
+# the scoring pool polls a worker's pipe for up to 1.5 x reward.timeout_s (with its grace).
+REWARD_TIMEOUT: Final = seconds(
+    POLL_MAX_S / 1.5, "the scoring pool polls 1.5 x this, a C int of ms"
+)
+BATCH_REWARD_TIMEOUT: Final = seconds(holder="a thread's join")
 
 
 class BaseReward(abc.ABC):

@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rlcore.config.schema import BATCH_REWARD_TIMEOUT, REWARD_TIMEOUT
 from rlcore.errors import ConfigError, DataError
 from rlcore.interfaces import BaseBatchReward, BaseReward
+from rlcore.interfaces.reward import BATCH_REWARD_TIMEOUT, REWARD_TIMEOUT
 from rlcore.reward._scoring import Outcome, Task, alarm_available, alarm_handler, call_reward
 from rlcore.reward.batched import call_batched, checked_scores, reward_batch
 from rlcore.reward.model import RM_SCORER, disagreement

@@ -4,10 +4,11 @@ at most ``[trainer] logger_timeout_s``.
 A tracking service that stops answering must cost its own metrics, never the run: every call
 of a logger runs on a daemon thread of its own (:class:`BoundedCall`), which the driver waits
 for at most the bound; a call that never returns holds only that thread, which dies with the
-process. Before Ray starts, :func:`check_loggers` asks each selected logger whether its
-destination can take the run (:meth:`rlcore.interfaces.BaseLogger.check`), with the same
-bound; :func:`check_server` and :func:`check_folder` are the two checks loggers need (a server
-that answers, a folder that can be written).
+process. Before Ray starts, :func:`rlcore.preflight.trackers.check_loggers` asks each
+selected logger whether its destination can take the run
+(:meth:`rlcore.interfaces.BaseLogger.check`), with the same bound; :func:`check_server` and
+:func:`check_folder` are the two checks loggers need (a server that answers, a folder that can
+be written).
 """
 
 from __future__ import annotations
@@ -22,18 +23,15 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from rlcore.errors import ConfigError
-from rlcore.interfaces import BaseLogger, RunInfo
 
 if TYPE_CHECKING:
-    from rlcore.config import RunConfig
-    from rlcore.plugins import PluginRegistry
+    pass
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
     "TIMEOUT_KEY",
     "BoundedCall",
     "check_folder",
-    "check_loggers",
     "check_server",
     "env_or_option",
 ]
@@ -138,25 +136,6 @@ def check_server(url: str, key: str, timeout_s: float, *, fix: str) -> None:
             cause = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
     msg = f"{where}: {cause}; {fix} (checked before Ray starts)"
     raise ConfigError(msg)
-
-
-def check_loggers(config: RunConfig, registry: PluginRegistry | None = None) -> None:
-    """Every logger of ``[trainer] loggers`` checks its destination (one line if it cannot
-    take the run), each within ``trainer.logger_timeout_s``; run before Ray starts."""
-    from rlcore.plugins import default_registry
-
-    registry = registry if registry is not None else default_registry(config.plugins.disabled)
-    run = RunInfo(
-        run_dir=Path(config.trainer.run_dir),
-        experiment_name=config.trainer.experiment_name,
-        total_steps=config.trainer.total_steps,
-    )
-    for name in config.trainer.loggers:
-        cls: type[BaseLogger] = registry.resolve("logger", name, where="[trainer] loggers")
-        options = config.trainer.logger_options.get(name)
-        cls.check(
-            run, options if options is not None else cls.Config(), config.trainer.logger_timeout_s
-        )
 
 
 def env_or_option(option: str | None, variable: str, key: str) -> tuple[str | None, str]:

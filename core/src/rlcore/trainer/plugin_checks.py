@@ -10,7 +10,7 @@ parallelism that does not divide the processes or the heads, LoRA targets that m
 of the model, a tensor-parallel rollout on CPU. Without this, each would surface inside a
 worker after Ray started (the worker group still turns an ``RlcoreError`` raised there into
 one line, :meth:`rlcore.workers.RayWorkerGroup`). The loggers of ``[trainer] loggers`` check
-their destinations too (:func:`rlcore.tracking.bounds.check_loggers`).
+their destinations too (:func:`rlcore.preflight.trackers.check_loggers`).
 """
 
 from __future__ import annotations
@@ -50,6 +50,6 @@ def check_plugins(config: RunConfig, registry: PluginRegistry | None = None) -> 
     pool = res.separate_rollout()
     world = pool.world_size if pool is not None else res.world_size
     rollout_cls.preflight(specs.policy.rollout_spec, options, world_size=world, where=rollout.where)
-    from rlcore.tracking.bounds import check_loggers
+    from rlcore.preflight.trackers import check_loggers
 
     check_loggers(config, registry)  # each tracker's server answers, its folder is writable

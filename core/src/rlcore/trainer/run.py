@@ -81,8 +81,8 @@ def run_training(
     from rlcore.preflight.hub import resolve_hub_names
     from rlcore.preflight.reward_model import check_reward_model
     from rlcore.preflight.roles import check_extra_roles, check_placed_roles, check_reward_roles
+    from rlcore.preflight.trackers import check_loggers
     from rlcore.tracking import Tracker
-    from rlcore.tracking.bounds import check_loggers
     from rlcore.trainer.builder import (
         build_algorithm,
         build_reward_manager,

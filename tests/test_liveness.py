@@ -24,6 +24,13 @@ SPLIT = """placement = { rollout = "gen" }
 [resources.pools.gen]
 processes_per_node = 1
 """
+RM_POOL = """placement = {{ rm = "rmpool" }}
+[resources.pools.rmpool]
+processes_per_node = 1
+[reward_model]
+enable = true
+model = {{ path = "{rm}" }}
+"""
 
 
 def _session(sid: int) -> list[int]:
@@ -47,19 +54,34 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+def _started(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2 :].split()[19])  # starttime, clock ticks after boot
+
+
 @pytest.mark.parametrize(
-    ("async_mode", "stop_class"),
+    ("placement", "stop_class"),
     [
-        (None, "ray::ColocatedWorker"),
+        ("colocated", "ray::ColocatedWorker"),
         ("one_step_off", "ray::RolloutWorker"),
         ("one_step_off", "ray::ColocatedWorker"),
+        # the reward model on a pool of its own: the process started after the policy's
+        # (rlcore.trainer.builder starts the global pool's group first)
+        ("rm_pool", "ray::ColocatedWorker"),
     ],
 )
-def test_a_stopped_worker_ends_the_run_in_bounded_time(tmp_path, async_mode, stop_class):
+def test_a_stopped_worker_ends_the_run_in_bounded_time(tmp_path, placement, stop_class):
     from rlcore.testing.runs import arithmetic_rows, tiny_run_model, tiny_run_toml, write_jsonl
+    from rlcore.testing.tiny_model import build_tiny_reward_model
     from rlcore.workers.liveness import BEAT_S, POLL_S
 
     model = tiny_run_model(tmp_path / "model")
+    extra, async_mode = "", None
+    if placement == "one_step_off":
+        extra, async_mode = SPLIT, "one_step_off"
+    elif placement == "rm_pool":
+        rm = build_tiny_reward_model(tmp_path / "rm", from_model=model, seed=3)
+        extra = RM_POOL.format(rm=rm)
     data = write_jsonl(
         arithmetic_rows([(a, b) for a in range(4) for b in range(4)]), tmp_path / "t.jsonl"
     )
@@ -73,7 +95,7 @@ def test_a_stopped_worker_ends_the_run_in_bounded_time(tmp_path, async_mode, sto
             save_freq=1,
             micro_batch_size=4,
             experiment_name="liveness",
-            extra=SPLIT if async_mode else "",
+            extra=extra,
         ).replace(
             "[trainer]\n",
             f'[trainer]\nasync_mode = "{async_mode}"\n' if async_mode else "[trainer]\n",
@@ -98,7 +120,10 @@ def test_a_stopped_worker_ends_the_run_in_bounded_time(tmp_path, async_mode, sto
             assert time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.1)
         workers = [p for p in _session(proc.pid) if _cmdline(p).startswith(stop_class)]
-        assert len(workers) == 1, [(p, _cmdline(p)) for p in _session(proc.pid)]
+        assert len(workers) == (2 if placement == "rm_pool" else 1), [
+            c for p in _session(proc.pid) if (c := _cmdline(p)).startswith("ray::")
+        ]
+        workers = [max(workers, key=_started)]
         os.kill(workers[0], signal.SIGSTOP)
         stopped, stopped_wall = time.monotonic(), time.time()
         code = proc.wait(timeout=TIMEOUT_S + 60)
@@ -123,8 +148,8 @@ def test_a_stopped_worker_ends_the_run_in_bounded_time(tmp_path, async_mode, sto
     errors = [ln for ln in out.splitlines() if ln.startswith("error: ")]
     assert len(errors) == 1, out[-3000:]
     assert re.fullmatch(
-        rf"error: role [\w.]+(?: on pool '\w+')? rank 0 \(node [\d.]+, pid {workers[0]}\) "
-        rf"stopped responding in \w+: no heartbeat for \d+ s "
+        rf"error: role [\w.]+(?: on pool '\w+'(?:\.\w+)?)? rank 0 "
+        rf"\(node [\d.]+, pid {workers[0]}\) stopped responding in \w+: no heartbeat for \d+ s "
         rf"\(resources\.heartbeat_timeout_s = {TIMEOUT_S}\); the process is stopped or wedged",
         errors[0],
     ), errors

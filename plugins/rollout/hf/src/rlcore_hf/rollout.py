@@ -75,7 +75,9 @@ class HFRollout(BaseRollout):
             "its n samples (identical adjacent rows), instead of prefilling every row; the "
             "decode batch and its random draws are unchanged. Unset: on for device = 'cpu' "
             "(measured: the same tokens and log-probs), off on CUDA (not measured there: GPU "
-            "matmuls may round a prompt differently in a smaller batch).",
+            "matmuls may round a prompt differently in a smaller batch). When no prompt "
+            "repeats (validation), the head all prompts share (a chat template's system "
+            "prompt) is prefilled once instead.",
         )
 
         share_prompt_kv: bool | None = key(
@@ -189,11 +191,18 @@ class HFRollout(BaseRollout):
             for start in range(0, len(prompts), step):
                 ids = input_ids[start : start + step].to(self.device)
                 mask = attention_mask[start : start + step].to(self.device)
-                cache_kwargs = self._cache_kwargs(sampling)
-                with self._shared_prefill(ids, mask), self._shared_kv(cache_kwargs):
+                prefixed = self._common_prefix(ids, mask, sampling)
+                if prefixed is not None:  # distinct prompts, one shared head
+                    gen_ids, gen_mask, cache_kwargs = prefixed
                     out = self.model.generate(
-                        input_ids=ids, attention_mask=mask, **kwargs, **cache_kwargs
+                        input_ids=gen_ids, attention_mask=gen_mask, **kwargs, **cache_kwargs
                     )
+                else:
+                    cache_kwargs = self._cache_kwargs(sampling)
+                    with self._shared_prefill(ids, mask), self._shared_kv(cache_kwargs):
+                        out = self.model.generate(
+                            input_ids=ids, attention_mask=mask, **kwargs, **cache_kwargs
+                        )
                 sequences = out.sequences if sampling.return_log_probs else out
                 resp = sequences[:, ids.shape[1] :]  # (b, <= R)
                 responses.append(_pad_right(resp, sampling.max_new_tokens, self.pad_token_id))
@@ -228,6 +237,29 @@ class HFRollout(BaseRollout):
         from rlcore_hf.shared_prefill import shared_prefill
 
         return shared_prefill(self.model, ids, mask)
+
+    def _common_prefix(
+        self, ids: torch.Tensor, mask: torch.Tensor, sampling: SamplingParams
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]] | None:
+        """The rows and a cache holding the head they all share, prefilled once
+        (:mod:`rlcore_hf.common_prefix`); None: some prompt repeats, or no long shared head."""
+        if not (self._shares_prefill() and self.config.preallocate_kv_cache):
+            return None
+        from rlcore_hf.common_prefix import MIN_PREFIX, common_prefix_length, prefilled
+        from rlcore_hf.kv_cache import cache_keyword, growing_cache
+        from rlcore_hf.shared_prefill import prompt_groups
+
+        if prompt_groups(ids, mask) is not None:  # repeated prompts: the shared prefill's case
+            return None
+        prefix = common_prefix_length(ids, mask)
+        if prefix < MIN_PREFIX:
+            return None
+        reserve = ids.shape[1] - prefix + sampling.max_new_tokens
+        cache = growing_cache(self.model, reserve=reserve)
+        if cache is None:
+            return None
+        gen_ids, gen_mask = prefilled(self.model, ids, mask, prefix, cache)
+        return gen_ids, gen_mask, {cache_keyword(type(self.model)): cache}
 
     def _shared_kv(self, cache_kwargs: dict[str, Any]) -> contextlib.AbstractContextManager[Any]:
         """Decoding that reads each prompt's keys once (rlcore_hf.prefix_attention), if on."""

@@ -365,7 +365,12 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     reference.set_defaults(func=_cmd_reference)
     from_verl = config_sub.add_parser(
-        "from-verl", help="convert a verl (Hydra) YAML config and overrides to rlcore TOML"
+        "from-verl",
+        help="convert a verl (Hydra) YAML config and overrides to rlcore TOML",
+        description="Convert verl's flattened config (_generated_ppo_trainer.yaml, or "
+        "main_ppo --cfg job output) plus a launch script's Hydra overrides. Prints a note "
+        "for each choice made and every verl key not mapped, with why. "
+        "See docs/porting-from-verl.md.",
     )
     from_verl.add_argument("yaml", metavar="YAML", help="verl config, e.g. ppo_trainer.yaml")
     from_verl.add_argument(

@@ -20,7 +20,6 @@ are checked only when they declare a version.
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import contextvars
 import difflib
@@ -50,11 +49,8 @@ from rlcore.interfaces import (
     BaseRollout,
     BaseTool,
 )
-from rlcore.interfaces.signatures import (
-    describe_mismatches,
-    signature_mismatches,
-    source_signature_mismatches,
-)
+from rlcore.interfaces.signatures import describe_mismatches, signature_mismatches
+from rlcore.plugins.source import read_source, status_from_source
 
 log = logging.getLogger(__name__)
 
@@ -632,7 +628,7 @@ class PluginRegistry:
             return f"import error: {_describe(err)}"
         if spec is None:
             return f"import error: No module named {module_name!r}"
-        source = _read_source(spec.origin)
+        source = read_source(spec.origin)
         if source is None:
             try:
                 self._import(entry)
@@ -640,17 +636,8 @@ class PluginRegistry:
                 text = str(err)
                 return "class missing" if "has no attribute" in text else f"import error: {text}"
             return "ok"
-        try:
-            tree = ast.parse(source)
-        except SyntaxError as err:
-            return f"import error: {module_name}: {err.msg} (line {err.lineno})"
-        missing = _missing_top_level_imports(tree)
-        if missing:
-            return f"import error: No module named {missing[0]!r}"
-        top = attr_path.split(".")[0]
-        if top not in _top_level_names(tree):
-            return f"class missing: {module_name!r} defines no {top!r}"
-        return _source_status(entry.kind, tree, attr_path)
+        bases = None if entry.kind in FUNCTION_KINDS else ACCEPTED_BASES[entry.kind]
+        return status_from_source(source, module_name, attr_path, bases)
 
     def _unknown_message(self, kind: str, name: str, where: str | None) -> str:
         at = f" in {where}" if where else ""
@@ -682,57 +669,6 @@ def _install_hint(entry: PluginEntry, module_name: str, err: ImportError) -> str
     if entry.distribution:
         return f". Install it with: pip install {entry.distribution}"
     return ""
-
-
-def _read_source(origin: str | None) -> str | None:
-    if not origin or not origin.endswith(".py"):
-        return None
-    try:
-        with open(origin, encoding="utf-8") as f:
-            return f.read()
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
-def _top_level_names(tree: ast.Module) -> set[str]:
-    names: set[str] = set()
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
-            names.add(node.name)
-        elif isinstance(node, ast.Assign):
-            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
-        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            names.add(node.target.id)
-        elif isinstance(node, ast.Import | ast.ImportFrom):
-            names.update((a.asname or a.name).split(".")[0] for a in node.names)
-    return names
-
-
-def _source_status(kind: str, tree: ast.Module, attr_path: str) -> str:
-    """``ok``, or ``refused: ...`` when the class's own methods (read from its source) do not
-    take the contract's parameters: what resolving it would refuse, found without importing."""
-    if kind in FUNCTION_KINDS or "." in attr_path:
-        return "ok"  # a function, or a nested class: resolving it checks what there is to check
-    mismatches = source_signature_mismatches(tree, attr_path, ACCEPTED_BASES[kind])
-    return f"refused: {describe_mismatches(mismatches)}" if mismatches else "ok"
-
-
-def _missing_top_level_imports(tree: ast.Module) -> list[str]:
-    """Absolute module-level imports whose top-level package is not installed."""
-    import importlib.util
-
-    missing = []
-    for node in tree.body:
-        if isinstance(node, ast.Import):
-            tops = [a.name.split(".")[0] for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            tops = [node.module.split(".")[0]]
-        else:
-            continue
-        for top in tops:
-            if top != "__future__" and importlib.util.find_spec(top) is None:
-                missing.append(top)
-    return missing
 
 
 def _core_version() -> str:

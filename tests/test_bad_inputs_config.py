@@ -100,7 +100,11 @@ CONFIG_CASES = [
         "reward.weights.my_batched: reward 'my_batched' is not selected by reward.default or "
         "reward.sources",
     ),
-    (["reward.batch_timeout_s=0"], "reward.batch_timeout_s: must be > 0.0, got 0.0"),
+    (
+        ["reward.batch_timeout_s=0"],
+        "reward.batch_timeout_s: must be a finite number > 0 and <= 9223372036 s "
+        "(a thread's join), got 0.0",
+    ),
     (["actor.optim"], "override 'actor.optim': expected KEY=VALUE, e.g. actor.optim.lr=1e-5"),
     (["actor..lr=1"], "override 'actor..lr=1': 'actor..lr' is not a valid key path"),
     (["model.path.x=1"], "override 'model.path.x=1': model.path is not a table"),

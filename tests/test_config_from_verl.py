@@ -612,18 +612,17 @@ def test_a_missing_yaml_is_one_line(tmp_path, capsys):
     assert capsys.readouterr().err == f"error: verl config '{tmp_path / 'nope.yaml'}' not found\n"
 
 
-def test_rollout_correction_icepop_and_rejection_masks(gsm8k_overrides, tmp_path):
+def test_rollout_correction_icepop_and_rejection_masks(tmp_path):
     # verl's "lower_upper" rollout_is_threshold is IcePop's band; rollout_rs keeps its names.
-    overrides, _, _ = gsm8k_overrides
-    out = tmp_path / "rc.toml"
-    args = [
-        *overrides,
+    rc, out, err = _convert(
+        tmp_path,
+        str(YAML),
         "algorithm.rollout_correction.rollout_is=token",
         "algorithm.rollout_correction.rollout_is_threshold='0.5_2.0'",
         "algorithm.rollout_correction.rollout_rs=seq_mean_k3",
         "algorithm.rollout_correction.rollout_rs_threshold=0.01",
-    ]
-    assert main(["config", "from-verl", str(YAML), *args, "-o", str(out)]) == 0
+    )
+    assert rc == 0, err
     options = load_config(out).algorithm.options
     assert (options.rollout_is, options.rollout_is_threshold_lower) == ("token", 0.5)
     assert options.rollout_is_cap == 2.0

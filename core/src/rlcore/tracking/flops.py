@@ -16,6 +16,10 @@ MFU counts *model* FLOPs, as verl's ``FlopsCounter`` and the PaLM paper do: the 
 is one forward over every prompt and response token. The achieved rate is over the workers'
 own compute time of the phase (``timing_s/worker/actor_forward_backward`` + ``_optimizer``,
 ``timing_s/worker/generate``; the slowest rank's), divided by the peak of all workers.
+Because the count is of the model's work, not the engine's, an engine that does less (each
+prompt run once for its group, skipped zero-advantage rows) can show MFU above 1: the
+quickstart's 8-sample groups with shared prompts logged ``perf/mfu/update`` of about 1.4 against
+the tiny model's measured matmul peak. Compare MFU across runs with the same levers.
 
 The peak: on a GPU a declared dense bf16 figure for the card (``PEAK_TFLOPS``); on a CPU a
 matmul of the model's own MLP shape measured once per machine, thread count and dtype

@@ -104,10 +104,13 @@ class SplitPolicy:
         sides = ((self.trainer, sent, "send_weights"), (self.rollout, received, "receive_weights"))
         refs = [*sent.refs, *received.refs]
         deadline = time.monotonic() + max(self.trainer.call_timeout_s, self.rollout.call_timeout_s)
+        succeeded: set[Any] = set()  # finished without error: not fetched again each poll
         while time.monotonic() < deadline:
             ready, pending = ray.wait(refs, num_returns=len(refs), timeout=liveness.POLL_S)
-            if not pending or any(_failed(ref) for ref in ready):
+            fresh = [ref for ref in ready if ref not in succeeded]
+            if not pending or any(_failed(ref) for ref in fresh):
                 return
+            succeeded.update(fresh)
             for group, future, method in sides:
                 left = [rank for rank, ref in enumerate(future.refs) if ref in pending]
                 group.check_heartbeats(left, method)

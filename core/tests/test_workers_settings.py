@@ -50,8 +50,8 @@ def test_worker_settings_are_applied_by_the_worker(worker):
         )
         assert worker._collective_timeout_s == 7.5
         assert DataProtoConfig.auto_padding is True
-        assert plugins._process_disabled == ("x",)
+        assert plugins.registry._process_disabled == ("x",)
     finally:
         worker.apply_settings(WorkerSettings())
     assert DataProtoConfig.auto_padding is False
-    assert plugins._process_disabled == ()
+    assert plugins.registry._process_disabled == ()

@@ -180,10 +180,10 @@ def _named_tables(tp: Any) -> type | None:
 _NAME_VALIDATORS: dict[tuple[str, str], str] = {
     ("rlcore.rl.algorithm", "policy_loss_name"): "policy_loss",
     ("rlcore.rl.algorithm", "adv_estimator_name"): "adv_estimator",
-    ("rlcore.config.schema", "_loggers"): "logger",
+    ("rlcore.config.trainer_section", "_loggers"): "logger",
 }
 _TEXT_VALIDATORS: dict[tuple[str, str], str] = {
-    ("rlcore.config.schema", "_nonempty"): "not empty",
+    ("rlcore.config.fields", "_nonempty"): "not empty",
 }
 
 

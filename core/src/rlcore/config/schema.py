@@ -15,25 +15,51 @@ environment variables onto these keys (``rlcore.cli.ENV_KEYS``), nothing else re
 
 from __future__ import annotations
 
-import math
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
 import attrs
 from attrs import validators as v
 
+from rlcore.config.agent_section import BUILTIN_TOOL_TURNS as BUILTIN_TOOL_TURNS
+from rlcore.config.agent_section import AgentConfig
+from rlcore.config.fields import (
+    _FLATTEN,
+    _MAX_TOKENS_HELP,
+    _MICRO_HELP,
+    RESOLVED,
+    _finite,
+    _nonempty,
+    _opt_pos,
+    _pos,
+)
+from rlcore.config.resources_section import COLOCATED_ROLES as COLOCATED_ROLES
+from rlcore.config.resources_section import DEFAULT_CALL_TIMEOUT_S as DEFAULT_CALL_TIMEOUT_S
+from rlcore.config.resources_section import (
+    DEFAULT_COLLECTIVE_TIMEOUT_S as DEFAULT_COLLECTIVE_TIMEOUT_S,
+)
+from rlcore.config.resources_section import (
+    DEFAULT_HEARTBEAT_TIMEOUT_S as DEFAULT_HEARTBEAT_TIMEOUT_S,
+)
+from rlcore.config.resources_section import (
+    DEFAULT_PLACEMENT_TIMEOUT_S as DEFAULT_PLACEMENT_TIMEOUT_S,
+)
+from rlcore.config.resources_section import DEFAULT_START_TIMEOUT_S as DEFAULT_START_TIMEOUT_S
+from rlcore.config.resources_section import (
+    DEFAULT_WEIGHT_SYNC_BUCKET_BYTES as DEFAULT_WEIGHT_SYNC_BUCKET_BYTES,
+)
+from rlcore.config.resources_section import GLOBAL_POOL as GLOBAL_POOL
+from rlcore.config.resources_section import PLACEABLE_ROLES as PLACEABLE_ROLES
+from rlcore.config.resources_section import PoolConfig, ResourcesConfig
+from rlcore.config.trainer_section import TrainerConfig
 from rlcore.interfaces import (
     DTYPE_NAMES,
-    POLL_MAX_S,
-    Device,
     Dtype,
     OptimConfig,
     SamplingParams,
     key,
-    seconds,
 )
 from rlcore.interfaces.config_key import check_seconds
 from rlcore.interfaces.reward import BATCH_REWARD_TIMEOUT, REWARD_TIMEOUT
-from rlcore.tracking.bounds import DEFAULT_TIMEOUT_S as DEFAULT_LOGGER_TIMEOUT_S
 from rlcore.tracking.loggers import LOGGERS
 
 __all__ = [
@@ -61,67 +87,6 @@ __all__ = [
     "ValSamplingConfig",
     "check_seconds",
 ]
-
-# Merged into the parent table when dumped: the plugin's options sit next to ``name``.
-_FLATTEN = {"flatten": True}
-
-_pos = v.ge(1)
-_opt_pos = v.optional(v.ge(1))
-
-
-def _finite(instance: Any, attribute: attrs.Attribute[Any], value: float) -> None:
-    if not math.isfinite(value):
-        msg = f"must be finite, got {value}"
-        raise ValueError(msg)
-
-
-def _staleness(instance: Any, attribute: attrs.Attribute[Any], value: int) -> None:
-    if value < 0:
-        msg = f"must be >= 0 (weight versions a trained sample may lag the actor by), got {value}"
-        raise ValueError(msg)
-
-
-# The default of a field the loader resolves from other keys; typed ``Any`` so the field keeps
-# its resolved type (``str``, not ``str | None``) for everyone who reads a loaded config.
-RESOLVED: Any = None
-
-# Bounds on every wait of a run ([resources] *_timeout_s), in seconds.
-DEFAULT_CALL_TIMEOUT_S = 3600.0  # one worker-group call: a whole generate or update may be one
-DEFAULT_START_TIMEOUT_S = 600.0  # a group's actors placed and their __init__ done
-DEFAULT_PLACEMENT_TIMEOUT_S = 120.0  # a pool's placement groups reserved by Ray
-DEFAULT_COLLECTIVE_TIMEOUT_S = 600.0  # each torch.distributed collective in the workers
-DEFAULT_HEARTBEAT_TIMEOUT_S = 30.0  # a worker's heartbeat still for this long: stopped
-
-
-def _timeout(default: float, text: str) -> Any:
-    # Driver-side deadlines (ray.wait is handed at most a poll interval) and thread waits.
-    return key(default, text, validator=seconds())
-
-
-def _nonempty(_inst: object, _attr: attrs.Attribute[Any], value: str | tuple[str, ...]) -> None:
-    if not value:
-        msg = "must not be empty"
-        raise ValueError(msg)
-
-
-def _loggers(_inst: object, _attr: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
-    # Which names exist is the plugin registry's to say (the loader checks each one).
-    for name in value:
-        if value.count(name) > 1:
-            msg = f"logger {name!r} is listed twice"
-            raise ValueError(msg)
-
-
-# Micro-batching of a role that trains or scores a model (actor, ref, critic, roles).
-_MICRO_HELP = (
-    "Rows per data-parallel rank in one forward/backward micro-batch. Set this or "
-    "max_tokens_per_micro_batch, not both; neither set: a token budget of 16384 "
-    "(the actor's) or, for ref/critic/roles, the actor's setting."
-)
-_MAX_TOKENS_HELP = (
-    "Token budget (prompt + response, padded) of one micro-batch per rank: as many rows "
-    "as fit (dynamic micro-batches). Set this or micro_batch_size, not both."
-)
 
 
 @attrs.frozen(kw_only=True)
@@ -529,8 +494,6 @@ class RewardModelConfig:
     )
 
 
-
-
 @attrs.frozen(kw_only=True)
 class RewardConfig:
     """``[reward]``: which reward plugin(s) score which ``data_source``.
@@ -593,306 +556,6 @@ class AlgorithmConfig:
         validator=_nonempty,
     )
     options: Any = attrs.field(default=None, metadata=_FLATTEN)
-
-
-# The tool-call formats whose tool turn has a fixed text of its own (Qwen2.5's template's),
-# usable without the tokenizer's chat template ([agent] tool_turns = "hermes").
-BUILTIN_TOOL_TURNS: Final = frozenset({"hermes", "qwen", "qwen3"})
-
-
-@attrs.frozen(kw_only=True)
-class AgentConfig:
-    """``[agent]``: multi-turn rollouts with tools (:mod:`rlcore.agent`); absent: single-turn.
-
-    ``tools`` names tool plugins (``register_tools``). The response budget of a conversation,
-    all turns together, is ``data.max_response_length``; ``max_turns`` counts model turns
-    (verl's ``max_assistant_turns``). ``max_parallel_calls`` (calls run per turn) and
-    ``max_tool_response_length`` (characters of a tool's answer kept) are verl's names;
-    ``tool_parser`` is verl's ``format``.
-    """
-
-    tools: tuple[str, ...] = key((), "Tool plugins the model may call (`rlcore plugins`).")
-    tool_parser: str = key(
-        "hermes",
-        "How tool calls are read from the model's text (verl's format): hermes/qwen "
-        "(<tool_call>{json}</tool_call>), qwen3 (the same after <think>...</think>), "
-        'llama3_json (the turn is {"name": ..., "parameters": {...}}), glm45 '
-        "(<tool_call>NAME<arg_key>..</arg_key><arg_value>..</arg_value></tool_call>).",
-        validator=v.in_(("hermes", "qwen", "qwen3", "llama3_json", "glm45")),
-    )
-    tool_turns: str = key(
-        "auto",
-        "How the tools and tool turns are written: chat_template (the tokenizer's "
-        "template with tools=: the tool schemas in the prompt, each tool turn as the "
-        "template renders role 'tool'); hermes (Qwen2.5's fixed text, tool schemas left "
-        "to the data's system prompt); auto: hermes for tool_parser hermes/qwen, else "
-        "chat_template.",
-        validator=v.in_(("auto", "chat_template", "hermes")),
-    )
-    max_turns: int = key(
-        4, "Model turns per conversation (verl's max_assistant_turns).", validator=_pos
-    )
-    max_tokens_per_turn: int | None = key(
-        None,
-        "Most tokens one model turn generates; unset: what is left of data.max_response_length.",
-        validator=_opt_pos,
-    )
-    max_parallel_calls: int = key(4, "Tool calls run per model turn.", validator=_pos)
-    max_parallel_conversations: int = key(256, "Conversations in flight at once.", validator=_pos)
-    tool_timeout_s: float = key(
-        5.0,
-        "Time limit of one tool call (s).",
-        validator=seconds(POLL_MAX_S, "the tool's pipe is polled, a C int of ms"),
-    )
-    generation_timeout_s: float = key(
-        600.0,
-        "Time limit of one model turn (s); past it the conversation ends, flagged truncated.",
-        validator=seconds(holder="asyncio.wait_for"),
-    )
-    max_tool_response_length: int = key(
-        1000, "Characters of a tool's answer kept in the conversation.", validator=_pos
-    )
-    options: dict[str, Any] = attrs.field(
-        factory=dict,
-        metadata={
-            "help": "[agent.options.NAME]: each selected tool's own options (listed per "
-            "plugin below); the tool is built with them."
-        },
-    )
-
-    def turns(self) -> str:
-        """``tool_turns`` with ``auto`` resolved: ``"chat_template"`` or ``"hermes"``."""
-        if self.tool_turns != "auto":
-            return self.tool_turns
-        return "hermes" if self.tool_parser in ("hermes", "qwen") else "chat_template"
-
-
-@attrs.frozen(kw_only=True)
-class TrainerConfig:
-    """``[trainer]``: length, validation, checkpoints, logging."""
-
-    total_steps: int | None = key(
-        None, "Training steps of the run; set this or total_epochs, not both.", validator=_opt_pos
-    )
-    total_epochs: int | None = key(
-        None,
-        "Passes over the training prompts; 1 when neither it nor total_steps is set.",
-        validator=_opt_pos,
-    )
-    test_freq: int = key(
-        0,
-        "Validate every N steps and after the last one; 0: no periodic validation.",
-        validator=v.ge(0),
-    )
-    val_before_train: bool = key(True, "Validate once before the first step (not on resume).")
-    save_freq: int = key(
-        0,
-        "Save a checkpoint every N steps (and after the last); 0: only at the end.",
-        validator=v.ge(0),
-    )
-    resume: str = key(
-        "auto",
-        '"auto": resume from the run directory\'s latest checkpoint if any; '
-        '"off": start over; or a checkpoint path.',
-        validator=_nonempty,
-    )
-    keep_last: int | None = key(
-        None, "Checkpoints kept (older ones deleted); unset: keep all.", validator=_opt_pos
-    )
-    export_final: bool = key(
-        True, "Export the final actor as a Hugging Face folder: <run_dir>/final_hf."
-    )
-    check_finite_on_resume: bool = key(
-        True,
-        "Before a resume, read the checkpoint's model weights and refuse one holding NaN or "
-        "inf, naming the tensor (false: load it as it is).",
-    )
-    max_consecutive_nonfinite: int = key(
-        3,
-        "Consecutive steps with a non-finite loss or gradient (each skipped) before the run stops.",
-        validator=_pos,
-    )
-    grad_norm_ceiling: float | None = key(
-        None,
-        "Divergence guard: a step whose actor or critic gradient norm (before "
-        "clipping) exceeds this stops the run unsaved; unset: no ceiling.",
-        validator=v.optional(v.gt(0.0)),
-    )
-    auto_padding: bool = key(
-        False,
-        "DataProto auto-padding in the driver and every worker: chunk() may split "
-        "a batch unevenly (verl's VERL_AUTO_PADDING).",
-    )
-    experiment_name: str = key(
-        "rlcore", "Name of the run (run directory, loggers).", validator=_nonempty
-    )
-    run_dir: str = key(
-        RESOLVED,
-        "Directory of checkpoints, metrics and the exported model.",
-        shown_default="runs/<experiment_name>",
-    )
-    seed: int = key(0, "Seed of the workers and rollouts (each rank offsets it), in [0, 2**32).")
-    loggers: tuple[str, ...] = key(
-        ("console", "jsonl"),
-        "Logger plugins: the core's console, jsonl, tensorboard; rlcore-wandb, rlcore-mlflow, ...",
-        validator=_loggers,
-    )
-    logger_options: dict[str, Any] = key(
-        factory=dict,
-        help="[trainer.logger_options.NAME]: each selected logger's own options "
-        "(listed per plugin below).",
-    )
-    logger_timeout_s: float = key(
-        DEFAULT_LOGGER_TIMEOUT_S,
-        "Time limit of each call of a logger (one step's metrics, the plots, its start and "
-        "close) and of its destination's check before Ray; past it the run goes on without "
-        "that logger's metrics (counted, one warning) until the late call returns.",
-        # The check's socket polls (a C int of ms); the calls are joined threads.
-        validator=seconds(POLL_MAX_S, "a socket's poll, a C int of ms"),
-    )
-    log_freq: int = key(1, "Print the console table every N steps.", validator=_pos)
-    # "one_step_off": the rollout (on a pool of its own) generates batch k+1 while the trainer
-    # trains on batch k; samples are then one weight version old. "fully_async" (verl's
-    # recipe/fully_async_policy): a trajectory queue, the rollout up to max_staleness batches
-    # ahead of the trainer (docs/placement.md).
-    async_mode: Literal["off", "one_step_off", "fully_async"] = key(
-        "off",
-        "one_step_off: the rollout (on a pool of its own, resources.placement) "
-        "generates batch k+1 while the trainer trains on batch k (staleness 1); "
-        "fully_async: a trajectory queue, the rollout up to trainer.max_staleness batches "
-        "ahead.",
-        validator=v.in_(("off", "one_step_off", "fully_async")),
-    )
-    max_staleness: int = key(
-        1,
-        "fully_async: weight versions a trained sample may lag the actor by (>= 0); "
-        "the rollout generates up to this many batches ahead (0: synchronous).",
-        validator=_staleness,
-    )
-    staleness_policy: Literal["drop", "reweight"] = key(
-        "drop",
-        "fully_async, samples older than max_staleness: drop (regenerate them with "
-        "the current weights) or reweight (train them; needs algorithm.rollout_is).",
-        validator=v.in_(("drop", "reweight")),
-    )
-    rollout_data_dir: str | None = key(
-        None,
-        "Write each trained step's samples (prompt index, uid, data source, weight "
-        "version, score) to DIR/<step>.jsonl (verl's trainer.rollout_data_dir).",
-    )
-
-
-# The implicit pool of ``resources.nnodes × processes_per_node`` (verl's name for it).
-GLOBAL_POOL = "global_pool"
-# Roles that ``resources.placement`` may put on a pool of their own (docs/placement.md): the
-# rollout, the reward model, and by name a frozen role an algorithm declares ([roles.NAME],
-# e.g. a distillation teacher) or a batched reward declares (a judge). The roles below hold
-# the trained weights and stay on global_pool.
-PLACEABLE_ROLES = ("rollout", "rm")
-COLOCATED_ROLES = ("actor", "ref", "critic", "actor_rollout_ref")
-DEFAULT_WEIGHT_SYNC_BUCKET_BYTES = 64 << 20  # 64 MiB per broadcast across pools
-
-
-@attrs.frozen(kw_only=True)
-class PoolConfig:
-    """``[resources.pools.<name>]``: a resource pool besides the implicit ``global_pool``.
-
-    ``cpus_per_process`` unset: the top-level ``resources.cpus_per_process``.
-    """
-
-    nnodes: int = key(1, "Nodes of the pool.", validator=_pos)
-    processes_per_node: int = key(1, "Worker processes per node of the pool.", validator=_pos)
-    cpus_per_process: float | None = key(
-        None,
-        "CPUs per worker of the pool; unset: resources.cpus_per_process.",
-        validator=v.optional(v.gt(0.0)),
-    )
-
-    @property
-    def world_size(self) -> int:
-        return self.nnodes * self.processes_per_node
-
-
-@attrs.frozen(kw_only=True)
-class ResourcesConfig:
-    """``[resources]``: where workers run. Data-parallel size = nnodes × processes_per_node.
-
-    The top-level ``nnodes``/``processes_per_node`` are the implicit pool ``global_pool``,
-    which every role shares by default (colocated). ``pools`` declares more pools and
-    ``placement`` maps a role to one, as verl's ``resource_pool_spec`` and ``mapping``:
-    ``placement = { rollout = "gen" }`` gives the rollout a worker group of its own on
-    ``[resources.pools.gen]``; the trainer's weights reach it after every update over a
-    collective group spanning both pools, in buckets of ``weight_sync_bucket_bytes``.
-    """
-
-    device: Device = key(
-        "cpu",
-        "Where workers compute: cpu (gloo) or cuda (one GPU per process).",
-        validator=v.in_(("cpu", "cuda")),
-    )
-    nnodes: int = key(1, "Nodes of the run.", validator=_pos)
-    processes_per_node: int = key(
-        1, "Worker processes per node (one per GPU on cuda).", validator=_pos
-    )
-    ray_address: str | None = key(
-        None, "Ray cluster to join; unset: RAY_ADDRESS, else a private local Ray."
-    )
-    cpus_per_process: float = key(
-        1.0,
-        "CPUs reserved per worker; its torch threads are floor(this), at least 1.",
-        validator=v.gt(0.0),
-    )
-    driver_num_threads: int = key(
-        1, "Torch threads of the driver process (rewards and advantages).", validator=_pos
-    )
-    call_timeout_s: float = _timeout(
-        DEFAULT_CALL_TIMEOUT_S, "Time limit of one worker-group call (s)."
-    )
-    start_timeout_s: float = _timeout(
-        DEFAULT_START_TIMEOUT_S, "Time limit for a worker group's actors to start (s)."
-    )
-    placement_timeout_s: float = _timeout(
-        DEFAULT_PLACEMENT_TIMEOUT_S, "Time limit for Ray to reserve a pool's placement groups (s)."
-    )
-    collective_timeout_s: float = key(
-        DEFAULT_COLLECTIVE_TIMEOUT_S,
-        "Time limit of each torch.distributed collective (s).",
-        # gloo and the c10d store add it to their clocks in ms/ns: measured, 2147484 s holds,
-        # 2.1e9 s hangs the rendezvous and 8.6e13 s fails it at once.
-        validator=seconds(POLL_MAX_S, "torch.distributed's clocks, a C int of ms"),
-    )
-    heartbeat_timeout_s: float = _timeout(
-        DEFAULT_HEARTBEAT_TIMEOUT_S,
-        "A worker whose heartbeat stops for this long is reported stopped (s).",
-    )
-    pools: dict[str, PoolConfig] = key(
-        factory=dict,
-        help="[resources.pools.NAME]: resource pools besides the implicit global_pool "
-        "(docs/placement.md).",
-    )
-    placement: dict[str, str] = key(
-        factory=dict,
-        help="Role -> pool name: rollout, rm, a judge's or an algorithm's frozen role "
-        "(e.g. teacher); unmapped roles stay on global_pool, colocated.",
-    )
-    weight_sync_bucket_bytes: int = key(
-        DEFAULT_WEIGHT_SYNC_BUCKET_BYTES,
-        "Bytes per broadcast when weights travel to a rollout on its own pool.",
-        validator=_pos,
-    )
-
-    @property
-    def world_size(self) -> int:
-        return self.nnodes * self.processes_per_node
-
-    def pool_of(self, role: str) -> str:
-        """The pool ``role`` is placed on (``global_pool`` unless ``placement`` says)."""
-        return self.placement.get(role, GLOBAL_POOL)
-
-    def separate_rollout(self) -> PoolConfig | None:
-        """The rollout's own pool, or None when it is colocated with the actor (default)."""
-        name = self.pool_of("rollout")
-        return None if name == GLOBAL_POOL else self.pools.get(name)
 
 
 @attrs.frozen(kw_only=True)

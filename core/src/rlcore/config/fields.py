@@ -43,3 +43,5 @@ _MAX_TOKENS_HELP = (
     "Token budget (prompt + response, padded) of one micro-batch per rank: as many rows "
     "as fit (dynamic micro-batches). Set this or micro_batch_size, not both."
 )
+
+ROLES = "roles"  # [roles.<name>]: a table of extra roles, not one section

@@ -9,8 +9,6 @@ config without any error gets its defaults resolved.
 from __future__ import annotations
 
 import copy
-import re
-import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path as FilePath
 from typing import Any
@@ -18,10 +16,13 @@ from typing import Any
 import attrs
 
 from rlcore.config.convert import Path, Problem, render_path, structure, unknown_key
-from rlcore.config.placement_rules import placement_problems
+from rlcore.config.cross_key_rules import cross_key_problems
+from rlcore.config.fields import ROLES
+from rlcore.config.resolve_defaults import (
+    DEFAULT_MAX_TOKENS_PER_MICRO_BATCH as DEFAULT_MAX_TOKENS_PER_MICRO_BATCH,
+)
+from rlcore.config.resolve_defaults import resolved_config
 from rlcore.config.schema import (
-    BUILTIN_TOOL_TURNS,
-    GLOBAL_POOL,
     ActorConfig,
     AgentConfig,
     AlgorithmConfig,
@@ -39,9 +40,9 @@ from rlcore.config.schema import (
     RunConfig,
     TrainerConfig,
 )
+from rlcore.config.toml_input import apply_overrides, parse_toml, read_toml
 from rlcore.errors import ConfigError, PluginError
 from rlcore.plugins import PluginRegistry, active_registry, default_registry
-from rlcore.reward.model import RM_SCORER
 
 __all__ = [
     "ConfigValidationError",
@@ -68,7 +69,6 @@ _SECTIONS: dict[str, type] = {
     "agent": AgentConfig,
     "reward_model": RewardModelConfig,
 }
-ROLES = "roles"  # [roles.<name>]: a table of extra roles, not one section
 _ROLLOUT_CORE_KEYS = frozenset(f.name for f in attrs.fields(RolloutConfig)) - {"options"}
 _DEFAULT_ENGINE = "fsdp2"
 _DEFAULT_ROLLOUT = "hf"
@@ -88,132 +88,6 @@ class ConfigValidationError(ConfigError):
                 f"  {e}" for e in self.errors
             )
         super().__init__(text)
-
-
-# --- files and overrides ----------------------------------------------------------------------
-
-
-def read_toml(path: str | FilePath) -> dict[str, Any]:
-    """Parse a TOML file; a missing, unreadable, binary or malformed file is one line."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError as err:
-        msg = f"config file '{path}' not found"
-        raise ConfigError(msg) from err
-    except OSError as err:
-        msg = f"cannot read config file '{path}': {err.strerror or err}"
-        raise ConfigError(msg) from err
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:  # a binary file, or Latin-1 / cp1252 text
-        msg = (
-            f"config file '{path}' is not UTF-8 text ({err.reason} at byte {err.start}); "
-            "save it as UTF-8"
-        )
-        raise ConfigError(msg) from err
-    return _parse_toml(text, str(path))
-
-
-def _parse_toml(text: str, source: str) -> dict[str, Any]:
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        raise ConfigError(_toml_error(source, err)) from err
-    except RecursionError as err:  # tomllib recurses once per nested array or inline table
-        raise ConfigError(_TOO_DEEP.format(source=source)) from err
-
-
-_TOO_DEEP = (
-    "invalid TOML in {source}: arrays or inline tables nested too deeply to read (hundreds "
-    "of levels); a config needs a few"
-)
-
-
-def _toml_error(source: str, err: tomllib.TOMLDecodeError) -> str:
-    text = str(err)
-    m = re.fullmatch(r"(.*) \(at line (\d+), column (\d+)\)", text)
-    if m:
-        return f"invalid TOML in {source} at line {m[2]}, column {m[3]}: {m[1]}"
-    return f"invalid TOML in {source}: {text}"
-
-
-def _parse_override(text: str) -> tuple[tuple[str, ...], Any]:
-    key, sep, value = text.partition("=")
-    key = key.strip()
-    if not sep or not key:
-        msg = f"override {text!r}: expected KEY=VALUE, e.g. actor.optim.lr=1e-5"
-        raise ConfigError(msg)
-    bad_key = f"override {text!r}: {key!r} is not a valid key path"
-    if "\n" in key or "\r" in key:
-        # A dotted key never spans lines; one that does smuggles in table headers
-        # ('[a]\n[b]\nc'), which the document parse below would accept as other keys.
-        raise ConfigError(bad_key)
-    try:
-        # TOML's own dotted-key grammar, quoted keys included: reward.sources."openai/gsm8k"
-        parsed: Any = tomllib.loads(f"{key} = 0")
-    except tomllib.TOMLDecodeError as err:
-        raise ConfigError(bad_key) from err
-    parts: list[str] = []
-    # One chain of one-key tables ending in the 0 written above, nothing else.
-    while isinstance(parsed, dict) and len(parsed) == 1:
-        ((name, parsed),) = parsed.items()
-        parts.append(name)
-    if not parts or type(parsed) is not int or parsed != 0:
-        raise ConfigError(bad_key)
-    try:
-        document = tomllib.loads(f"v = {value}")
-    except tomllib.TOMLDecodeError:
-        return tuple(parts), value  # a bare word: `rollout.name=vllm`
-    except RecursionError as err:
-        raise ConfigError(_TOO_DEEP.format(source=f"override {key!r}")) from err
-    if set(document) != {"v"}:
-        msg = (
-            f"override {text!r}: the value is more than one TOML value (a newline and "
-            "another key or table header); give one value, e.g. a number, string or [array]"
-        )
-        raise ConfigError(msg)
-    return tuple(parts), document["v"]
-
-
-def _merge(table: dict[str, Any], value: dict[str, Any]) -> None:
-    """Merge ``value`` into ``table`` key by key, tables into tables (in place)."""
-    for key, item in value.items():
-        if isinstance(item, dict) and isinstance(table.get(key), dict):
-            _merge(table[key], item)
-        else:
-            table[key] = item
-
-
-def apply_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> list[str]:
-    """Set ``a.b.c=value`` overrides in ``raw`` (in place); return one line per bad one.
-
-    An inline table given for an existing table merges into it: ``actor.optim={warmup_steps=1}``
-    sets ``warmup_steps`` and keeps the file's ``lr`` (replacing the table would silently reset
-    every key it did not repeat to its default).
-    """
-    errors = []
-    for text in overrides:
-        try:
-            parts, value = _parse_override(text)
-        except ConfigError as err:
-            errors.append(str(err))
-            continue
-        table = raw
-        for i, part in enumerate(parts[:-1]):
-            nxt = table.setdefault(part, {})
-            if not isinstance(nxt, dict):
-                where = ".".join(parts[: i + 1])
-                errors.append(f"override {text!r}: {where} is not a table")
-                break
-            table = nxt
-        else:
-            last = parts[-1]
-            if isinstance(value, dict) and isinstance(table.get(last), dict):
-                _merge(table[last], value)
-            else:
-                table[last] = value
-    return errors
 
 
 # --- plugin-owned keys ------------------------------------------------------------------------
@@ -490,169 +364,6 @@ def _tool_configs(
     return configs, problems
 
 
-def _micro_rule(section: str, cfg: Any) -> list[Problem]:
-    if cfg.micro_batch_size is not None and cfg.max_tokens_per_micro_batch is not None:
-        msg = "set micro_batch_size or max_tokens_per_micro_batch, not both"
-        return [((section, "max_tokens_per_micro_batch"), msg)]
-    return []
-
-
-def _cross_checks(s: dict[str, Any]) -> list[Problem]:
-    problems: list[Problem] = []
-    for section in ("actor", "ref", "critic", "reward_model"):
-        if s.get(section) is not None:
-            problems.extend(_micro_rule(section, s[section]))
-    for name, role in (s.get(ROLES) or {}).items():
-        problems.extend(_micro_rule(f"{ROLES}.{name}", role))
-    agent: AgentConfig | None = s.get("agent")
-    fixed = agent is not None and agent.turns() == "hermes"
-    if agent is not None and fixed and agent.tool_parser not in BUILTIN_TOOL_TURNS:
-        msg = (
-            f"tool_parser {agent.tool_parser!r} has no fixed tool-turn text; set "
-            'tool_turns = "chat_template" (or "auto")'
-        )
-        problems.append((("agent", "tool_turns"), msg))
-    trainer: TrainerConfig | None = s.get("trainer")
-    if trainer is not None and trainer.total_steps is not None and trainer.total_epochs:
-        problems.append((("trainer", "total_steps"), "set total_steps or total_epochs, not both"))
-    resources: ResourcesConfig | None = s.get("resources")
-    if resources is not None:
-        rm_section: RewardModelConfig | None = s.get("reward_model")
-        problems.extend(
-            placement_problems(
-                resources,
-                trainer,
-                s.get("algorithm"),
-                rm_enabled=rm_section is not None and rm_section.enable,
-            )
-        )
-        mode = trainer.async_mode if trainer is not None else "off"
-        if mode != "off" and resources.pool_of("rollout") == GLOBAL_POOL:
-            msg = (
-                f"{mode!r} needs the rollout on a pool of its own; set "
-                'resources.placement.rollout = "NAME" and [resources.pools.NAME]'
-            )
-            problems.append((("trainer", "async_mode"), msg))
-    reward: RewardConfig | None = s.get("reward")
-    rm: RewardModelConfig | None = s.get("reward_model")
-    rm_on = rm is not None and rm.enable
-    if rm_on and rm is not None and not rm.model.path:
-        msg = "reward_model.enable is true: set it to the reward model's local folder"
-        problems.append((("reward_model", "model", "path"), msg))
-    if reward is not None:
-        if not reward.selected() and not rm_on:
-            msg = (
-                'no reward selected; set reward.default = "NAME", map [reward.sources] '
-                "or enable [reward_model]"
-            )
-            problems.append((("reward", "default"), msg))
-        if RM_SCORER in reward.selected() or RM_SCORER in reward.weights:
-            msg = (
-                f"{RM_SCORER!r} is the reward model's scorer: set [reward_model] enable and "
-                "weight instead"
-            )
-            key = "weights" if RM_SCORER in reward.weights else "default"
-            problems.append((("reward", key), msg))
-        for name in reward.weights:
-            if name not in reward.selected():
-                msg = f"reward {name!r} is not selected by reward.default or reward.sources"
-                problems.append((("reward", "weights", name), msg))
-    return problems
-
-
-# --- defaults that depend on other keys -------------------------------------------------------
-
-# Tokens (prompt + response, padded) per micro-batch when neither micro-batch key is set: one
-# micro-batch for the quickstart's 256 rows x ~60 tokens; on a GPU, a 7B model's activations
-# with gradient checkpointing and its (tokens, vocab) logits fit in tens of GB.
-DEFAULT_MAX_TOKENS_PER_MICRO_BATCH = 16384
-
-
-def _micro_unset(cfg: Any) -> bool:
-    return cfg.micro_batch_size is None and cfg.max_tokens_per_micro_batch is None
-
-
-def _micro_or(cfg: Any, inherited: dict[str, Any]) -> dict[str, Any]:
-    """A role's own micro-batching when it sets one, else the actor's."""
-    return inherited if _micro_unset(cfg) else {}
-
-
-def _resolved(
-    s: dict[str, Any], reward_configs: dict[str, Any], logger_configs: dict[str, Any]
-) -> RunConfig:
-    data: DataConfig = s["data"]
-    model: ModelConfig = s["model"]
-    actor: ActorConfig = s["actor"]
-    # The micro-batch rule's one default, for the actor; ref and critic inherit the actor's.
-    # Dynamic micro-batches: as many rows as fit the budget, instead of one row per
-    # forward/backward (issue 16); set micro_batch_size for fixed counts.
-    micro: dict[str, Any] = (
-        {"micro_batch_size": None, "max_tokens_per_micro_batch": DEFAULT_MAX_TOKENS_PER_MICRO_BATCH}
-        if _micro_unset(actor)
-        else {
-            "micro_batch_size": actor.micro_batch_size,
-            "max_tokens_per_micro_batch": actor.max_tokens_per_micro_batch,
-        }
-    )
-    actor = attrs.evolve(
-        actor, ppo_mini_batch_size=actor.ppo_mini_batch_size or data.train_batch_size, **micro
-    )
-    ref: RefConfig = s["ref"]
-    ref = attrs.evolve(ref, engine=ref.engine or actor.engine, **_micro_or(ref, micro))
-    critic: CriticConfig = s["critic"]
-    critic = attrs.evolve(
-        critic,
-        model_path=critic.model_path or model.path,
-        engine=critic.engine or actor.engine,
-        ppo_mini_batch_size=critic.ppo_mini_batch_size or actor.ppo_mini_batch_size,
-        ppo_epochs=critic.ppo_epochs or actor.ppo_epochs,
-        **_micro_or(critic, micro),
-    )
-    rm: RewardModelConfig = s["reward_model"]
-    rm = attrs.evolve(
-        rm,
-        model=attrs.evolve(rm.model, dtype=rm.model.dtype or model.dtype),
-        engine=rm.engine or actor.engine,
-        **_micro_or(rm, micro),
-    )
-    reward: RewardConfig = s["reward"]
-    weights = {name: reward.weights.get(name, 1.0) for name in reward.selected()}
-    reward = attrs.evolve(reward, weights=weights, options=reward_configs)
-    trainer: TrainerConfig = s["trainer"]
-    trainer = attrs.evolve(
-        trainer,
-        total_epochs=1
-        if trainer.total_steps is None and not trainer.total_epochs
-        else trainer.total_epochs,
-        run_dir=trainer.run_dir or f"runs/{trainer.experiment_name}",
-        logger_options=logger_configs,
-    )
-    return RunConfig(
-        data=data,
-        model=attrs.evolve(model, tokenizer_path=model.tokenizer_path or model.path),
-        actor=actor,
-        rollout=s["rollout"],
-        ref=ref,
-        critic=critic,
-        reward=reward,
-        algorithm=s["algorithm"],
-        trainer=trainer,
-        resources=s["resources"],
-        plugins=s["plugins"],
-        agent=s["agent"],
-        roles={
-            name: attrs.evolve(
-                role,
-                model=attrs.evolve(role.model, dtype=role.model.dtype or model.dtype),
-                engine=role.engine or actor.engine,
-                **_micro_or(role, micro),
-            )
-            for name, role in s[ROLES].items()
-        },
-        reward_model=rm,
-    )
-
-
 # --- entry points -----------------------------------------------------------------------------
 
 
@@ -722,14 +433,14 @@ def _build_config(
 
     # No batch-size divisibility rules: the driver expands rows and pads every mini-batch to
     # whole rows per rank (zero-weight padding), so any sizes run; only what cannot run fails.
-    problems.extend(_cross_checks(sections))
+    problems.extend(cross_key_problems(sections))
 
     lines.extend(f"{render_path(p)}: {m}" if p else m for p, m in problems)
     if lines:
         raise ConfigValidationError(source, lines)
     if sections["agent"] is not None:
         sections["agent"] = attrs.evolve(sections["agent"], options=tool_configs)
-    return _resolved(sections, reward_configs, logger_configs)
+    return resolved_config(sections, reward_configs, logger_configs)
 
 
 def _disabled_plugins(data: Mapping[str, Any]) -> tuple[str, ...]:
@@ -748,7 +459,7 @@ def load_config_text(
     overrides: Sequence[str] = (),
     registry: PluginRegistry | None = None,
 ) -> RunConfig:
-    raw = _parse_toml(text, source)
+    raw = parse_toml(text, source)
     return build_config(raw, source=source, overrides=overrides, registry=registry)
 
 

@@ -65,18 +65,33 @@ Nothing here imports torch or Ray at module import time.
 from __future__ import annotations
 
 import enum
-import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
 
 import attrs
 
-from rlcore.errors import RlcoreError
-
-if TYPE_CHECKING:
-    from rlcore.protocol import DataProto
-
-log = logging.getLogger(__name__)
+from rlcore.dispatch.calls import (
+    DEFAULT_MESH,
+    CollectFn,
+    DispatchCall,
+    DispatchError,
+    DispatchFn,
+    DispatchInfo,
+    GroupFuture,
+    ShardKind,
+    ShardsFn,
+)
+from rlcore.dispatch.shards import (
+    all_shards,
+    all_to_all,
+    as_list,
+    concat_unpad,
+    dp_proto,
+    dp_proto_with_func,
+    mesh_modes,
+    one_to_all,
+    split_dataproto_args,
+)
 
 __all__ = [
     "DISPATCH_ATTR",
@@ -100,14 +115,7 @@ __all__ = [
 # Attribute set on a registered function; a worker group looks for it along the class MRO.
 DISPATCH_ATTR = "_rlcore_dispatch"
 
-DEFAULT_MESH = "default"
-
 F = TypeVar("F", bound=Callable[..., Any])
-ArgLists = tuple[tuple[list[Any], ...], dict[str, list[Any]]]
-
-
-class DispatchError(RlcoreError, ValueError):
-    """A group call's arguments do not fit its dispatch mode, or the mode is unknown."""
 
 
 class DispatchName(str):
@@ -229,50 +237,6 @@ class MethodSpec:
 
 
 @attrs.frozen(kw_only=True)
-class DispatchInfo:
-    """A rank's place in a data-parallel mesh, as the worker reported it."""
-
-    dp_rank: int
-    dp_size: int
-    # True on the one rank per data-parallel group whose output is kept (e.g. tp 0, last pp).
-    is_collect: bool = True
-
-
-class GroupLike(Protocol):
-    """What dispatch functions may ask of a worker group."""
-
-    @property
-    def world_size(self) -> int: ...
-
-    def dispatch_info(self, mesh: str = DEFAULT_MESH) -> list[DispatchInfo]: ...
-
-
-@attrs.define(kw_only=True)
-class DispatchCall:
-    """One group call, as seen by dispatch and collect functions.
-
-    ``pad_size`` is set by a dispatch function that padded its DataProto arguments and read by
-    the collect function that removes the padding again.
-    """
-
-    group: GroupLike
-    method: str
-    pad_size: int = 0
-
-    @property
-    def world_size(self) -> int:
-        return self.group.world_size
-
-
-DispatchFn = Callable[..., ArgLists]
-CollectFn = Callable[[DispatchCall, list[Any]], Any]
-# From the per-rank ObjectRefs of a non-blocking call, the ordered data shards whose
-# concatenation is the result (before unpadding), or None when the result is not shardable.
-ShardsFn = Callable[[DispatchCall, list[Any]], list[Any] | None]
-ShardKind = Literal["proto", "list"]
-
-
-@attrs.frozen(kw_only=True)
 class DispatchMode:
     """A registered mode: how to split arguments and how to gather outputs."""
 
@@ -385,217 +349,6 @@ def get_method_spec(fn: object) -> MethodSpec | None:
     return spec if isinstance(spec, MethodSpec) else None
 
 
-# --- futures ------------------------------------------------------------------------------
-
-
-@attrs.define(kw_only=True, eq=False, slots=False)
-class GroupFuture:
-    """The pending result of a non-blocking group call.
-
-    ``refs`` holds one Ray ObjectRef per called rank; ``shards`` (when the mode allows) the
-    ordered data shards, ``pad_size`` the padding rows at the end of the last shards.
-    """
-
-    refs: list[Any]
-    _resolve: Callable[[list[Any]], list[Any]]
-    _collect: Callable[[list[Any]], Any]
-    shards: list[Any] | None = None
-    shard_kind: ShardKind | None = None
-    pad_size: int = 0
-    _done: bool = attrs.field(default=False, init=False)
-    _value: Any = attrs.field(default=None, init=False)
-
-    def get(self) -> Any:
-        """Wait for every rank and return the collected result (cached after the first call)."""
-        if not self._done:
-            self._value = self._collect(self._resolve(self.refs))
-            self._done = True
-        return self._value
-
-    def chainable(self, kind: ShardKind, n_shards: int) -> bool:
-        return self.shard_kind == kind and self.shards is not None and len(self.shards) == n_shards
-
-    def __repr__(self) -> str:
-        n = None if self.shards is None else len(self.shards)
-        return f"GroupFuture(ranks={len(self.refs)}, shards={n}, kind={self.shard_kind})"
-
-
-# --- splitting helpers ----------------------------------------------------------------------
-
-
-def _is_proto(x: object) -> bool:
-    from rlcore.protocol import DataProto
-
-    return isinstance(x, DataProto)
-
-
-def split_dataproto_args(
-    call: DispatchCall, chunks: int, args: Sequence[Any], kwargs: Mapping[str, Any]
-) -> ArgLists:
-    """Split every DataProto argument into ``chunks`` parts; repeat every other argument.
-
-    Uneven batches are padded (rows repeated from the start) to a multiple of ``chunks`` and
-    ``call.pad_size`` records how many rows to drop from the collected result. A
-    :class:`GroupFuture` whose shards already number ``chunks`` is passed shard by shard (the
-    ObjectRefs go straight to the workers); any other future is resolved here first.
-    """
-    from rlcore.protocol import pad_dataproto_to_divisor
-
-    values: list[tuple[str | int, Any]] = [*enumerate(args), *kwargs.items()]
-    futures = [v for _, v in values if isinstance(v, GroupFuture)]
-    concrete = [v for _, v in values if _is_proto(v)]
-    # Refs only when every data argument is a future with the same layout; mixing a shard
-    # layout with a freshly padded DataProto could disagree on padding.
-    use_refs = (
-        bool(futures)
-        and not concrete
-        and all(f.chainable("proto", chunks) for f in futures)
-        and len({f.pad_size for f in futures}) == 1
-    )
-    resolved: list[tuple[str | int, Any]] = []
-    for key, v in values:
-        if isinstance(v, GroupFuture) and not use_refs:
-            log.debug("%s: resolving a future on the driver (layout differs)", call.method)
-            v = v.get()
-        resolved.append((key, v))
-
-    lengths = {len(v) for _, v in resolved if _is_proto(v)}
-    if len(lengths) > 1:
-        msg = (
-            f"{call.method}: DataProto arguments must have the same length to be split "
-            f"together, got lengths {sorted(lengths)}"
-        )
-        raise DispatchError(msg)
-    call.pad_size = futures[0].pad_size if use_refs else 0
-
-    def split(v: Any) -> list[Any]:
-        if isinstance(v, GroupFuture):
-            assert v.shards is not None  # checked by chainable()
-            return list(v.shards)
-        if _is_proto(v):
-            padded, pad = pad_dataproto_to_divisor(v, chunks)
-            call.pad_size = pad
-            return list(padded.chunk(chunks))
-        return [v] * chunks
-
-    out_args = tuple(split(v) for k, v in resolved if isinstance(k, int))
-    out_kwargs = {k: split(v) for k, v in resolved if isinstance(k, str)}
-    return out_args, out_kwargs
-
-
-def _lists_of(
-    call: DispatchCall, n: int, args: Sequence[Any], kwargs: Mapping[str, Any]
-) -> ArgLists:
-    """Arguments given as lists of ``n`` items (or futures of ``n`` per-rank items)."""
-
-    def check(name: str, v: Any) -> list[Any]:
-        if isinstance(v, GroupFuture):
-            if v.chainable("list", n) and v.shards is not None:
-                return list(v.shards)
-            v = v.get()
-        if not isinstance(v, list | tuple) or len(v) != n:
-            got = (
-                f"{type(v).__name__} of length {len(v)}"
-                if isinstance(v, list | tuple)
-                else type(v).__name__
-            )
-            msg = (
-                f"{call.method}: argument {name} must be a list of {n} items "
-                f"(one per rank), got {got}"
-            )
-            raise DispatchError(msg)
-        return list(v)
-
-    return (
-        tuple(check(f"#{i}", v) for i, v in enumerate(args)),
-        {k: check(k, v) for k, v in kwargs.items()},
-    )
-
-
-def _expand_to_ranks(infos: list[DispatchInfo], lists: ArgLists) -> ArgLists:
-    """Per-dp-rank lists -> per-rank lists: each rank gets its data-parallel group's item."""
-    args, kwargs = lists
-    return (
-        tuple([a[info.dp_rank] for info in infos] for a in args),
-        {k: [v[info.dp_rank] for info in infos] for k, v in kwargs.items()},
-    )
-
-
-def _collect_ranks(infos: list[DispatchInfo], outputs: list[Any]) -> list[Any]:
-    """Outputs of the collect ranks, ordered by data-parallel rank."""
-    chosen = sorted((info.dp_rank, i) for i, info in enumerate(infos) if info.is_collect)
-    return [outputs[i] for _, i in chosen]
-
-
-def _concat_unpad(call: DispatchCall, outputs: list[Any]) -> DataProto:
-    from rlcore.protocol import DataProto, unpad_dataproto
-
-    for rank, o in enumerate(outputs):
-        if not isinstance(o, DataProto):
-            msg = (
-                f"{call.method}: a DataProto dispatch mode expects every shard's output to be a "
-                f"DataProto, shard {rank} returned {type(o).__name__}"
-            )
-            raise DispatchError(msg)
-    return unpad_dataproto(DataProto.concat(outputs), call.pad_size)
-
-
-# --- built-in modes -------------------------------------------------------------------------
-
-
-def _one_to_all(call: DispatchCall, *args: Any, **kwargs: Any) -> ArgLists:
-    n = call.world_size
-    resolved = [a.get() if isinstance(a, GroupFuture) else a for a in args]
-    kw = {k: v.get() if isinstance(v, GroupFuture) else v for k, v in kwargs.items()}
-    return tuple([a] * n for a in resolved), {k: [v] * n for k, v in kw.items()}
-
-
-def _all_to_all(call: DispatchCall, *args: Any, **kwargs: Any) -> ArgLists:
-    return _lists_of(call, call.world_size, args, kwargs)
-
-
-def _as_list(call: DispatchCall, outputs: list[Any]) -> list[Any]:
-    return list(outputs)
-
-
-def _all_shards(call: DispatchCall, refs: list[Any]) -> list[Any] | None:
-    return list(refs)
-
-
-def _dp_proto(call: DispatchCall, *args: Any, **kwargs: Any) -> ArgLists:
-    return split_dataproto_args(call, call.world_size, args, kwargs)
-
-
-def _dp_proto_with_func(call: DispatchCall, *args: Any, **kwargs: Any) -> ArgLists:
-    if not args or not callable(args[0]):
-        msg = f"{call.method}: DP_COMPUTE_PROTO_WITH_FUNC needs a function as first argument"
-        raise DispatchError(msg)
-    split_args, split_kwargs = split_dataproto_args(call, call.world_size, args[1:], kwargs)
-    return ([args[0]] * call.world_size, *split_args), split_kwargs
-
-
-def _mesh_modes(mesh: str) -> tuple[DispatchFn, DispatchFn, CollectFn, CollectFn, ShardsFn]:
-    def dispatch_proto(call: DispatchCall, *args: Any, **kwargs: Any) -> ArgLists:
-        infos = call.group.dispatch_info(mesh)
-        dp_size = infos[0].dp_size
-        return _expand_to_ranks(infos, split_dataproto_args(call, dp_size, args, kwargs))
-
-    def dispatch_lists(call: DispatchCall, *args: Any, **kwargs: Any) -> ArgLists:
-        infos = call.group.dispatch_info(mesh)
-        return _expand_to_ranks(infos, _lists_of(call, infos[0].dp_size, args, kwargs))
-
-    def collect_proto(call: DispatchCall, outputs: list[Any]) -> Any:
-        return _concat_unpad(call, _collect_ranks(call.group.dispatch_info(mesh), outputs))
-
-    def collect_lists(call: DispatchCall, outputs: list[Any]) -> Any:
-        return _collect_ranks(call.group.dispatch_info(mesh), outputs)
-
-    def shards(call: DispatchCall, refs: list[Any]) -> list[Any] | None:
-        return _collect_ranks(call.group.dispatch_info(mesh), refs)
-
-    return dispatch_proto, dispatch_lists, collect_proto, collect_lists, shards
-
-
 def mesh_dispatch_mode(mesh: str, *, proto: bool = True) -> str:
     """The name of the mesh-aware mode for ``mesh`` (registered on first use).
 
@@ -612,7 +365,7 @@ def mesh_dispatch_mode(mesh: str, *, proto: bool = True) -> str:
 
 
 def _register_mesh(mesh: str, proto_name: str, list_name: str) -> None:
-    d_proto, d_lists, c_proto, c_lists, shards = _mesh_modes(mesh)
+    d_proto, d_lists, c_proto, c_lists, shards = mesh_modes(mesh)
     register_dispatch_mode(
         proto_name, d_proto, c_proto, shards_fn=shards, shard_kind="proto", replace=True
     )
@@ -623,24 +376,24 @@ def _register_mesh(mesh: str, proto_name: str, list_name: str) -> None:
 
 def _register_builtins() -> None:
     reg = register_dispatch_mode
-    reg(Dispatch.ONE_TO_ALL, _one_to_all, _as_list, shards_fn=_all_shards, shard_kind="list")
-    reg(Dispatch.ALL_TO_ALL, _all_to_all, _as_list, shards_fn=_all_shards, shard_kind="list")
-    reg(Dispatch.DP_COMPUTE, _all_to_all, _as_list, shards_fn=_all_shards, shard_kind="list")
+    reg(Dispatch.ONE_TO_ALL, one_to_all, as_list, shards_fn=all_shards, shard_kind="list")
+    reg(Dispatch.ALL_TO_ALL, all_to_all, as_list, shards_fn=all_shards, shard_kind="list")
+    reg(Dispatch.DP_COMPUTE, all_to_all, as_list, shards_fn=all_shards, shard_kind="list")
     reg(
         Dispatch.DP_COMPUTE_PROTO,
-        _dp_proto,
-        _concat_unpad,
-        shards_fn=_all_shards,
+        dp_proto,
+        concat_unpad,
+        shards_fn=all_shards,
         shard_kind="proto",
     )
     reg(
         Dispatch.DP_COMPUTE_PROTO_WITH_FUNC,
-        _dp_proto_with_func,
-        _concat_unpad,
-        shards_fn=_all_shards,
+        dp_proto_with_func,
+        concat_unpad,
+        shards_fn=all_shards,
         shard_kind="proto",
     )
-    reg(Dispatch.DP_COMPUTE_METRIC, _dp_proto, _as_list, shards_fn=_all_shards, shard_kind="list")
+    reg(Dispatch.DP_COMPUTE_METRIC, dp_proto, as_list, shards_fn=all_shards, shard_kind="list")
     _register_mesh(DEFAULT_MESH, Dispatch.MESH_COMPUTE_PROTO, Dispatch.MESH_COMPUTE)
 
 

@@ -38,7 +38,6 @@ import copy
 import dataclasses
 import logging
 import os
-import pickle
 from collections.abc import Iterator, Sequence
 from typing import Any, Self
 
@@ -59,13 +58,13 @@ from rlcore.protocol.helpers import (
     _require_keys,
     _values_equal,
 )
+from rlcore.protocol.reshape import fold_rows, repeat_rows, unfold_columns, unfold_rows
 from rlcore.protocol.serialize import (
-    compact_tensor,
-    decode_safe,
-    encode_safe,
     has_shared_memory,
+    load_file,
     materialize,
     numpy_to_tensor,
+    save_file,
     tensor_to_numpy,
 )
 from rlcore.protocol.settings import DataProtoConfig
@@ -73,10 +72,6 @@ from rlcore.protocol.settings import DataProtoConfig
 log = logging.getLogger(__name__)
 
 __all__ = ["DataProto", "DataProtoItem"]
-
-
-_FILE_FORMAT = "rlcore.DataProto"
-_FILE_VERSION = 1
 
 
 @dataclasses.dataclass
@@ -450,20 +445,7 @@ class DataProto:
 
     def repeat(self, repeat_times: int = 2, interleave: bool = True) -> Self:
         """Repeat rows: interleaved (row i at rows i*k..i*k+k-1) or tiled (whole batch k times)."""
-        k = repeat_times
-        if not isinstance(k, int) or k < 1:
-            msg = f"repeat_times must be a positive int, got {k!r}"
-            raise DataProtoError(msg)
-        if interleave:
-            batch = {key: torch.repeat_interleave(v, k, dim=0) for key, v in self._batch.items()}
-            non_tensors = {key: np.repeat(v, k, axis=0) for key, v in self.non_tensor_batch.items()}
-        else:
-            batch = {key: v.repeat(k, *([1] * (v.dim() - 1))) for key, v in self._batch.items()}
-            non_tensors = {
-                key: np.tile(v, (k,) + (1,) * (v.ndim - 1))
-                for key, v in self.non_tensor_batch.items()
-            }
-        return self._new(batch, non_tensors)
+        return self._new(*repeat_rows(self._batch, self.non_tensor_batch, repeat_times, interleave))
 
     def sample_level_repeat(self, repeat_times: Sequence[int] | torch.Tensor | np.ndarray) -> Self:
         """Repeat row i ``repeat_times[i]`` times, in order (0 drops the row)."""
@@ -488,65 +470,19 @@ class DataProto:
         """Split dim 1 of each key in ``split_keys`` into ``n_split`` parts and move them to
         rows (row i becomes rows i*n_split .. i*n_split+n_split-1); other keys are repeated
         to match. With ``split_keys=None`` every key is repeated (as verl)."""
-        if not isinstance(n_split, int) or n_split < 1:
-            msg = f"unfold_column_chunks: n_split must be a positive int, got {n_split!r}"
-            raise DataProtoError(msg)
-        keys = set(split_keys or ())
-        unknown = keys - self._batch.keys() - self.non_tensor_batch.keys()
-        if unknown:
-            msg = f"unfold_column_chunks: no keys {sorted(unknown)} in batch or non_tensor_batch"
-            raise DataProtoError(msg)
-
-        def unfold(name: str, shape: tuple[int, ...]) -> tuple[int, ...]:
-            if len(shape) < 2 or shape[1] % n_split:
-                msg = (
-                    f"unfold_column_chunks: {name} has shape {shape}; dim 1 must divide into "
-                    f"{n_split} parts"
-                )
-                raise DataProtoError(msg)
-            return (shape[0] * n_split, shape[1] // n_split, *shape[2:])
-
-        batch = {
-            k: v.reshape(unfold(k, tuple(v.shape)))
-            if k in keys
-            else torch.repeat_interleave(v, n_split, dim=0)
-            for k, v in self._batch.items()
-        }
-        non_tensors = {
-            k: v.reshape(unfold(k, v.shape)) if k in keys else np.repeat(v, n_split, axis=0)
-            for k, v in self.non_tensor_batch.items()
-        }
-        return self._new(batch, non_tensors)
+        columns = unfold_columns(self._batch, self.non_tensor_batch, n_split, split_keys)
+        return self._new(*columns)
 
     def fold_batch_dim(self, new_batch_size: int) -> DataProto:
         """Rows ``(bsz, ...)`` -> ``(new_batch_size, bsz // new_batch_size, ...)``."""
-        n = len(self)
-        if not isinstance(new_batch_size, int) or new_batch_size < 1 or n % new_batch_size:
-            msg = f"fold_batch_dim: {n} rows do not fold into {new_batch_size!r} equal rows"
-            raise DataProtoError(msg)
-        batch = {k: v.reshape(new_batch_size, -1, *v.shape[1:]) for k, v in self._batch.items()}
-        non_tensors = {
-            k: v.reshape(new_batch_size, -1, *v.shape[1:]) for k, v in self.non_tensor_batch.items()
-        }
+        batch, non_tensors = fold_rows(
+            self._batch, self.non_tensor_batch, len(self), new_batch_size
+        )
         return type(self)(batch=batch, non_tensor_batch=non_tensors, meta_info=self.meta_info)
 
     def unfold_batch_dim(self, batch_dims: int = 2) -> DataProto:
         """The first ``batch_dims`` dims of every entry become one row dim."""
-        shapes = {
-            **{f"batch[{k!r}]": tuple(v.shape) for k, v in self._batch.items()},
-            **{f"non_tensor_batch[{k!r}]": v.shape for k, v in self.non_tensor_batch.items()},
-        }
-        leading = {shape[:batch_dims] for shape in shapes.values()}
-        if batch_dims < 1 or len(leading) > 1 or any(len(s) < batch_dims for s in shapes.values()):
-            msg = (
-                f"unfold_batch_dim: entries must share their first {batch_dims} dims, got "
-                + ", ".join(f"{k} {v}" for k, v in shapes.items())
-            )
-            raise DataProtoError(msg)
-        batch = {k: v.reshape(-1, *v.shape[batch_dims:]) for k, v in self._batch.items()}
-        non_tensors = {
-            k: v.reshape(-1, *v.shape[batch_dims:]) for k, v in self.non_tensor_batch.items()
-        }
+        batch, non_tensors = unfold_rows(self._batch, self.non_tensor_batch, batch_dims)
         return type(self)(batch=batch, non_tensor_batch=non_tensors, meta_info=self.meta_info)
 
     def reorder(self, indices: torch.Tensor | np.ndarray | Sequence[int]) -> None:
@@ -643,43 +579,13 @@ class DataProto:
         Tensors are saved on CPU. Non-tensor values and meta_info may hold numbers, str, bytes,
         None, numpy arrays and scalars, lists, tuples and dicts; anything else raises here.
         """
-        payload = {
-            "format": _FILE_FORMAT,
-            "version": _FILE_VERSION,
-            "batch": {k: compact_tensor(v) for k, v in self._batch.items()},
-            "non_tensor_batch": {
-                k: encode_safe(v, f"non_tensor_batch[{k!r}]")
-                for k, v in self.non_tensor_batch.items()
-            },
-            "meta_info": encode_safe(self.meta_info, "meta_info"),
-        }
-        torch.save(payload, filepath)
+        save_file(filepath, self._batch, self.non_tensor_batch, self.meta_info)
 
     @classmethod
     def load_from_disk(cls, filepath: str | os.PathLike[str]) -> Self:
         """Read a file written by :meth:`save_to_disk` (``torch.load(weights_only=True)``)."""
-        try:
-            payload = torch.load(filepath, map_location="cpu", weights_only=True)
-        except pickle.UnpicklingError as err:
-            msg = (
-                f"cannot read a DataProto from {os.fspath(filepath)}: it holds objects that "
-                "weights_only loading refuses (not written by save_to_disk?)"
-            )
-            raise DataProtoError(msg) from err
-        except (OSError, RuntimeError, EOFError) as err:
-            msg = f"cannot read a DataProto from {os.fspath(filepath)}: {err}".splitlines()[0]
-            raise DataProtoError(msg) from err
-        if not isinstance(payload, dict) or payload.get("format") != _FILE_FORMAT:
-            msg = f"{os.fspath(filepath)} is not a DataProto file written by save_to_disk"
-            raise DataProtoError(msg)
-        if payload.get("version") != _FILE_VERSION:
-            msg = f"{os.fspath(filepath)} has DataProto file version {payload.get('version')!r}"
-            raise DataProtoError(msg)
-        return cls(
-            batch=payload["batch"],
-            non_tensor_batch={k: decode_safe(v) for k, v in payload["non_tensor_batch"].items()},
-            meta_info=decode_safe(payload["meta_info"]),
-        )
+        batch, non_tensors, meta_info = load_file(filepath)
+        return cls(batch=batch, non_tensor_batch=non_tensors, meta_info=meta_info)
 
     # --- internals -----------------------------------------------------------------------
 

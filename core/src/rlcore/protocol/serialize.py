@@ -13,6 +13,8 @@ pickled constructor. Anything else is refused when saving, naming where it sits.
 
 from __future__ import annotations
 
+import os
+import pickle
 import warnings
 import weakref
 from typing import Any
@@ -31,6 +33,10 @@ _ND = "__rlcore_ndarray__"
 _NDOBJ = "__rlcore_ndarray_object__"
 _NPSCALAR = "__rlcore_numpy_scalar__"
 _TUPLE = "__rlcore_tuple__"
+
+# What a DataProto file says it is (``DataProto.save_to_disk``).
+_FILE_FORMAT = "rlcore.DataProto"
+_FILE_VERSION = 1
 
 
 # --- tensors <-> numpy (pickle / Ray) ---------------------------------------------------------
@@ -187,3 +193,50 @@ def compact_tensor(t: torch.Tensor) -> torch.Tensor:
     if not t.is_contiguous() or t.untyped_storage().nbytes() != t.numel() * t.element_size():
         t = t.clone(memory_format=torch.contiguous_format)
     return t
+
+
+# --- DataProto files ---------------------------------------------------------------------------
+
+
+def save_file(
+    filepath: str | os.PathLike[str],
+    batch: dict[str, torch.Tensor],
+    non_tensors: dict[str, np.ndarray],
+    meta_info: dict[str, Any],
+) -> None:
+    """A DataProto's three parts to a file :func:`load_file` reads with ``weights_only``."""
+    payload = {
+        "format": _FILE_FORMAT,
+        "version": _FILE_VERSION,
+        "batch": {k: compact_tensor(v) for k, v in batch.items()},
+        "non_tensor_batch": {
+            k: encode_safe(v, f"non_tensor_batch[{k!r}]") for k, v in non_tensors.items()
+        },
+        "meta_info": encode_safe(meta_info, "meta_info"),
+    }
+    torch.save(payload, filepath)
+
+
+def load_file(
+    filepath: str | os.PathLike[str],
+) -> tuple[dict[str, torch.Tensor], dict[str, Any], dict[str, Any]]:
+    """``(batch, non_tensor_batch, meta_info)`` from a file :func:`save_file` wrote."""
+    try:
+        payload = torch.load(filepath, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        msg = (
+            f"cannot read a DataProto from {os.fspath(filepath)}: it holds objects that "
+            "weights_only loading refuses (not written by save_to_disk?)"
+        )
+        raise DataProtoError(msg) from err
+    except (OSError, RuntimeError, EOFError) as err:
+        msg = f"cannot read a DataProto from {os.fspath(filepath)}: {err}".splitlines()[0]
+        raise DataProtoError(msg) from err
+    if not isinstance(payload, dict) or payload.get("format") != _FILE_FORMAT:
+        msg = f"{os.fspath(filepath)} is not a DataProto file written by save_to_disk"
+        raise DataProtoError(msg)
+    if payload.get("version") != _FILE_VERSION:
+        msg = f"{os.fspath(filepath)} has DataProto file version {payload.get('version')!r}"
+        raise DataProtoError(msg)
+    non_tensors = {k: decode_safe(v) for k, v in payload["non_tensor_batch"].items()}
+    return payload["batch"], non_tensors, decode_safe(payload["meta_info"])

@@ -64,11 +64,8 @@ generation restores the rest.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib.util
 import logging
-import os
-import signal
 import threading
 import time
 from collections.abc import Iterable
@@ -78,7 +75,6 @@ import attrs
 import torch
 
 from rlcore.engine import dtype_from_name, position_ids_from_mask
-from rlcore.engine.tokenizer import special_ids
 from rlcore.errors import ConfigError, RlcoreError
 from rlcore.interfaces import (
     BaseRollout,
@@ -89,6 +85,8 @@ from rlcore.interfaces import (
     seconds,
 )
 from rlcore.protocol import DataProto
+from rlcore_sglang.model_info import special_token_ids
+from rlcore_sglang.processes import LOOP_WAIT_S, child_pids, keep_sigterm, stop_trees
 from rlcore_sglang.translate import (
     SGLANG_VERSION,
     Completion,
@@ -253,9 +251,9 @@ class SGLangRollout(BaseRollout):
         kwargs = self.server_kwargs(spec, self.config, base_gpu_id=self.device.index or 0)
         _check_server_arg_names(self.config.server_args, sglang.__version__)
         self._init_state()
-        before = _child_pids()
+        before = child_pids()
         self.engine = sglang.Engine(**kwargs)
-        self._sglang_pids = _child_pids() - before
+        self._sglang_pids = child_pids() - before
 
     def _init_state(self) -> None:
         """Bookkeeping set before the engine exists (tests build the rollout around a
@@ -309,7 +307,7 @@ class SGLangRollout(BaseRollout):
         self._park_loop()
         loop = getattr(self.engine, "loop", None) or asyncio.get_event_loop()
         try:
-            with _keep_sigterm(loop):
+            with keep_sigterm(loop):
                 return loop.run_until_complete(
                     asyncio.wait_for(coro, timeout=self.config.request_timeout_s)
                 )
@@ -345,10 +343,10 @@ class SGLangRollout(BaseRollout):
                 thread = threading.Thread(target=serve, name="rlcore-sglang-loop", daemon=True)
                 thread.start()
                 self._loop_thread = thread
-            deadline = time.monotonic() + _LOOP_WAIT_S
+            deadline = time.monotonic() + LOOP_WAIT_S
             while not loop.is_running():
                 if time.monotonic() > deadline or not self._loop_thread.is_alive():
-                    msg = f"SGLang's event loop did not start in a thread within {_LOOP_WAIT_S} s"
+                    msg = f"SGLang's event loop did not start in a thread within {LOOP_WAIT_S} s"
                     raise RlcoreError(msg)
                 time.sleep(0.001)
         return loop
@@ -360,9 +358,9 @@ class SGLangRollout(BaseRollout):
             if thread is None:
                 return
             self.engine.loop.call_soon_threadsafe(self.engine.loop.stop)
-            thread.join(_LOOP_WAIT_S)
+            thread.join(LOOP_WAIT_S)
             if thread.is_alive():
-                msg = f"SGLang's event loop did not stop within {_LOOP_WAIT_S} s"
+                msg = f"SGLang's event loop did not stop within {LOOP_WAIT_S} s"
                 raise RlcoreError(msg)
 
     def generate(self, prompts: DataProto, sampling: SamplingParams) -> DataProto:
@@ -480,7 +478,7 @@ class SGLangRollout(BaseRollout):
                 target = dtype if tensor.is_floating_point() else tensor.dtype
                 yield name, tensor.detach().to(self.device, target).contiguous()
 
-        with _keep_sigterm(self.engine.loop):
+        with keep_sigterm(self.engine.loop):
             begin = getattr(self.engine, "begin_weight_update", None)
             if begin is not None:
                 _check(begin(), "begin_weight_update")
@@ -506,7 +504,7 @@ class SGLangRollout(BaseRollout):
         self._park_loop()
         awake = [t for t in _ALL_TAGS if t not in self._released]
         if awake:
-            with _keep_sigterm(self.engine.loop):
+            with keep_sigterm(self.engine.loop):
                 self.engine.release_memory_occupation(tags=awake)
             self._released.update(awake)
 
@@ -520,7 +518,7 @@ class SGLangRollout(BaseRollout):
             wanted = [t for t in tags if t in self._released]
             if wanted:
                 self._park_loop()
-                with _keep_sigterm(self.engine.loop):
+                with keep_sigterm(self.engine.loop):
                     self.engine.resume_memory_occupation(tags=wanted)
                 self._released.difference_update(wanted)
 
@@ -543,7 +541,7 @@ class SGLangRollout(BaseRollout):
         get_pids = getattr(engine, "get_all_child_pids", None)
         if get_pids is not None:
             ours.update(int(p) for p in get_pids())
-        others = _child_pids() - ours
+        others = child_pids() - ours
         if not others:
             engine.shutdown()
             return
@@ -552,75 +550,10 @@ class SGLangRollout(BaseRollout):
             sorted(ours),
             sorted(others),
         )
-        _stop_trees(ours, timeout_s=_LOOP_WAIT_S)
+        stop_trees(ours, timeout_s=LOOP_WAIT_S)
 
 
 # --- helpers ------------------------------------------------------------------------------
-
-# Bound of one wait on SGLang's loop thread or its processes (start, stop, shutdown).
-_LOOP_WAIT_S = 60.0
-
-
-class _keep_sigterm:
-    """Keep this process's SIGTERM handler across an Engine call on ``loop``.
-
-    SGLang's first request adds its own SIGTERM handler to the loop it binds, when in the main
-    thread (``loop.add_signal_handler(signal.SIGTERM, ...)``,
-    managers/tokenizer_manager.py:2453-2455); rlcore's worker handles SIGTERM itself
-    (rlcore.workers.termination). Afterwards the loop's handler is removed and the previous one
-    put back. Requests from :meth:`SGLangRollout._serve_loop`'s thread never add one.
-    """
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.main = threading.current_thread() is threading.main_thread()
-        self.before = signal.getsignal(signal.SIGTERM) if self.main else None
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        if not self.main or self.before is None:  # None: a handler set outside Python
-            return
-        if signal.getsignal(signal.SIGTERM) is self.before:
-            return
-        # No loop handler to remove (another loop installed it): put ours back all the same.
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            self.loop.remove_signal_handler(signal.SIGTERM)
-        signal.signal(signal.SIGTERM, self.before)  # type: ignore[arg-type]
-
-
-def _child_pids() -> set[int]:
-    """Pids of this process's direct children (psutil comes with SGLang)."""
-    try:
-        import psutil
-    except ImportError:
-        return set()
-    return {p.pid for p in psutil.Process(os.getpid()).children(recursive=False)}
-
-
-def _stop_trees(pids: set[int], *, timeout_s: float) -> None:
-    """SIGTERM ``pids`` and their descendants, SIGKILL what is left after ``timeout_s``."""
-    import psutil
-
-    procs = []
-    for pid in pids:
-        try:
-            proc = psutil.Process(pid)
-            procs.extend([*proc.children(recursive=True), proc])
-        except psutil.NoSuchProcess:
-            continue
-    for proc in procs:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            proc.terminate()
-    _, alive = psutil.wait_procs(procs, timeout=timeout_s)
-    for proc in alive:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            proc.kill()
-    _, alive = psutil.wait_procs(alive, timeout=timeout_s)
-    if alive:
-        msg = f"SGLang processes {[p.pid for p in alive]} still alive after SIGKILL"
-        raise RlcoreError(msg)
 
 
 def _check(result: Any, what: str) -> None:
@@ -653,24 +586,3 @@ def _generation_result(done: Completion) -> GenerationResult:
     return GenerationResult(
         token_ids=done.token_ids, log_probs=done.log_probs, finish_reason=done.finish_reason
     )
-
-
-def special_token_ids(spec: RolloutSpec) -> tuple[list[int], int]:
-    """EOS ids (generation config, config, tokenizer) and the pad id, from the model folder.
-
-    The same sources as the HF rollout, without loading the model.
-    """
-    from transformers import AutoConfig, GenerationConfig
-
-    trust = spec.trust_remote_code
-    config = AutoConfig.from_pretrained(spec.model_path, trust_remote_code=trust)
-    eos: list[Any] = [config.eos_token_id]
-    pad = getattr(config, "pad_token_id", None)
-    try:
-        gen = GenerationConfig.from_pretrained(spec.model_path)
-    except OSError:  # a folder without generation_config.json
-        pass
-    else:
-        eos.insert(0, gen.eos_token_id)
-        pad = gen.pad_token_id if gen.pad_token_id is not None else pad
-    return special_ids(spec.model_path, trust_remote_code=trust, eos=eos, pad=pad)

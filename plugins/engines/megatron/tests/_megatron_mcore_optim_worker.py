@@ -25,6 +25,7 @@ from _common import make_batch, token_mean_loss
 
 import rlcore_megatron.engine as engine_module
 from rlcore.interfaces import EngineSpec, OptimConfig
+from rlcore_megatron.checkpoint_io import engine_state
 from rlcore_megatron.engine import MegatronEngine, MegatronError
 from rlcore_megatron.mcore_optimizer import uses_mcore_optimizer
 
@@ -61,7 +62,7 @@ def run(name: str, tp: int, pp: int, dtype: str, distributed: bool, model_path: 
             in_grads = all(p.grad is not None for p in live)
         norms.append(engine.optimizer_step(lr=1e-3))
     # Adam's first moments this rank holds, against its parameters (ZeRO-1 shards them)
-    optim_state = engine._state()  # the checkpoint's tensors of this rank
+    optim_state = engine_state(engine)  # the checkpoint's tensors of this rank
     moment_numel = sum(t.numel() for k, t in optim_state.items() if k.endswith("/exp_avg"))
     param_numel = sum(p.numel() for p in engine.model.parameters() if p.requires_grad)
     params = {n: t.float().clone() for n, t in engine.named_parameters_for_sync()}

@@ -32,25 +32,23 @@ from typing import Any
 import attrs
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
 
 from rlcore.dispatch import DispatchInfo
 from rlcore.engine import (
-    TOKENIZER_FILES,
     GuardedSteps,
     MetricMeans,
     OptimizerGuard,
     batch_totals,
-    copy_tokenizer_files,
     split_micro_batches,
     token_weight,
 )
-from rlcore.errors import ConfigError, EngineError
-from rlcore.interfaces import BaseEngine, BatchTotals, EngineSpec, LossFn, ModelOutputs, key
+from rlcore.errors import ConfigError
+from rlcore.interfaces import BaseEngine, BatchTotals, EngineSpec, LossFn, ModelOutputs
 from rlcore.protocol import DataProto
+from rlcore_megatron.checkpoint_io import export_engine, load_engine, save_engine
 from rlcore_megatron.config_checks import LORA_UNSUPPORTED as LORA_UNSUPPORTED
-from rlcore_megatron.config_checks import no_lora, positive
 from rlcore_megatron.cpu_compat import cpu_compat, install_cpu_rng_tracker
+from rlcore_megatron.errors import MegatronError as MegatronError
 from rlcore_megatron.forward import (
     attention_mask,
     freeze_padding_embedding,
@@ -63,25 +61,22 @@ from rlcore_megatron.mapping import (
     ModelDims,
     megatron_names,
     merge_to_hf,
-    shard_from_hf,
 )
 from rlcore_megatron.mcore_optimizer import (
     McoreOptimizer,
-    checkpoint_optimizer_mismatch,
-    optimizer_kind,
     uses_mcore_optimizer,
 )
 from rlcore_megatron.model import build_model, global_name, layer_offset, transformer_config
-from rlcore_megatron.parallel import clip_grad_norm, init_parallel, reduce_gradients
+from rlcore_megatron.options import MegatronOptions
+from rlcore_megatron.parallel import (
+    broadcast_from_stage,
+    clip_grad_norm,
+    init_parallel,
+    reduce_gradients,
+    stage_of,
+)
 
 log = logging.getLogger(__name__)
-
-# The exported folder has no save_pretrained behind it: the generation config is copied too.
-_EXPORTED_FILES = (*TOKENIZER_FILES, "generation_config.json")
-
-
-class MegatronError(EngineError):
-    """The megatron engine cannot do what was asked (missing checkpoint, wrong role, ...)."""
 
 
 def _single_process() -> bool:
@@ -97,86 +92,10 @@ class MegatronEngine(GuardedSteps, BaseEngine):
     """
 
     @attrs.frozen(kw_only=True)
-    class Config(BaseEngine.Config):
+    class Config(MegatronOptions):
         """Options of ``[actor.engine]`` (also ``[critic.engine]``, ``[ref.engine]``)."""
 
-        tensor_parallel: int = key(
-            1,
-            "Tensor-parallel size (ranks one layer is split over).",
-            validator=positive,
-            allowed=">= 1",
-        )
-        pipeline_parallel: int = key(
-            1,
-            "Pipeline-parallel size (stages the layers are split into).",
-            validator=positive,
-            allowed=">= 1",
-        )
-        # Shard activations of norms/dropout along the sequence over the TP group.
-        sequence_parallel: bool = key(
-            False,
-            "Shard activations of norms/dropout along the sequence over the "
-            "tensor-parallel group; not supported yet (megatron-core's local spec uses "
-            "torch's RMSNorm): must stay false.",
-            allowed="false",
-        )
-
-        use_distributed_optimizer: bool = key(
-            False,
-            "Train with megatron-core's DistributedDataParallel and DistributedOptimizer: "
-            "float32 main parameters and Adam moments sharded over the data-parallel ranks "
-            "(ZeRO-1), gradients reduce-scattered from megatron's grad buffers. With "
-            'model.dtype = "bfloat16" the model computes in bfloat16 (on GPU that happens '
-            "without this key too); checkpoints then reload at the same data-parallel size.",
-        )
-
-        # Not supported: set, they fail validation with LORA_UNSUPPORTED (config_checks).
-        lora_rank: int = key(
-            0,
-            "Not supported by this engine (accepted only to say so): any value but "
-            "0 fails validation.",
-            validator=no_lora,
-            allowed="0",
-        )
-        lora_alpha: float | None = key(
-            None,
-            "Not supported by this engine: setting it fails validation.",
-            validator=no_lora,
-            allowed="unset",
-        )
-        lora_dropout: float | None = key(
-            None,
-            "Not supported by this engine: setting it fails validation.",
-            validator=no_lora,
-            allowed="unset",
-        )
-        target_modules: str | tuple[str, ...] | None = key(
-            None,
-            "Not supported by this engine: setting it fails validation.",
-            validator=no_lora,
-            allowed="unset",
-        )
-        exclude_modules: tuple[str, ...] | None = key(
-            None,
-            "Not supported by this engine: setting it fails validation.",
-            validator=no_lora,
-            allowed="unset",
-        )
-
-        @sequence_parallel.validator
-        def _check_sequence_parallel(self, attribute: Any, value: bool) -> None:
-            # megatron-core 0.16.1's local layer spec (the one model.py builds) takes its RMSNorm
-            # from LocalSpecProvider.layer_norm, always WrappedTorchNorm
-            # (megatron/core/models/backends.py:104-111), which asserts
-            # `not config.sequence_parallel` (megatron/core/transformer/torch_norm.py:32);
-            # apex does not help: its FusedLayerNorm is LayerNorm only
-            # (megatron/core/fusions/fused_layer_norm.py:66-68).
-            if value:
-                msg = (
-                    "sequence_parallel = true is not supported: megatron-core's local layer spec "
-                    "uses torch's RMSNorm, which refuses sequence parallelism; set it to false"
-                )
-                raise ValueError(msg)
+        # The keys themselves: rlcore_megatron.options.MegatronOptions.
 
     @classmethod
     def preflight(
@@ -634,166 +553,29 @@ class MegatronEngine(GuardedSteps, BaseEngine):
                 else:
                     parts = [tensor]
             if self.layout.pp > 1:
-                parts = self._share_stage(name, parts, pp_group, dtype or self._sync_dtype())
+                owner = stage_of(name, self.dims.layers, self.layout.pp)
+                parts = broadcast_from_stage(
+                    parts,
+                    owner,
+                    self.layout.pp_rank,
+                    pp_group,
+                    dtype or self._sync_dtype(),
+                    self.device,
+                )
             yield from merge_to_hf(name, parts, self.dims)
-
-    def _share_stage(
-        self, name: str, parts: list[torch.Tensor], group: dist.ProcessGroup, dtype: torch.dtype
-    ) -> list[torch.Tensor]:
-        """Broadcast ``name``'s shards from the pipeline stage that holds it."""
-        owner = 0 if name.startswith("embedding.") else self.layout.pp - 1
-        if name.startswith("decoder.layers."):
-            per_stage = self.dims.layers // self.layout.pp
-            owner = int(name.split(".")[2]) // per_stage
-        src = dist.get_global_rank(group, owner)
-        header = torch.zeros(8, dtype=torch.int64, device=self.device)
-        if self.layout.pp_rank == owner:
-            shape = (len(parts), *parts[0].shape)
-            header[0] = len(shape)
-            header[1 : 1 + len(shape)] = torch.tensor(shape)
-        dist.broadcast(header, src=src, group=group)
-        shape = tuple(int(x) for x in header[1 : 1 + int(header[0])])
-        if self.layout.pp_rank == owner:
-            stacked = torch.stack(parts).to(dtype)
-        else:
-            stacked = torch.empty(shape, dtype=dtype, device=self.device)
-        dist.broadcast(stacked, src=src, group=group)
-        return list(stacked.unbind(0))
 
     def _sync_dtype(self) -> torch.dtype:
         return next(self.model.parameters()).dtype
 
-    def _hf_state(self) -> dict[str, torch.Tensor]:
-        state = {}
-        for name, tensor in self.named_parameters_for_sync():
-            if self._tied_output and name == "lm_head.weight":
-                continue  # transformers re-ties it; safetensors refuses shared storage
-            state[name] = tensor.detach().to("cpu").contiguous().clone()
-        return state
-
     def export_hf(self, path: str) -> None:
         """Rank 0 writes config, safetensors and the tokenizer files of ``model_path``."""
-        from safetensors.torch import save_file
+        export_engine(self, path)
 
-        state = self._hf_state()
-        if dist.get_rank() == 0:
-            out = Path(path)
-            out.mkdir(parents=True, exist_ok=True)
-            config = self.hf_config
-            if self.spec.value_head:
-                config = type(config).from_dict(config.to_dict())
-                config.num_labels = 1
-                config.architectures = [
-                    f"{config.architectures[0].removesuffix('ForCausalLM')}ForTokenClassification"
-                ]
-            config.save_pretrained(out)
-            save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
-            copy_tokenizer_files(self.spec.model_path, out, _EXPORTED_FILES)
-        dist.barrier()
-
-    # --- checkpoints ----------------------------------------------------------------------
-
-    def _state(self) -> dict[str, Any]:
-        """This rank's tensors, keyed so that equal keys hold equal tensors on every rank.
-
-        Tensor-parallel shards carry their TP rank in the key; data-parallel replicas share
-        keys, so torch.distributed.checkpoint writes each once.
-        """
-        tag = f"tp{self.layout.tp_rank}"
-        params = self._local_params()
-        state: dict[str, Any] = {f"model/{tag}/{n}": p.data for n, p in params.items()}
-        if self._mcore is not None:
-            # Distributed optimizer: each data-parallel rank holds another shard.
-            shard = f"/dp{self.layout.dp_rank}" if self._mcore.distributed else ""
-            ids = {id(p): n for n, p in params.items()}
-            state.update(self._mcore.state(ids, f"optim/{tag}{shard}"))
-        elif self.optimizer is not None:
-            ids = {id(p): n for n, p in params.items()}
-            for p, slots in self.optimizer.state.items():
-                for key, value in slots.items():
-                    state[f"optim/{tag}/{ids[id(p)]}/{key}"] = value
-        return state
-
-    def _extra_file(self, path: str) -> Path:
-        # Counters and schedule are the same on every rank: rank 0 writes them.
-        return Path(path) / "megatron_engine_state.json"
+    # --- checkpoints (rlcore_megatron.checkpoint_io) ----------------------------------------
 
     def save_checkpoint(self, path: str) -> None:
         """Model + optimizer shards (torch.distributed.checkpoint), counters as JSON."""
-        Path(path).mkdir(parents=True, exist_ok=True)
-        dcp.save(self._state(), checkpoint_id=path)  # type: ignore[attr-defined]
-        extra = {
-            "global_step": self.global_step,
-            "skipped_steps": self.skipped_steps,
-            "layout": [self.layout.tp, self.layout.pp, self.layout.dp],
-            "optimizer": optimizer_kind(self._mcore),
-            "group_steps": self._mcore.group_steps() if self._mcore is not None else [],
-        }
-        if dist.get_rank() == 0:
-            self._extra_file(path).write_text(json.dumps(extra))
-        dist.barrier()
+        save_engine(self, path)
 
     def load_checkpoint(self, path: str) -> None:
-        extra_file = self._extra_file(path)
-        if not extra_file.is_file():
-            msg = f"[{self.spec.role}] no engine checkpoint at {path!r} (missing {extra_file.name})"
-            raise MegatronError(msg)
-        extra = json.loads(extra_file.read_text())
-        # Data-parallel replicas share keys, so any dp loads; TP/PP shards do not reshard.
-        layout = [self.layout.tp, self.layout.pp]
-        if extra["layout"][:2] != layout and self._guard is None:
-            self._load_resharded(path, saved_tp=int(extra["layout"][0]))
-            return
-        if extra["layout"][:2] != layout:
-            msg = (
-                f"[{self.spec.role}] checkpoint {path!r} was saved with tensor_parallel, "
-                f"pipeline_parallel = {tuple(extra['layout'][:2])}; this run uses "
-                f"{tuple(layout)} (resharding across TP/PP layouts is not supported yet)"
-            )
-            raise MegatronError(msg)
-        if self._guard is not None:
-            kind = optimizer_kind(self._mcore)
-            problem = checkpoint_optimizer_mismatch(extra, self.spec.role, kind, self.layout.dp)
-            if problem:
-                raise MegatronError(f"[{self.spec.role}] checkpoint {path!r}: {problem}")
-        state = self._state()
-        # In place: the tensors are the live ones.
-        dcp.load(state, checkpoint_id=path)  # type: ignore[attr-defined]
-        if self._mcore is not None:
-            self._mcore.load_group_steps(extra.get("group_steps", []))
-        if self._guard is not None:  # an engine without an optimizer takes no steps
-            self._guard.load_state_dict(extra)
-
-    @torch.no_grad()
-    def _load_resharded(self, path: str, *, saved_tp: int) -> None:
-        """Weights only, from a checkpoint of another TP/PP layout (optimizer state is not).
-
-        Every saved shard is read, merged into HF tensors (:func:`merge_to_hf`, the saved
-        layout's vocabulary padding) and cut again for this rank (:func:`shard_from_hf`).
-        Pipeline stages need nothing special: saved names use global layer numbers.
-        """
-        metadata = dcp.FileSystemReader(path).read_metadata().state_dict_metadata
-        saved: dict[str, Any] = {}
-        for saved_name, meta in metadata.items():
-            if saved_name.startswith("model/") and hasattr(meta, "size"):
-                saved[saved_name] = torch.empty(tuple(meta.size), dtype=meta.properties.dtype)
-        dcp.load(saved, checkpoint_id=path)  # type: ignore[attr-defined]
-        saved_dims = ModelDims.from_hf_config(
-            self.hf_config, tp=saved_tp, value_head=self.spec.value_head
-        )
-        full: dict[str, torch.Tensor] = {}
-        for name in megatron_names(saved_dims):
-            shards = [saved[f"model/tp{r}/{name}"] for r in range(saved_tp)]
-            full.update(merge_to_hf(name, shards, saved_dims))
-        for name, param in self._local_params().items():
-            shard = shard_from_hf(
-                name, full, self.dims, tp=self.layout.tp, tp_rank=self.layout.tp_rank
-            )
-            param.copy_(shard)
-        log.info(
-            "[%s] loaded the weights of %s (saved at tensor_parallel = %d) into tp = %d",
-            self.spec.role,
-            path,
-            saved_tp,
-            self.layout.tp,
-        )
+        load_engine(self, path)

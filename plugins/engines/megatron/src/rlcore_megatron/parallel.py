@@ -217,3 +217,37 @@ def clip_grad_norm(
                 if p.grad is not None:
                     p.grad.mul_(coef)
     return norm
+
+
+def stage_of(name: str, layers: int, pp: int) -> int:
+    """The pipeline stage holding megatron parameter ``name``: the embedding on the first, the
+    final norm and output layer on the last, decoder layer i on stage i // (layers / pp)."""
+    if name.startswith("decoder.layers."):
+        return int(name.split(".")[2]) // (layers // pp)
+    return 0 if name.startswith("embedding.") else pp - 1
+
+
+def broadcast_from_stage(
+    parts: list[torch.Tensor],
+    owner: int,
+    pp_rank: int,
+    group: dist.ProcessGroup,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> list[torch.Tensor]:
+    """The owner stage's ``parts`` (its tensor-parallel shards of one parameter) on every stage
+    of the pipeline ``group``: a shape header, then the stacked shards."""
+    src = dist.get_global_rank(group, owner)
+    header = torch.zeros(8, dtype=torch.int64, device=device)
+    if pp_rank == owner:
+        shape = (len(parts), *parts[0].shape)
+        header[0] = len(shape)
+        header[1 : 1 + len(shape)] = torch.tensor(shape)
+    dist.broadcast(header, src=src, group=group)
+    shape = tuple(int(x) for x in header[1 : 1 + int(header[0])])
+    if pp_rank == owner:
+        stacked = torch.stack(parts).to(dtype)
+    else:
+        stacked = torch.empty(shape, dtype=dtype, device=device)
+    dist.broadcast(stacked, src=src, group=group)
+    return list(stacked.unbind(0))

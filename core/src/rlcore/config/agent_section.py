@@ -71,12 +71,10 @@ class AgentConfig:
     max_tool_response_length: int = key(
         1000, "Characters of a tool's answer kept in the conversation.", validator=_pos
     )
-    options: dict[str, Any] = attrs.field(
+    options: dict[str, Any] = key(
+        help="[agent.options.NAME]: each selected tool's own options (listed per "
+        "plugin below); the tool is built with them.",
         factory=dict,
-        metadata={
-            "help": "[agent.options.NAME]: each selected tool's own options (listed per "
-            "plugin below); the tool is built with them."
-        },
     )
 
     def turns(self) -> str:

@@ -419,13 +419,11 @@ class RoleConfig:
 class RewardModelModelConfig(RoleModelConfig):
     """``[reward_model.model]``: the reward model's own Hugging Face folder."""
 
-    path: str = attrs.field(
-        default="",
-        metadata={
-            "help": "The reward model's local Hugging Face folder: a ...ForSequenceClassification "
-            "with num_labels = 1 and its tokenizer; required with enable (checked before Ray "
-            "starts)."
-        },
+    path: str = key(
+        "",
+        "The reward model's local Hugging Face folder: a ...ForSequenceClassification "
+        "with num_labels = 1 and its tokenizer; required with enable (checked before Ray "
+        "starts).",
     )
 
 
@@ -440,57 +438,42 @@ class RewardModelConfig:
     rebuilds it from ``model.path``.
     """
 
-    enable: bool = attrs.field(
-        default=False,
-        metadata={"help": "Score every row with the reward model (role rm, scorer rm)."},
-    )
+    enable: bool = key(False, "Score every row with the reward model (role rm, scorer rm).")
     model: RewardModelModelConfig = attrs.Factory(RewardModelModelConfig)
     engine: PluginSection = attrs.field(default=RESOLVED, metadata={"default": "actor.engine"})
-    micro_batch_size: int | None = attrs.field(
-        default=None,
+    micro_batch_size: int | None = key(
+        None,
+        "Rows per data-parallel rank in one reward-model forward; neither this "
+        "nor max_tokens_per_micro_batch set: the actor's setting.",
         validator=_opt_pos,
-        metadata={
-            "help": "Rows per data-parallel rank in one reward-model forward; neither this "
-            "nor max_tokens_per_micro_batch set: the actor's setting."
-        },
     )
-    max_tokens_per_micro_batch: int | None = attrs.field(
-        default=None, validator=_opt_pos, metadata={"help": _MAX_TOKENS_HELP}
-    )
-    weight: float = attrs.field(
-        default=1.0,
+    max_tokens_per_micro_batch: int | None = key(None, _MAX_TOKENS_HELP, validator=_opt_pos)
+    weight: float = key(
+        1.0,
+        "Weight of the reward model's score (scorer rm) in a row's reward, beside "
+        "[reward] weights; 0 logs it without training on it.",
         validator=_finite,
-        metadata={
-            "help": "Weight of the reward model's score (scorer rm) in a row's reward, beside "
-            "[reward] weights; 0 logs it without training on it.",
-            "allowed": "finite",
-        },
+        allowed="finite",
     )
-    retokenize: Literal["auto", "always", "never"] = attrs.field(
-        default="auto",
+    retokenize: Literal["auto", "always", "never"] = key(
+        "auto",
+        "Decode prompt + response and encode them with the reward model's "
+        "tokenizer (and chat template, as verl does): auto: when its tokenizer differs "
+        "from the policy's; never: score the policy's token ids as they are.",
         validator=v.in_(("auto", "always", "never")),
-        metadata={
-            "help": "Decode prompt + response and encode them with the reward model's "
-            "tokenizer (and chat template, as verl does): auto: when its tokenizer differs "
-            "from the policy's; never: score the policy's token ids as they are."
-        },
     )
-    max_length: int | None = attrs.field(
-        default=None,
+    max_length: int | None = key(
+        None,
+        "Most tokens of one re-tokenised row; longer rows keep their last "
+        "max_length tokens (the response end the score is read at). None: no limit.",
         validator=_opt_pos,
-        metadata={
-            "help": "Most tokens of one re-tokenised row; longer rows keep their last "
-            "max_length tokens (the response end the score is read at). None: no limit."
-        },
     )
-    threshold: float = attrs.field(
-        default=0.0,
+    threshold: float = key(
+        0.0,
+        "The reward model's verdict is score > threshold; reward/rm/disagree_rule "
+        "counts the rows where it differs from a rule reward's acc.",
         validator=_finite,
-        metadata={
-            "help": "The reward model's verdict is score > threshold; reward/rm/disagree_rule "
-            "counts the rows where it differs from a rule reward's acc.",
-            "allowed": "finite",
-        },
+        allowed="finite",
     )
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import attrs
 
 from rlcore.agent import BaseTool, ToolError
+from rlcore.interfaces import key
 from rlcore_code.sandbox import SandboxOptions, run_in_sandbox
 
 __all__ = ["CodeInterpreterTool"]
@@ -32,18 +33,15 @@ class CodeInterpreterTool(BaseTool):
     class Config(BaseTool.Config):
         """Options of the ``code_interpreter`` tool."""
 
-        name: str = attrs.field(
-            default="code_interpreter",
-            metadata={"help": "The name the model calls the tool by (its schema's name)."},
+        name: str = key(
+            "code_interpreter", "The name the model calls the tool by (its schema's name)."
         )
         sandbox: SandboxOptions = attrs.field(factory=SandboxOptions)
-        max_chars: int = attrs.field(
-            default=4000,
+        max_chars: int = key(
+            4000,
+            "Characters of the program's output shown to the model; at most 10**7.",
             validator=[attrs.validators.gt(0), attrs.validators.le(10_000_000)],
-            metadata={
-                "help": "Characters of the program's output shown to the model; at most 10**7.",
-                "allowed": "> 0, <= 10000000",
-            },
+            allowed="> 0, <= 10000000",
         )
 
     def __init__(self, config: CodeInterpreterTool.Config | None = None) -> None:

@@ -40,6 +40,7 @@ from rlcore.interfaces import (
     BatchScores,
     GenerationRole,
     SamplingParams,
+    key,
     seconds,
 )
 from rlcore_judge.parse import (
@@ -99,115 +100,88 @@ class JudgeReward(BaseBatchReward):
 
     @attrs.frozen(kw_only=True)
     class Config(BaseBatchReward.Config):
-        model_path: str = attrs.field(
-            default="",
+        model_path: str = key(
+            "",
+            "The judge model: a local Hugging Face folder (required; checked before Ray starts).",
             validator=_model_folder,
-            metadata={
-                "help": "The judge model: a local Hugging Face folder (required; checked "
-                "before Ray starts)."
-            },
         )
-        template: str = attrs.field(
-            default=DEFAULT_TEMPLATE,
+        template: str = key(
+            DEFAULT_TEMPLATE,
+            "The judge's prompt (str.format): {response} required, {prompt} and "
+            "{ground_truth} optional; a literal brace is {{ or }}. Sent as one user turn "
+            "of the judge's chat template.",
             validator=_template,
-            metadata={
-                "help": "The judge's prompt (str.format): {response} required, {prompt} and "
-                "{ground_truth} optional; a literal brace is {{ or }}. Sent as one user turn "
-                "of the judge's chat template."
-            },
         )
-        role: str = attrs.field(
-            default="judge",
+        role: str = key(
+            "judge",
+            "The name of the judge's worker role (logs, errors).",
             validator=_v.matches_re(r"[a-z][a-z0-9_]*"),
-            metadata={"help": "The name of the judge's worker role (logs, errors)."},
         )
-        rollout: str = attrs.field(
-            default="hf",
-            metadata={"help": "The rollout plugin serving the judge (hf; vllm where installed)."},
-        )
-        rollout_options: dict[str, Any] = attrs.field(
+        rollout: str = key("hf", "The rollout plugin serving the judge (hf; vllm where installed).")
+        rollout_options: dict[str, Any] = key(
+            help="That rollout plugin's own options (as under [rollout]), checked "
+            "when the run builds the reward.",
             factory=dict,
-            metadata={
-                "help": "That rollout plugin's own options (as under [rollout]), checked "
-                "when the run builds the reward."
-            },
         )
-        dtype: str | None = attrs.field(
-            default=None,
+        dtype: str | None = key(
+            None,
+            "The judge's dtype; unset: model.dtype.",
             validator=_v.optional(_v.in_(DTYPE_NAMES)),
-            metadata={"help": "The judge's dtype; unset: model.dtype."},
         )
-        apply_chat_template: bool = attrs.field(
-            default=True,
-            metadata={"help": "Wrap each prompt in the judge's chat template (when it has one)."},
+        apply_chat_template: bool = key(
+            True, "Wrap each prompt in the judge's chat template (when it has one)."
         )
-        max_prompt_length: int = attrs.field(
-            default=1024,
+        max_prompt_length: int = key(
+            1024,
+            "Judge prompt tokens kept (the last ones; longer prompts are counted "
+            "in truncated_prompts).",
             validator=_v.ge(1),
-            metadata={
-                "help": "Judge prompt tokens kept (the last ones; longer prompts are counted "
-                "in truncated_prompts)."
-            },
         )
-        max_new_tokens: int = attrs.field(
-            default=64, validator=_v.ge(1), metadata={"help": "Tokens one judgement may take."}
+        max_new_tokens: int = key(64, "Tokens one judgement may take.", validator=_v.ge(1))
+        temperature: float = key(
+            0.0, "Judge sampling temperature; 0: greedy (the default).", validator=_v.ge(0.0)
         )
-        temperature: float = attrs.field(
-            default=0.0,
-            validator=_v.ge(0.0),
-            metadata={"help": "Judge sampling temperature; 0: greedy (the default)."},
-        )
-        top_p: float = attrs.field(
-            default=1.0,
+        top_p: float = key(
+            1.0,
+            "Judge nucleus sampling (with temperature > 0).",
             validator=[_v.gt(0.0), _v.le(1.0)],
-            metadata={"help": "Judge nucleus sampling (with temperature > 0)."},
         )
-        top_k: int = attrs.field(
-            default=-1, metadata={"help": "Judge top-k sampling; -1: off (with temperature > 0)."}
-        )
-        score_pattern: str = attrs.field(
-            default=DEFAULT_PATTERN,
+        top_k: int = key(-1, "Judge top-k sampling; -1: off (with temperature > 0).")
+        score_pattern: str = key(
+            DEFAULT_PATTERN,
+            "Regular expression whose last match holds the score (its capture "
+            "group, else the whole match); default: a number in double brackets, [[7]].",
             validator=_pattern,
-            metadata={
-                "help": "Regular expression whose last match holds the score (its capture "
-                "group, else the whole match); default: a number in double brackets, [[7]]."
-            },
         )
-        last_number: bool = attrs.field(
-            default=False,
-            metadata={"help": "When score_pattern does not match, read the text's final number."},
+        last_number: bool = key(
+            False, "When score_pattern does not match, read the text's final number."
         )
-        scale: tuple[float, float] = attrs.field(
-            default=(0.0, 10.0),
+        scale: tuple[float, float] = key(
+            (0.0, 10.0),
+            "[low, high] of the judge's scale; a score x maps to "
+            "(x - low) / (high - low) in [0, 1].",
             validator=_scale,
-            metadata={"help": "[low, high] of the judge's scale; a score x maps to "
-                      "(x - low) / (high - low) in [0, 1]."},
-        )  # fmt: skip
-        out_of_range: Literal["unparseable", "clamp"] = attrs.field(
-            default="unparseable",
+        )
+        out_of_range: Literal["unparseable", "clamp"] = key(
+            "unparseable",
+            "A number outside scale: unparseable (counted) or clamp.",
             validator=_v.in_(("unparseable", "clamp")),
-            metadata={"help": "A number outside scale: unparseable (counted) or clamp."},
         )
-        unparseable_score: float = attrs.field(
-            default=0.0,
+        unparseable_score: float = key(
+            0.0,
+            "The score of an unparseable judgement (counted in unparseable).",
             validator=_finite,
-            metadata={"help": "The score of an unparseable judgement (counted in unparseable)."},
         )
-        batch_size: int = attrs.field(
-            default=64,
+        batch_size: int = key(
+            64,
+            "Judge prompts per call (the most judged at once, split over the "
+            "role's ranks); calls run one after another.",
             validator=_v.ge(1),
-            metadata={
-                "help": "Judge prompts per call (the most judged at once, split over the "
-                "role's ranks); calls run one after another."
-            },
         )
-        timeout_s: float = attrs.field(
-            default=300.0,
+        timeout_s: float = key(
+            300.0,
+            "Wall-clock limit of one judge call (s); past it the run stops naming the role.",
             validator=seconds(holder="ray.wait"),
-            metadata={
-                "help": "Wall-clock limit of one judge call (s); past it the run stops "
-                "naming the role."
-            },
         )
 
     config: JudgeReward.Config

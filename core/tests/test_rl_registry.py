@@ -20,6 +20,7 @@ from rlcore.hookspecs import hookimpl
 from rlcore.interfaces import BatchTotals
 from rlcore.plugins import PluginRegistry
 from rlcore.rl import advantages, losses, registry
+from rlcore.rl.advantages import estimator_options
 from rlcore.rl.algorithm import PolicyGradientAlgorithm, adv_estimator_name
 from rlcore.rl.losses import PolicyLossTerms, policy_loss_fn
 from rlcore.rl.registry import (
@@ -87,7 +88,9 @@ def test_every_estimator_has_the_one_signature(core_only, name):
     fn = get_adv_estimator_fn(name, registry=core_only)
     assert _shape(fn) == _shape(AdvantageEstimatorFn.__call__)
     # The Config fields each reads, declared so a config is checked when it loads.
-    assert all(isinstance(k, str) for k in fn.config_keys)
+    assert all(isinstance(k, str) for k in estimator_options(fn))
+    if name == "grpo":  # GRPOOptions, declared beside the estimator
+        assert set(estimator_options(fn)) == set(attrs.fields_dict(advantages.GRPOOptions))
 
 
 def test_the_builtin_module_passes_the_plugin_conformance_check():

@@ -13,8 +13,8 @@ divided by ``epsilon``.
 The ``*_estimator`` functions at the end are the registered ones (``[algorithm]
 adv_estimator``, :mod:`rlcore.builtin`): each has the one signature of
 :class:`rlcore.rl.registry.AdvantageEstimatorFn` and reads its options from the algorithm's
-``Config``; ``config_keys`` lists them, so a config whose algorithm lacks one is refused
-before the run starts.
+``Config``; :func:`estimator_options` lists them, so a config whose algorithm lacks one is
+refused before the run starts.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ __all__ = [
     "compute_reinforce_plus_plus_baseline_outcome_advantage",
     "compute_reinforce_plus_plus_outcome_advantage",
     "compute_rloo_outcome_advantage",
+    "estimator_options",
     "gae_estimator",
     "group_index",
     "grpo_estimator",
@@ -258,6 +259,11 @@ def _need(x: Any, what: str, estimator: str) -> Any:
     return x
 
 
+# Each built-in estimator's options, declared where it is registered (a value read by
+# estimator_options, not an attribute set on the function).
+_OPTIONS: dict[AdvantageEstimatorFn, tuple[str, ...]] = {}
+
+
 def _registered(
     name: str,
     compute: Callable[..., tuple[torch.Tensor, torch.Tensor]],
@@ -269,8 +275,8 @@ def _registered(
     """``compute`` behind the one :class:`AdvantageEstimatorFn` signature, as ``name``.
 
     Every option in ``reads`` is a ``Config`` field passed on under the same keyword (and is
-    the estimator's ``config_keys``, checked when the config is loaded); ``uids`` / ``critic``:
-    ``compute`` takes ``uids`` / ``values``, which must then be given.
+    the estimator's :func:`estimator_options`, checked when the config is loaded); ``uids`` /
+    ``critic``: ``compute`` takes ``uids`` / ``values``, which must then be given.
     """
 
     def estimator(
@@ -292,8 +298,14 @@ def _registered(
     estimator.__name__ = estimator.__qualname__ = f"{name}_estimator"
     options = f" ({', '.join(f'``{k}``' for k in reads)})" if reads else ""
     estimator.__doc__ = f"``{name}``: :func:`{compute.__name__}`{options}."
-    estimator.config_keys = reads  # type: ignore[attr-defined]
+    _OPTIONS[estimator] = reads
     return estimator
+
+
+def estimator_options(estimator: AdvantageEstimatorFn) -> tuple[str, ...]:
+    """The ``Config`` fields ``estimator`` reads (checked when the config is loaded); none for
+    an estimator that reads its options itself (a plugin's)."""
+    return _OPTIONS.get(estimator, ())
 
 
 @attrs.frozen(kw_only=True, slots=False)

@@ -28,6 +28,7 @@ import torch
 from rlcore import builtin
 from rlcore.errors import PluginError
 from rlcore.interfaces import BaseAlgorithm, BatchTotals, ModelOutputs, key
+from rlcore.rl.advantages import estimator_options
 from rlcore.rl.kl import KL_ESTIMATORS, KLController, apply_kl_penalty, kl_penalty
 from rlcore.rl.losses import (
     LOSS_AGG_MODES,
@@ -75,8 +76,9 @@ def policy_loss_name(instance: Any, attribute: attrs.Attribute[Any], value: str)
 
 
 def adv_estimator_name(instance: Any, attribute: attrs.Attribute[Any], value: str | None) -> None:
-    """attrs validator: ``value`` is a registered advantage estimator whose options (its
-    ``config_keys``) this algorithm's ``Config`` has; None: the algorithm computes its own."""
+    """attrs validator: ``value`` is a registered advantage estimator whose options
+    (:func:`~rlcore.rl.advantages.estimator_options`) this algorithm's ``Config`` has; None:
+    the algorithm computes its own."""
     if value is None:
         return
     try:
@@ -84,7 +86,7 @@ def adv_estimator_name(instance: Any, attribute: attrs.Attribute[Any], value: st
     except PluginError as err:
         raise ValueError(str(err)) from err
     fields = attrs.fields_dict(type(instance))
-    missing = [k for k in getattr(estimator, "config_keys", ()) if k not in fields]
+    missing = [k for k in estimator_options(estimator) if k not in fields]
     if missing:
         algorithm = type(instance).__qualname__.removesuffix(".Config")
         msg = (

@@ -252,19 +252,24 @@ def policy_loss_fn(body: PolicyLossBody) -> PolicyLossFn:
     return loss
 
 
+# The policy losses declared advantage-scaled: a value read by is_advantage_scaled, not an
+# attribute set on each function. Filled as each loss's module is imported, in every process.
+_ADVANTAGE_SCALED: set[PolicyLossFn] = set()
+
+
 def advantage_scaled(loss: PolicyLossFn) -> PolicyLossFn:
     """Mark a policy loss every term of which is a multiple of the advantage: a row of zero
     advantages adds exactly nothing to its gradient, so workers may leave such rows out of
     the backward pass (:attr:`~rlcore.interfaces.BaseAlgorithm.zero_advantage_rows_inert`).
     A loss without the mark (``kl_cov``, whose penalty does not vanish with the advantage;
     any plugin's that does not say) keeps every row."""
-    loss.advantage_scaled = True  # type: ignore[attr-defined]
+    _ADVANTAGE_SCALED.add(loss)
     return loss
 
 
 def is_advantage_scaled(loss: PolicyLossFn) -> bool:
-    """Whether ``loss`` carries the :func:`advantage_scaled` mark."""
-    return bool(getattr(loss, "advantage_scaled", False))
+    """Whether ``loss`` was declared :func:`advantage_scaled`."""
+    return loss in _ADVANTAGE_SCALED
 
 
 def _valid_only(mask: torch.Tensor, *tensors: torch.Tensor) -> list[torch.Tensor]:

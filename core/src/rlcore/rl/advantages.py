@@ -43,6 +43,7 @@ __all__ = [
     "gae_estimator",
     "group_index",
     "grpo_estimator",
+    "reads_options",
     "reinforce_plus_plus_baseline_estimator",
     "reinforce_plus_plus_estimator",
     "rloo_estimator",
@@ -298,8 +299,23 @@ def _registered(
     estimator.__name__ = estimator.__qualname__ = f"{name}_estimator"
     options = f" ({', '.join(f'``{k}``' for k in reads)})" if reads else ""
     estimator.__doc__ = f"``{name}``: :func:`{compute.__name__}`{options}."
-    _OPTIONS[estimator] = reads
-    return estimator
+    return reads_options(*reads)(estimator)
+
+
+def reads_options(*keys: str) -> Callable[[AdvantageEstimatorFn], AdvantageEstimatorFn]:
+    """Declare the ``Config`` fields an estimator reads (a plugin's too), so that a config
+    whose algorithm lacks one is refused when it loads::
+
+        @reads_options("gamma", "lam")
+        def my_estimator(token_level_rewards, response_mask, *, config, index=None, values=None):
+            ...
+    """
+
+    def declare(estimator: AdvantageEstimatorFn) -> AdvantageEstimatorFn:
+        _OPTIONS[estimator] = keys
+        return estimator
+
+    return declare
 
 
 def estimator_options(estimator: AdvantageEstimatorFn) -> tuple[str, ...]:

@@ -183,7 +183,7 @@ def test_bad_gguf_inputs_are_one_line_each(tmp_path, cache, monkeypatch):
     text = tmp_path / "notes.gguf"
     text.write_text("not a model at all")
     assert "is not a GGUF file" in _one_line(str(text))
-    assert "is no such file" in _one_line(str(tmp_path / "missing.gguf"))
+    assert "does not exist" in _one_line(str(tmp_path / "missing.gguf"))
 
     other = tmp_path / "other.gguf"
     write_tiny_gguf(other, arch="tinyarch")

@@ -95,7 +95,8 @@ def test_summary_is_one_page_with_a_panel_per_metric_present(tmp_path):
 
 
 def test_errors_name_the_problem(tmp_path):
-    with pytest.raises(DataError, match=r"no metrics file at .*metrics\.jsonl"):
+    missing = r"metrics file .*metrics\.jsonl does not exist: is this a run directory"
+    with pytest.raises(DataError, match=missing):
         plot_run(tmp_path)
     write_run(tmp_path / "r", [{"step": 1, "timing_s/gen": 1.0}])
     with pytest.raises(DataError, match="none of the plotted metrics"):

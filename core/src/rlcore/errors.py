@@ -6,6 +6,9 @@ bug and keeps its traceback.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 
 class RlcoreError(Exception):
     """Base of every error rlcore raises for a condition the user can act on."""
@@ -66,3 +69,25 @@ class WorkerTimeoutError(WorkerError, TimeoutError):
 
 class WorkerGroupError(RlcoreError, ValueError):
     """A worker group was set up wrong (e.g. a runtime_env overriding a protected variable)."""
+
+
+def require_file(
+    path: str | os.PathLike[str],
+    what: str,
+    *,
+    error: type[RlcoreError],
+    where: str = "",
+    hint: str = "",
+) -> Path:
+    """``path`` when it is an existing file; else ``error`` with the one line every user-given
+    file gets: ``"{where}: {what} {path} does not exist{hint}"`` (or ``"... {path} is not a
+    file"``), ``where`` the config key that named it (none: no prefix)."""
+    file = Path(path)
+    if file.is_file():
+        return file
+    prefix = f"{where}: " if where else ""
+    if file.exists():
+        msg = f"{prefix}{file} is not a file{hint}"
+    else:
+        msg = f"{prefix}{what} {file} does not exist{hint}"
+    raise error(msg)

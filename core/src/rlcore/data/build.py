@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlcore.errors import DataError
+from rlcore.errors import DataError, require_file
 
 if TYPE_CHECKING:
     from rlcore.config import RunConfig
@@ -21,13 +21,7 @@ __all__ = ["build_datasets", "build_loaders", "prompt_tools"]
 
 
 def _check_file(file: str, key: str) -> None:
-    path = Path(file)
-    if not path.exists():
-        msg = f"{key}: data file {path} does not exist"
-        raise DataError(msg)
-    if not path.is_file():
-        msg = f"{key}: {path} is not a file"
-        raise DataError(msg)
+    path = require_file(file, "data file", error=DataError, where=key)
     try:
         with path.open("rb") as fh:
             fh.read(1)

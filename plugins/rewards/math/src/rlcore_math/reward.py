@@ -34,20 +34,14 @@ class MathReward(BaseReward):
 
     @attrs.frozen(kw_only=True)
     class Config(BaseReward.Config):
-        # Where the answer is: the last \boxed{}, a Minerva "The final answer is X" line, or
-        # the box with the answer line as fallback.
         extract: Literal["boxed", "answer", "both"] = key(
             "boxed",
             'Where the answer is: the last \\boxed{}, a Minerva "The final answer is '
             'X" line, or both (the box, the line as fallback).',
             validator=attrs.validators.in_(("boxed", "answer", "both")),
         )
-        score: float = key(1.0, "Score of a correct answer.")  # for a correct answer
-        format_score: float = key(
-            0.0, "Score of an answer that was found but is wrong."
-        )  # for an answer that was found but is wrong
-        # Wall-clock limit of the symbolic (math-verify) checks of one response, all
-        # references together.
+        score: float = key(1.0, "Score of a correct answer.")
+        format_score: float = key(0.0, "Score of an answer that was found but is wrong.")
         timeout_s: float = key(
             2.0,
             "Wall-clock limit of the symbolic (math-verify) checks of one response, "

@@ -40,7 +40,6 @@ class HFRollout(BaseRollout):
     class Config(BaseRollout.Config):
         """Options of ``[rollout]`` for ``name = "hf"``."""
 
-        # Prompts per ``generate`` call (None: the whole batch at once).
         max_batch_size: int | None = key(
             None,
             "Prompts per generate call; unset: the whole batch at once.",
@@ -49,9 +48,7 @@ class HFRollout(BaseRollout):
         attn_implementation: str = key(
             "sdpa", "transformers' attn_implementation of the generating model."
         )
-        # Keys/values written in place into a buffer sized for prompt + max_new_tokens
-        # (rlcore_hf.kv_cache) instead of transformers' concatenating DynamicCache, which
-        # copies the whole cache at every step. Same tokens; false: transformers' own.
+        # The buffer: rlcore_hf.kv_cache.
         preallocate_kv_cache: bool = key(
             True,
             "Write keys/values in place into a buffer sized for prompt + "
@@ -59,9 +56,7 @@ class HFRollout(BaseRollout):
             "cache every step). Same tokens.",
         )
 
-        # rlcore_hf.sampler: a cumulative sum and searchsorted per step instead of
-        # torch.multinomial (0.05 vs 0.84 ms per step for 128 rows on a CPU). Same distribution,
-        # another random stream: false gives transformers' own draws (older runs' tokens).
+        # rlcore_hf.sampler; measured 0.05 vs 0.84 ms per step for 128 rows on a CPU.
         inverse_cdf_sampling: bool = key(
             True,
             "Draw each sampled token by inverse CDF (a cumulative sum and searchsorted) "

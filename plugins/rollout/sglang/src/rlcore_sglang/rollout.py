@@ -174,44 +174,38 @@ class SGLangRollout(BaseRollout):
     class Config(BaseRollout.Config):
         """Options of ``[rollout]`` for ``name = "sglang"`` (verl's names where it has one)."""
 
-        # ServerArgs.tp_size: GPUs one engine spans. The worker process must see that many
-        # (one rollout per tensor-parallel group).
+        # One rollout per tensor-parallel group.
         tensor_parallel_size: int = key(
             1,
             "GPUs one SGLang engine spans (ServerArgs.tp_size); the worker process "
             "must see that many.",
             validator=attrs.validators.ge(1),
         )
-        # ServerArgs.mem_fraction_static: weights + KV cache, as a fraction of GPU memory.
         gpu_memory_utilization: float = key(
             0.5,
             "Share of GPU memory for weights and KV cache (ServerArgs.mem_fraction_static).",
             validator=[attrs.validators.gt(0.0), attrs.validators.le(1.0)],
         )
-        # sleep()/wake_up() free and restore GPU memory (SGLang's memory saver); off: no-ops.
         enable_memory_saver: bool = key(
             True,
             "sleep()/wake_up() free and restore GPU memory (SGLang's memory saver); "
             "false: they do nothing.",
         )
-        # Batch-invariant kernels + per-request seeds: reruns and resumes sample identically.
         deterministic: bool = key(
             False,
             "Batch-invariant kernels and per-request seeds: reruns and resumes sample identically.",
         )
-        # Weight sync sends tensors to SGLang in buckets of this many MiB.
         update_weights_bucket_mb: int = key(
             512,
             "Weight sync sends tensors to SGLang in buckets of this many MiB.",
             validator=attrs.validators.ge(1),
         )
-        # One generate (or generate_one) call waits at most this long for SGLang.
+        # generate_one too.
         request_timeout_s: float = key(
             3600.0,
             "Time limit of one generate call on SGLang (s).",
             validator=seconds(holder="asyncio.wait_for"),
         )
-        # First GPU of the engine; None: torch's current device in this process.
         base_gpu_id: int | None = key(
             None,
             "First GPU of the engine; unset: torch's current device in this process.",
@@ -222,7 +216,6 @@ class SGLangRollout(BaseRollout):
             "SGLang's log level.",
             validator=attrs.validators.in_(("debug", "info", "warning", "error", "critical")),
         )
-        # Any other ServerArgs field, passed through (verl's engine_kwargs.sglang).
         server_args: dict[str, Any] = key(
             factory=dict,
             help="Any other ServerArgs field, passed through (verl's "

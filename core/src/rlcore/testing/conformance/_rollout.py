@@ -7,6 +7,7 @@ from typing import Any
 
 from rlcore.interfaces import BaseRollout, RolloutSpec, RolloutTraits, SamplingParams
 from rlcore.protocol import DataProto
+from rlcore.rl.step import expand_prompts
 from rlcore.testing.conformance._common import fail
 from rlcore.testing.conformance._contract import check_class
 from rlcore.testing.prompts import prompt_batch
@@ -158,7 +159,7 @@ def check_rollout(
 
     sample = SamplingParams(temperature=1.0, max_new_tokens=_R, return_log_probs=True)
     state = rollout.state_dict()
-    rows3 = prompts.repeat(3, interleave=True)  # the driver's expansion: n = 3
+    rows3 = expand_prompts(prompts, 3)  # the driver's expansion: n = 3
     first = rollout.generate(rows3, sample)
     _check_layout(what, first, prompts, 3, eos)
     lp = first.batch.get("rollout_log_probs")
@@ -189,7 +190,7 @@ def check_rollout(
         )
 
     greedy = SamplingParams(do_sample=False, max_new_tokens=_R)
-    rows2 = prompts.repeat(2, interleave=True)
+    rows2 = expand_prompts(prompts, 2)
     g1 = rollout.generate(rows2, greedy)
     _check_layout(what, g1, prompts, 2, eos)
     g2 = rollout.generate(rows2, greedy)

@@ -8,6 +8,7 @@ from typing import Any
 import attrs
 
 from rlcore.agent import BaseTool, ToolError
+from rlcore.interfaces import key
 from rlcore_calculator.evaluate import CalculatorError, evaluate, format_number
 
 __all__ = ["CalculatorTool"]
@@ -20,10 +21,7 @@ class CalculatorTool(BaseTool):
     class Config(BaseTool.Config):
         """Options of the ``calculator`` tool."""
 
-        name: str = attrs.field(
-            default="calculator",
-            metadata={"help": "The name the model calls the tool by (its schema's name)."},
-        )
+        name: str = key("calculator", "The name the model calls the tool by (its schema's name).")
 
     def __init__(self, config: CalculatorTool.Config | None = None) -> None:
         super().__init__(config)

@@ -70,8 +70,8 @@ from typing import Any, TypeVar
 
 import attrs
 
+from rlcore.dispatch.calls import DEFAULT_MESH as DEFAULT_MESH
 from rlcore.dispatch.calls import (
-    DEFAULT_MESH,
     CollectFn,
     DispatchCall,
     DispatchError,

@@ -533,6 +533,14 @@ def _cross_checks(s: dict[str, Any]) -> list[Problem]:
                 'resources.placement.rollout = "NAME" and [resources.pools.NAME]'
             )
             problems.append((("trainer", "async_mode"), msg))
+    rollout: RolloutConfig | None = s.get("rollout")
+    async_mode = trainer.async_mode if trainer is not None else "off"
+    if rollout is not None and rollout.partial_rollouts and async_mode == "off":
+        msg = (
+            "partial rollouts continue a batch across a weight sync, which only the "
+            'asynchronous modes have; set trainer.async_mode = "one_step_off" or "fully_async"'
+        )
+        problems.append((("rollout", "partial_rollouts"), msg))
     reward: RewardConfig | None = s.get("reward")
     rm: RewardModelConfig | None = s.get("reward_model")
     rm_on = rm is not None and rm.enable

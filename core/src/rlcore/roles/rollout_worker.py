@@ -54,7 +54,10 @@ ROLLOUT_SUBDIR = "rollout"
 # seconds (no call running) since the previous generation (averaged over ranks).
 GEN_SAMPLES_PER_S = "async/gen_samples_per_s"
 ROLLOUT_IDLE_S = "async/rollout_idle_s"
+# Partial rollouts: samples holding tokens of a newer version than their first (summed).
+CONTINUED_SAMPLES = "rollout/continued_samples"
 declare_reduction(GEN_SAMPLES_PER_S, SUM)
+declare_reduction(CONTINUED_SAMPLES, SUM)
 
 
 class RolloutWorker(WeightBridgeEnd):
@@ -106,6 +109,7 @@ class RolloutWorker(WeightBridgeEnd):
         return self._generate(prompts, sampling)
 
     def _generate(self, prompts: DataProto, sampling: SamplingParams) -> DataProto:
+        import numpy as np
 
         rollout = self._rollout()
         start = self._call_started()
@@ -122,6 +126,13 @@ class RolloutWorker(WeightBridgeEnd):
         self._last_end = time.perf_counter()
         metrics = {**out.meta_info.get("metrics", {}), **summed(timing)}
         metrics["rollout/weight_version"] = [float(self.weight_version)]
+        spans = out.batch.get(TOKEN_WEIGHT_VERSIONS_KEY) if out.batch is not None else None
+        if spans is not None:  # partial rollouts: samples continued across a weight sync
+            first = out.non_tensor_batch[WEIGHT_VERSION_KEY]
+            newer = (
+                spans > spans.new_tensor(np.asarray(first, dtype=np.int64))[:, None]
+            ) & out.batch["response_mask"].bool()
+            metrics[CONTINUED_SAMPLES] = [float(newer.any(1).sum())]
         metrics[GEN_SAMPLES_PER_S] = [len(out) / max(self._last_end - start, 1e-9)]
         metrics[ROLLOUT_IDLE_S] = [self._idle_s]
         metrics["perf/peak_rss_gb/rollout"] = [peak_rss_gb()]

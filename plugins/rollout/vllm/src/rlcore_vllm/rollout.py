@@ -64,6 +64,10 @@ from rlcore_vllm.partial import continued_batch
 from rlcore_vllm.weights import layer_buckets, save_bucket
 
 _EXTENSION = "rlcore_vllm.weights.WeightSyncExtension"
+_PARTIAL_NEEDS_ASYNC = (
+    "rollout.partial_rollouts needs vLLM's async engine (a weight sync must reach it while a "
+    "batch generates): set [rollout] async_engine = true (the default on GPU)"
+)
 _ONE_REQUEST = 1 << 31  # seeds of generate_one requests: apart from generate's (seed, call)
 
 INSTALL_HINT = (
@@ -271,7 +275,14 @@ class VLLMRollout(BaseRollout):
         vllm = isinstance(config, VLLMRollout.Config)
         tp = config.tensor_parallel_size if vllm else 1
         adapters = vllm and config.lora_sync == "adapter"
-        return RolloutTraits(cheap_log_probs=True, ranks_per_engine=tp, lora_adapters=adapters)
+        # Partial rollouts: the async engine (unset: on GPU; preflight checks the device).
+        partial = vllm and config.async_engine is not False and tp == 1
+        return RolloutTraits(
+            cheap_log_probs=True,
+            ranks_per_engine=tp,
+            lora_adapters=adapters,
+            partial_rollouts=partial,
+        )
 
     @classmethod
     def preflight(
@@ -294,6 +305,8 @@ class VLLMRollout(BaseRollout):
             multiprocessing=config.multiprocessing,
             world=world_size,
         )
+        if spec.partial_rollouts and not async_engine:
+            raise ConfigError(_PARTIAL_NEEDS_ASYNC)
         # As __init__ decides it in each policy worker (its torch.distributed world spans them).
         wants_mp = world_size > 1 if config.multiprocessing is None else config.multiprocessing
         choose_transport(
@@ -349,11 +362,7 @@ class VLLMRollout(BaseRollout):
         self.partial_rollouts = spec.partial_rollouts
         self.weight_version = 0
         if self.partial_rollouts and not self.async_engine:
-            msg = (
-                "[rollout] partial_rollouts needs vLLM's async engine (a sync must reach the "
-                "engine while a batch generates): set [rollout] async_engine = true"
-            )
-            raise ConfigError(msg)
+            raise ConfigError(_PARTIAL_NEEDS_ASYNC)
         self._calls = 0
         self._asleep: set[str] = set()  # vLLM's sleep tags now asleep ("weights", "kv_cache")
         self.adapter = (

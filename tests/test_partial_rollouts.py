@@ -22,7 +22,9 @@ def assets(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("partial")
     model = tiny_run_model(root / "model")
-    return model, write_jsonl(arithmetic_rows([(a, b) for a in range(2) for b in range(2)]), root / "train.jsonl")
+    return model, write_jsonl(
+        arithmetic_rows([(a, b) for a in range(2) for b in range(2)]), root / "train.jsonl"
+    )
 
 
 @pytest.mark.parametrize(
@@ -40,8 +42,13 @@ def assets(tmp_path_factory):
             "(only vLLM with [rollout] async_engine = true continues requests across one); set "
             "rollout.partial_rollouts = false",
         ),
+        (
+            'async_mode = "fully_async"  # agent',
+            "rollout.partial_rollouts: an [agent] run's turns (generate_one) are not continued "
+            "across a weight sync; set rollout.partial_rollouts = false",
+        ),
     ],
-    ids=["sync-run", "hf-rollout"],
+    ids=["sync-run", "hf-rollout", "agent"],
 )
 def test_partial_rollouts_are_refused_in_one_line(tmp_path, assets, capsys, trainer, message):
     import _bad_inputs as bi
@@ -53,12 +60,15 @@ def test_partial_rollouts_are_refused_in_one_line(tmp_path, assets, capsys, trai
     text = tiny_run_toml(
         model=model, train_files=[train], run_dir=tmp_path / "run", extra=PLACE_ROLLOUT
     ).replace("[trainer]\n", f"[trainer]\n{trainer}\n", 1)
+    if "# agent" in trainer:
+        text += '[agent]\ntools = ["calculator"]\n'
     config = tmp_path / "run.toml"
     config.write_text(text)
     registry = PluginRegistry(disabled=["rlcore-fake", "rlcore-fake-dup"])
     overrides = ["rollout.partial_rollouts=true"]
     code, err = bi.train_preflight(config, overrides, capsys, registry)
-    bi.assert_one_line(code, err, message if trainer else f"{config}: {message}")
+    prefixed = not trainer or "# agent" in trainer  # the loader's lines name the file
+    bi.assert_one_line(code, err, f"{config}: {message}" if prefixed else message)
 
 
 def test_a_row_takes_its_oldest_tokens_version():

@@ -541,6 +541,12 @@ def _cross_checks(s: dict[str, Any]) -> list[Problem]:
             'asynchronous modes have; set trainer.async_mode = "one_step_off" or "fully_async"'
         )
         problems.append((("rollout", "partial_rollouts"), msg))
+    elif rollout is not None and rollout.partial_rollouts and agent is not None:
+        msg = (
+            "an [agent] run's turns (generate_one) are not continued across a weight sync; "
+            "set rollout.partial_rollouts = false"
+        )
+        problems.append((("rollout", "partial_rollouts"), msg))
     reward: RewardConfig | None = s.get("reward")
     rm: RewardModelConfig | None = s.get("reward_model")
     rm_on = rm is not None and rm.enable

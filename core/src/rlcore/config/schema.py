@@ -378,7 +378,8 @@ class RolloutConfig:
         "With trainer.async_mode: a weight sync no longer waits for the batch generating; "
         "the rollout aborts its requests, keeps their tokens and continues them with the new "
         "weights (batch token_weight_versions; a row's weight_version is its oldest "
-        "token's). vLLM with async_engine only; the HF rollout finishes its batch.",
+        "token's). vLLM with async_engine only (the HF rollout finishes its batch); not with "
+        "[agent].",
     )
     val: ValSamplingConfig = attrs.Factory(ValSamplingConfig)
     options: Any = attrs.field(default=None, metadata=_FLATTEN)

@@ -276,7 +276,9 @@ class VLLMRollout(BaseRollout):
         tp = config.tensor_parallel_size if vllm else 1
         adapters = vllm and config.lora_sync == "adapter"
         # Partial rollouts: the async engine (unset: on GPU; preflight checks the device).
-        partial = vllm and config.async_engine is not False and tp == 1
+        partial = (
+            isinstance(config, VLLMRollout.Config) and config.async_engine is not False and tp == 1
+        )
         return RolloutTraits(
             cheap_log_probs=True,
             ranks_per_engine=tp,

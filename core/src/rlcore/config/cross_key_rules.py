@@ -15,6 +15,7 @@ from rlcore.config.schema import (
     ResourcesConfig,
     RewardConfig,
     RewardModelConfig,
+    RolloutConfig,
     TrainerConfig,
 )
 from rlcore.reward.model import RM_SCORER
@@ -63,6 +64,20 @@ def cross_key_problems(s: dict[str, Any]) -> list[Problem]:
                 'resources.placement.rollout = "NAME" and [resources.pools.NAME]'
             )
             problems.append((("trainer", "async_mode"), msg))
+    rollout: RolloutConfig | None = s.get("rollout")
+    async_mode = trainer.async_mode if trainer is not None else "off"
+    if rollout is not None and rollout.partial_rollouts and async_mode == "off":
+        msg = (
+            "partial rollouts continue a batch across a weight sync, which only the "
+            'asynchronous modes have; set trainer.async_mode = "one_step_off" or "fully_async"'
+        )
+        problems.append((("rollout", "partial_rollouts"), msg))
+    elif rollout is not None and rollout.partial_rollouts and agent is not None:
+        msg = (
+            "an [agent] run's turns (generate_one) are not continued across a weight sync; "
+            "set rollout.partial_rollouts = false"
+        )
+        problems.append((("rollout", "partial_rollouts"), msg))
     reward: RewardConfig | None = s.get("reward")
     rm: RewardModelConfig | None = s.get("reward_model")
     rm_on = rm is not None and rm.enable

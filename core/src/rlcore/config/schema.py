@@ -336,6 +336,16 @@ class RolloutConfig:
         "rollout/logprob_diff_mean/_max against the trainer's; unset: on where the "
         "rollout's log-probs are cheap (vLLM), off otherwise.",
     )
+    # Off by default: it changes what a sample is (tokens of several weight versions, the
+    # row's version its oldest token's) and needs an engine that can take a sync mid-batch.
+    partial_rollouts: bool = key(
+        False,
+        "With trainer.async_mode: a weight sync no longer waits for the batch generating; "
+        "the rollout aborts its requests, keeps their tokens and continues them with the new "
+        "weights (batch token_weight_versions; a row's weight_version is its oldest "
+        "token's). vLLM with async_engine only (the HF rollout finishes its batch); not with "
+        "[agent].",
+    )
     val: ValSamplingConfig = attrs.Factory(ValSamplingConfig)
     options: Any = attrs.field(default=None, metadata=_FLATTEN)
 

@@ -125,8 +125,12 @@ class RolloutTraits:
     - ``ranks_per_engine``: policy workers one engine spans (tensor parallelism); 1: each
       worker is an engine of its own. Its ranks then declare their place with
       :meth:`BaseRollout.dispatch_info`.
+    - ``partial_rollouts``: it takes ``update_weights(stream, version=...)`` from another
+      thread while ``generate`` runs and continues its requests with the new weights
+      (``rollout.partial_rollouts``, ``RolloutSpec.partial_rollouts``).
     """
 
     cheap_log_probs: bool = False
     lora_adapters: bool = False
+    partial_rollouts: bool = False
     ranks_per_engine: int = attrs.field(default=1, validator=attrs.validators.ge(1))

@@ -87,6 +87,10 @@ class RolloutSpec:
     ``seed`` is already this rank's own seed (the worker offsets the run seed by its rank), so
     ranks draw different samples and reruns reproduce. Backend options (tensor-parallel size,
     memory fraction, ...) belong in the rollout's own ``Config``, not here.
+    ``partial_rollouts`` (``rollout.partial_rollouts``): a weight sync may arrive while
+    ``generate`` runs, from another thread; the rollout then continues its requests with the
+    new weights and returns ``token_weight_versions`` (only rollouts whose
+    :meth:`BaseRollout.traits` declare ``partial_rollouts`` get it).
     """
 
     model_path: str
@@ -96,6 +100,7 @@ class RolloutSpec:
     max_prompt_length: int = 512
     max_response_length: int = 512
     seed: int = 0
+    partial_rollouts: bool = False
 
 
 @attrs.frozen(kw_only=True)

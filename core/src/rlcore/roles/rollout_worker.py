@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from rlcore.dispatch import Dispatch, mesh_dispatch_mode, register
 from rlcore.roles.policy import WeightBridgeEnd, build_rollout
@@ -36,16 +36,28 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ROLLOUT_SUBDIR", "WEIGHT_VERSION_KEY", "RolloutWorker"]
+__all__ = [
+    "ROLLOUT_SUBDIR",
+    "TOKEN_WEIGHT_VERSIONS_KEY",
+    "WEIGHT_VERSION_KEY",
+    "RolloutWorker",
+    "sample_versions",
+]
 
 WEIGHT_VERSION_KEY = "weight_version"
+# Partial rollouts (rollout.partial_rollouts): batch["token_weight_versions"], response-shaped
+# int64, the version that sampled each response token (0 where response_mask is 0).
+TOKEN_WEIGHT_VERSIONS_KEY = "token_weight_versions"
 ROLLOUT_SUBDIR = "rollout"
 
 # Per generation: the rollout pool's samples/s (ranks' rates add up) and each rank's idle
 # seconds (no call running) since the previous generation (averaged over ranks).
 GEN_SAMPLES_PER_S = "async/gen_samples_per_s"
 ROLLOUT_IDLE_S = "async/rollout_idle_s"
+# Partial rollouts: samples holding tokens of a newer version than their first (summed).
+CONTINUED_SAMPLES = "rollout/continued_samples"
 declare_reduction(GEN_SAMPLES_PER_S, SUM)
+declare_reduction(CONTINUED_SAMPLES, SUM)
 
 
 class RolloutWorker(WeightBridgeEnd):
@@ -110,12 +122,17 @@ class RolloutWorker(WeightBridgeEnd):
                 out = self.agent_loop.generate(rollout, prompts, sampling)
             else:
                 out = rollout.generate(prompts, sampling)
-        out.non_tensor_batch[WEIGHT_VERSION_KEY] = np.full(
-            len(out), self.weight_version, dtype=np.int64
-        )
+        out.non_tensor_batch[WEIGHT_VERSION_KEY] = sample_versions(out, self.weight_version)
         self._last_end = time.perf_counter()
         metrics = {**out.meta_info.get("metrics", {}), **summed(timing)}
         metrics["rollout/weight_version"] = [float(self.weight_version)]
+        spans = out.batch.get(TOKEN_WEIGHT_VERSIONS_KEY) if out.batch is not None else None
+        if spans is not None:  # partial rollouts: samples continued across a weight sync
+            first = out.non_tensor_batch[WEIGHT_VERSION_KEY]
+            newer = (
+                spans > spans.new_tensor(np.asarray(first, dtype=np.int64))[:, None]
+            ) & out.batch["response_mask"].bool()
+            metrics[CONTINUED_SAMPLES] = [float(newer.any(1).sum())]
         metrics[GEN_SAMPLES_PER_S] = [len(out) / max(self._last_end - start, 1e-9)]
         metrics[ROLLOUT_IDLE_S] = [self._idle_s]
         metrics["perf/peak_rss_gb/rollout"] = [peak_rss_gb()]
@@ -142,7 +159,11 @@ class RolloutWorker(WeightBridgeEnd):
         timing: dict[str, list[float]] = {}
         with clock(timing, "weight_receive"):
             rollout.wake_up()
-            rollout.update_weights(self._bridge.receive(version))
+            stream = self._bridge.receive(version)
+            if self.spec.rollout_spec.partial_rollouts:  # the tokens it samples carry version
+                cast("Any", rollout).update_weights(stream, version=version)
+            else:
+                rollout.update_weights(stream)
         self.weight_version = version
         self._last_end = time.perf_counter()
         return DataProto(meta_info={"metrics": summed(timing)})
@@ -173,3 +194,20 @@ class RolloutWorker(WeightBridgeEnd):
         self._rollout().load_state_dict({k: int(v) for k, v in rollout.items()})
         self.weight_version = int(state["weight_version"])
         return self.weight_version
+
+
+def sample_versions(out: DataProto, version: int) -> Any:
+    """Each row's weight version (``WEIGHT_VERSION_KEY``, int64 array): its oldest token's
+    where the rollout recorded per-token versions (partial rollouts), so the one staleness
+    rule (``rlcore.trainer.async_queue.min_fresh_version``) bounds every token of a sample;
+    else ``version``, the one that sampled the whole call. A row without response tokens
+    takes ``version``."""
+    import numpy as np
+    import torch
+
+    tokens = out.batch.get(TOKEN_WEIGHT_VERSIONS_KEY) if out.batch is not None else None
+    if tokens is None:
+        return np.full(len(out), version, dtype=np.int64)
+    mask = out.batch["response_mask"].bool()
+    oldest = torch.where(mask, tokens, torch.full_like(tokens, version)).min(dim=1).values
+    return oldest.numpy().astype(np.int64)

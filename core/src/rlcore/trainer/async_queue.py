@@ -13,7 +13,9 @@ behind the generations launched before it and a generation is never torn by a sy
 token of a sample is drawn with the one weight version its row carries
 (``non_tensor_batch[WEIGHT_VERSION_KEY]``). A batch launched *k* steps ahead is therefore
 sampled at the actor's version of *k* steps before it trains: staleness *k*,
-``max_staleness`` at most.
+``max_staleness`` at most. With ``rollout.partial_rollouts`` the sync reaches the rollout
+mid-batch and its requests continue with the new weights; a row then carries its oldest
+token's version (``rlcore.roles.partial_rollout``), so the rule below bounds every token.
 
 At the step's first generation the queue's head (this step's prompts) is taken, every row's
 version is checked against the one staleness rule (:func:`min_fresh_version`, the same rule

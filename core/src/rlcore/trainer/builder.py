@@ -290,15 +290,18 @@ def _place_rollout(
     """Start the rollout group on ``pool``, open the weight bridge, send version 0."""
     from typing import cast
 
+    from rlcore.roles.partial_rollout import PartialRolloutWorker
     from rlcore.roles.rollout_worker import RolloutWorker
     from rlcore.trainer.placement import SplitPolicy
     from rlcore.workers import ClassWithInitArgs, RayWorkerGroup
 
     res, spec = config.resources, specs.rollout
     assert spec is not None
+    # Partial rollouts: a Ray async actor whose weight receive runs beside its generation.
+    worker = PartialRolloutWorker if spec.rollout_spec.partial_rollouts else RolloutWorker
     rollout = RayWorkerGroup(
         pool,
-        ClassWithInitArgs(RolloutWorker, spec),
+        ClassWithInitArgs(worker, spec),
         role=f"{ROLLOUT} on pool {spec.pool!r}",  # a death or hang names the pool
         call_timeout_s=res.call_timeout_s,
         start_timeout_s=res.start_timeout_s,

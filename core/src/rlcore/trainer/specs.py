@@ -225,6 +225,19 @@ def _wants_rollout_log_probs(
     return wanted
 
 
+def _partial_rollouts(config: RunConfig, traits: RolloutTraits) -> bool:
+    """``rollout.partial_rollouts``, refused in one line for a rollout that cannot take a
+    weight sync mid-batch (the loader refuses it without an async mode)."""
+    if config.rollout.partial_rollouts and not traits.partial_rollouts:
+        msg = (
+            f"rollout.partial_rollouts: rollout {config.rollout.name!r} finishes its batch "
+            "before a weight sync (only vLLM with [rollout] async_engine = true continues "
+            "requests across one); set rollout.partial_rollouts = false"
+        )
+        raise ConfigError(msg)
+    return config.rollout.partial_rollouts
+
+
 def rollout_traits(config: RunConfig, registry: PluginRegistry | None = None) -> RolloutTraits:
     """The selected rollout's declared traits (:meth:`BaseRollout.traits` of its class)."""
     rollout = config.rollout
@@ -318,6 +331,7 @@ def build_specs(
             model_path=model.path,
             max_prompt_length=config.data.max_prompt_length,
             max_response_length=config.data.max_response_length,
+            partial_rollouts=_partial_rollouts(config, traits),
             **common,
         ),
         algorithm=algo,

@@ -220,3 +220,90 @@ def test_agent_loop_with_the_calculator_keeps_model_tokens_exactly(rollout, mode
         assert summary["tool_errors"] == 0
         assert summary["turns"][1] == {"role": "tool", "content": "84"}
     print(f"\nagent: 32 conversations, up to {max(loads)} requests in the engine at once")
+
+
+def test_partial_rollouts_continue_across_a_weight_sync_with_per_token_versions(
+    rollout, prompts, model_path
+):
+    """A sync mid-generation (issue 45, item 4): the batch's requests are aborted, keep their
+    tokens and continue with the new weights; each token records the version that sampled it,
+    and its log-prob is that version's; the staleness bound then applies to the oldest token."""
+    from transformers import AutoModelForCausalLM
+
+    from rlcore.protocol import DataProto
+    from rlcore.roles.rollout_worker import TOKEN_WEIGHT_VERSIONS_KEY, sample_versions
+    from rlcore.trainer.async_queue import stale_rows
+
+    original = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    state = original.state_dict()
+    halved = {k: 0.5 * v for k, v in state.items()}
+    greedy = SamplingParams(do_sample=False, max_new_tokens=160, return_log_probs=True)
+    batch = prompts[:16]
+    rollout.update_weights(iter(state.items()), version=3)
+    rollout.partial_rollouts = True  # the rollout's mode, not the engine's: one engine serves
+    try:
+        old_ref = rollout.generate(batch, greedy)  # the whole batch under version 3
+
+        result: dict[str, Any] = {}
+        thread = threading.Thread(target=lambda: result.update(out=rollout.generate(batch, greedy)))
+        thread.start()
+        states = rollout.llm.engine.output_processor.request_states
+        deadline = time.monotonic() + 60
+        while not any(s.detokenizer.num_output_tokens() >= 8 for s in list(states.values())):
+            assert time.monotonic() < deadline, "no request reached 8 tokens in 60 s"
+            time.sleep(0.005)
+        rollout.update_weights(iter(halved.items()), version=4)  # mid-generation
+        thread.join(timeout=120)
+        assert not thread.is_alive(), "the partial batch did not finish within 120 s"
+        out = result["out"]
+    finally:
+        rollout.partial_rollouts = False
+    assert rollout.llm.segments.continued > 0
+
+    versions = out.batch[TOKEN_WEIGHT_VERSIONS_KEY]
+    mask = out.batch["response_mask"].bool()
+    resp, logp = out.batch["responses"], out.batch["rollout_log_probs"]
+    assert set(versions[mask].tolist()) == {3, 4}
+    split = []
+    for i in range(len(out)):
+        v = versions[i][mask[i]]
+        k = int((v == 3).sum())
+        assert torch.equal(v[:k], torch.full((k,), 3))
+        assert bool((v[k:] == 4).all())
+        # The old tokens are version 3's greedy tokens, with version 3's log-probs.
+        assert torch.equal(resp[i, :k], old_ref.batch["responses"][i, :k])
+        torch.testing.assert_close(logp[i, :k], old_ref.batch["rollout_log_probs"][i, :k])
+        split.append(k)
+    both = [i for i, k in enumerate(split) if 0 < k < int(mask[i].sum())]
+    assert both, f"no sample spans the sync (old tokens per row: {split})"
+
+    # The continued tokens are version 4's greedy continuation of prompt + old tokens, with
+    # version 4's log-probs: regenerate those continuations in one shot under version 4.
+    rows = [
+        [*_rows(batch)[i], *resp[i, : split[i]].tolist()] for i in both
+    ]  # fmt: skip
+    width = max(map(len, rows))
+    ids = torch.tensor([[0] * (width - len(r)) + r for r in rows])
+    am = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+    cont = DataProto.from_dict(
+        tensors={
+            "input_ids": ids,
+            "attention_mask": am,
+            "position_ids": (am.cumsum(-1) - 1).clamp(min=0),
+        }
+    )
+    new_ref = rollout.generate(
+        cont, SamplingParams(do_sample=False, max_new_tokens=160, return_log_probs=True)
+    )
+    for j, i in enumerate(both):
+        k, n = split[i], int(mask[i].sum())
+        assert torch.equal(resp[i, k:n], new_ref.batch["responses"][j, : n - k])
+        torch.testing.assert_close(logp[i, k:n], new_ref.batch["rollout_log_probs"][j, : n - k])
+
+    # One staleness rule, applied to each sample's oldest token: at actor version 4 with
+    # max_staleness 0, exactly the samples holding a version-3 token are stale.
+    out.non_tensor_batch["weight_version"] = sample_versions(out, rollout.weight_version)
+    stale = stale_rows(4 - out.non_tensor_batch["weight_version"], 0)
+    assert stale.tolist() == [k > 0 for k in split]
+    assert not stale_rows(4 - out.non_tensor_batch["weight_version"], 1).any()
+    rollout.update_weights(iter(state.items()))

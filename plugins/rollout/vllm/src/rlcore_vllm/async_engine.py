@@ -28,6 +28,7 @@ from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
 from rlcore.errors import RlcoreError
+from rlcore_vllm.partial import Continued, Segments
 
 __all__ = ["AsyncEngine", "EngineTimeout"]
 
@@ -58,6 +59,7 @@ class AsyncEngine:
         except BaseException:
             self._stop_loop()
             raise
+        self.segments = Segments(self.engine)  # partial rollouts (rlcore_vllm.partial)
 
     async def _start(self, engine_kwargs: dict[str, Any]) -> Any:
         # Built on its own loop: the client's sockets and the output handler belong to it.
@@ -122,6 +124,30 @@ class AsyncEngine:
 
         return self._wait(batch(), f"a batch of {len(prompts)} requests")
 
+    def generate_partial(
+        self, prompts: Sequence[Sequence[int]], params: Sequence[Any], lora_request: Any = None
+    ) -> list[Continued]:
+        """Like :meth:`generate` (token-id rows, one params each), every request continued
+        across the weight syncs that interrupt it (:class:`~rlcore_vllm.partial.Segments`)."""
+
+        async def batch() -> list[Continued]:
+            return await asyncio.gather(
+                *(
+                    self.segments.run(p, _final_only(sp), self._request_id(), lora_request)
+                    for p, sp in zip(prompts, params)
+                )
+            )
+
+        return self._wait(batch(), f"a batch of {len(prompts)} requests")
+
+    def pause(self) -> int:
+        """Abort the requests in flight for a weight load; they wait for :meth:`resume`."""
+        return self._wait(self.segments.pause(), "the requests in flight to abort")
+
+    def resume(self, version: int) -> None:
+        """Continue the aborted requests with the weights now loaded (``version``)."""
+        self._wait(self.segments.resume(version), "the requests to resume")
+
     async def generate_one(
         self, prompt_ids: Sequence[int], params: Any, lora_request: Any = None
     ) -> Any:
@@ -164,6 +190,7 @@ class AsyncEngine:
     def shutdown(self) -> None:
         """Stop EngineCore (its subprocess) and the loop's thread."""
         engine, self.engine = self.engine, None
+        self.segments.engine = None  # no reference left to keep AsyncLLM alive past this
         try:
             if engine is not None:
                 # First the output handler: it would log EngineCore's exit as a crash.

@@ -13,7 +13,8 @@ the requests, and a resumed run (``load_state_dict``) samples what an uninterrup
 Two engines: ``vllm.LLM`` (default on CPU; starts in-process in ~3 s) or, with
 ``async_engine``, vLLM's ``AsyncLLM`` (:mod:`rlcore_vllm.async_engine`), on which
 ``generate_one`` (agent loops) is a request of its own in the engine's continuous batch.
-Tensor parallelism: :mod:`rlcore_vllm.parallel`.
+Tensor parallelism: :mod:`rlcore_vllm.parallel`. Partial rollouts (``spec.partial_rollouts``,
+the async engine): :mod:`rlcore_vllm.partial`.
 """
 
 from __future__ import annotations
@@ -59,9 +60,14 @@ from rlcore_vllm.parallel import (
     group_seed,
     rollout_mesh,
 )
+from rlcore_vllm.partial import continued_batch
 from rlcore_vllm.weights import layer_buckets, save_bucket
 
 _EXTENSION = "rlcore_vllm.weights.WeightSyncExtension"
+_PARTIAL_NEEDS_ASYNC = (
+    "rollout.partial_rollouts needs vLLM's async engine (a weight sync must reach it while a "
+    "batch generates): set [rollout] async_engine = true (the default on GPU)"
+)
 _ONE_REQUEST = 1 << 31  # seeds of generate_one requests: apart from generate's (seed, call)
 
 INSTALL_HINT = (
@@ -269,7 +275,16 @@ class VLLMRollout(BaseRollout):
         vllm = isinstance(config, VLLMRollout.Config)
         tp = config.tensor_parallel_size if vllm else 1
         adapters = vllm and config.lora_sync == "adapter"
-        return RolloutTraits(cheap_log_probs=True, ranks_per_engine=tp, lora_adapters=adapters)
+        # Partial rollouts: the async engine (unset: on GPU; preflight checks the device).
+        partial = (
+            isinstance(config, VLLMRollout.Config) and config.async_engine is not False and tp == 1
+        )
+        return RolloutTraits(
+            cheap_log_probs=True,
+            ranks_per_engine=tp,
+            lora_adapters=adapters,
+            partial_rollouts=partial,
+        )
 
     @classmethod
     def preflight(
@@ -292,6 +307,8 @@ class VLLMRollout(BaseRollout):
             multiprocessing=config.multiprocessing,
             world=world_size,
         )
+        if spec.partial_rollouts and not async_engine:
+            raise ConfigError(_PARTIAL_NEEDS_ASYNC)
         # As __init__ decides it in each policy worker (its torch.distributed world spans them).
         wants_mp = world_size > 1 if config.multiprocessing is None else config.multiprocessing
         choose_transport(
@@ -342,6 +359,12 @@ class VLLMRollout(BaseRollout):
         self._mesh = rollout_mesh(tp) if tp > 1 else None
         self.seed = group_seed(spec.seed, tp) if tp > 1 else spec.seed
         self._requests = 0  # generate_one's seed counter
+        # Partial rollouts: the version of the weights loaded now (the caller's numbering,
+        # passed to update_weights; +1 per sync otherwise), tagging every token sampled.
+        self.partial_rollouts = spec.partial_rollouts
+        self.weight_version = 0
+        if self.partial_rollouts and not self.async_engine:
+            raise ConfigError(_PARTIAL_NEEDS_ASYNC)
         self._calls = 0
         self._asleep: set[str] = set()  # vLLM's sleep tags now asleep ("weights", "kv_cache")
         self.adapter = (
@@ -489,6 +512,15 @@ class VLLMRollout(BaseRollout):
         )
         self._calls += 1
         params = self._sampling_params(sampling, seeds)
+        if self.partial_rollouts:
+            return continued_batch(
+                self.llm.generate_partial(
+                    rows, params * len(rows) if len(params) == 1 else params,
+                    self._lora_request(),
+                ),
+                (input_ids, attention_mask, position_ids),
+                sampling, pad_id=self.pad_token_id, eos_ids=self.eos_token_ids,
+            )  # fmt: skip
         outputs = self.llm.generate(
             [TokensPrompt(prompt_token_ids=r) for r in rows],
             params if len(params) > 1 else params[0],
@@ -593,8 +625,14 @@ class VLLMRollout(BaseRollout):
         self._calls = int(state.get("calls", 0))
         self._requests = int(state.get("requests", 0))
 
-    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+    def update_weights(
+        self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int | None = None
+    ) -> None:
         """Reload the streamed (HF name, full tensor) pairs into the engine, in place.
+
+        With partial rollouts the batch generating in another thread is paused around the
+        load (:mod:`rlcore_vllm.partial`) and continues tagged ``version`` (unset: one more
+        than the weights loaded before).
 
         In-process: one ``reload_weights`` call consumes the stream lazily. Multiprocess
         (``weight_sync``): chunks of a GPU staging buffer by CUDA IPC handle
@@ -602,6 +640,21 @@ class VLLMRollout(BaseRollout):
         through safetensors files. The prefix cache is reset afterwards (its KV entries belong
         to the old weights).
         """
+        with self._sync_window(version):
+            self._load_weights(named_tensors)
+
+    @contextlib.contextmanager
+    def _sync_window(self, version: int | None) -> Any:
+        """Partial rollouts: abort what generates, load, continue it with the new version.
+        A failed load leaves the requests paused (their batch then fails at its bound)."""
+        if self.partial_rollouts:
+            self.llm.pause()
+        yield
+        self.weight_version = self.weight_version + 1 if version is None else version
+        if self.async_engine:  # the version its next requests are tagged with, paused or not
+            self.llm.resume(self.weight_version)
+
+    def _load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         self.wake_up_weights()  # the KV cache wakes at generate (or the worker's wake_up)
         # Cast here, one tensor at a time: vLLM would cast too, but warns once per tensor and
         # per sync, and the multiprocess buckets would carry float32 bytes for a bf16 engine.
@@ -634,10 +687,11 @@ class VLLMRollout(BaseRollout):
         if self.adapter is None:
             super().update_adapter(adapter_config, named_tensors)
             return
-        self.wake_up_weights()
-        engine = self.llm if self.async_engine else self.llm.llm_engine
-        self.adapter.load(engine, adapter_config, named_tensors)
-        self.llm.reset_prefix_cache()
+        with self._sync_window(None):
+            self.wake_up_weights()
+            engine = self.llm if self.async_engine else self.llm.llm_engine
+            self.adapter.load(engine, adapter_config, named_tensors)
+            self.llm.reset_prefix_cache()
 
     def _lora_request(self) -> Any:
         return self.adapter.request if self.adapter is not None else None

@@ -148,3 +148,89 @@ def test_a_crafted_or_damaged_queue_is_refused_with_one_line(tmp_path):
                                  "batches": [{"file": "../../etc/passwd"}]}))  # fmt: skip
     with pytest.raises(CheckpointError, match="outside"):
         load_queue(step, SPEC)
+
+
+class _Policy:
+    """The split policy as the queue sees it (the queue's resume logic is under test, not
+    generation): generations are rows tagged with the actor's version, recorded per call."""
+
+    version = 5
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def generate_sequences(self, prompts, sampling):
+        self.calls.append("sync")
+        return _gen(len(prompts), self.version)
+
+    def generate_async(self, prompts, sampling):
+        self.calls.append("async")
+        gen = _gen(len(prompts), self.version)
+
+        class Done:
+            def get(self):
+                return gen
+
+        return Done()
+
+
+class _Ctx:
+    n = 2
+    sampling = SAMPLING
+
+    def __init__(self) -> None:
+        self.metrics: dict[str, float] = {}
+
+    @staticmethod
+    def prompts(batch):
+        return batch.pop(batch_keys=["input_ids", "attention_mask"])
+
+    def phase(self, name, fn, *args):
+        return fn(*args)
+
+
+def _rows(prompts: DataProto) -> DataProto:
+    from rlcore.rl.step import expand_prompts
+
+    return expand_prompts(DataProto.from_dict(dict(prompts.batch)), 2)
+
+
+@pytest.mark.parametrize("second_fits", [True, False])
+def test_the_first_step_after_a_resume_trains_the_saved_generations(tmp_path, second_fits):
+    from rlcore.trainer.async_queue import TrajectoryQueue
+
+    step = _step_dir(tmp_path)
+    save_queue(
+        step, SPEC, [(_prompts(0), SAMPLING, _gen(4, 3)), (_prompts(6), SAMPLING, _gen(4, 4))]
+    )
+    # The loader gives the same prompts again (or, for the second, other ones).
+    ahead = iter([_prompts(6 if second_fits else 12), _prompts(18)])
+    policy = _Policy()
+    queue = TrajectoryQueue(policy, lambda: next(ahead), SPEC)  # type: ignore[arg-type]
+    queue.load_checkpoint(str(step))
+    head = _prompts(0)
+    out = queue.generate(_Ctx(), head, _rows(head), "gen")  # type: ignore[arg-type]
+    # The step trained the saved rows (version 3), not a generation with the restored weights.
+    assert out.non_tensor_batch["weight_version"].tolist() == [3] * 4
+    # The second saved batch is queued as it was (or generated again when it does not fit),
+    # then the queue is topped up to max_staleness = 2 as the unbroken run's was.
+    assert policy.calls == (["async"] if second_fits else ["async", "async"])
+    assert [item.get().non_tensor_batch["weight_version"][0] for item in queue.pending] == (
+        [4, 5] if second_fits else [5, 5]
+    )
+
+
+def test_a_saved_head_for_other_prompts_is_not_used(tmp_path, caplog):
+    from rlcore.trainer.async_queue import TrajectoryQueue
+
+    step = _step_dir(tmp_path)
+    save_queue(step, SPEC, [(_prompts(0), SAMPLING, _gen(4, 3))])
+    policy = _Policy()
+    queue = TrajectoryQueue(policy, lambda: None, SPEC)  # type: ignore[arg-type]
+    queue.load_checkpoint(str(step))
+    other = _prompts(6)
+    with caplog.at_level(logging.WARNING, logger="rlcore.trainer.async_queue"):
+        out = queue.generate(_Ctx(), other, _rows(other), "gen")  # type: ignore[arg-type]
+    assert "not using the checkpoint's queued generations: the loader gave other" in caplog.text
+    assert policy.calls == ["sync"]  # generated now, with the restored weights
+    assert out.non_tensor_batch["weight_version"].tolist() == [5] * 4

@@ -4,11 +4,13 @@ rollout worker.
 Each run is a subprocess with its own local Ray (its process group is killed, workers
 included). The rollout has a pool of its own and generates ahead of the trainer
 (``one_step_off``: one batch; ``fully_async`` with ``max_staleness = 2``: two), so every
-checkpoint is written with generations queued. The driver is SIGKILLed right after a
-checkpoint at a random step, the same command resumes and finishes; the samples each step
-trained (``trainer.rollout_data_dir``, one file per step, rewritten when a step is trained
-again) must be exactly the data order: 8 prompts unshuffled, 2 per step, 5 steps (an epoch
-boundary inside the queue), every prompt trained once per epoch, none lost, none twice.
+checkpoint is written with generations queued, and saves them (``async_queue/``). The driver
+is SIGKILLed right after a checkpoint at a random step, the same command resumes and finishes:
+its exported final weights must be ``torch.equal`` to an unbroken run's, its resumed step must
+train the queued rows (their staleness, not 0), and the samples each step trained
+(``trainer.rollout_data_dir``, one file per step, rewritten when a step is trained again) must
+be exactly the data order: 8 prompts unshuffled, 2 per step, 5 steps (an epoch boundary inside
+the queue), every prompt trained once per epoch, none lost, none twice.
 
 Killing the rollout pool's worker process stops the run with one ``error:`` line naming the
 pool.
@@ -33,6 +35,7 @@ pytestmark = pytest.mark.slow
 TOTAL_STEPS = 5  # 8 prompts, 2 per step: one epoch and the first step of the next
 BATCH = 2
 N = 2
+VARIED_REWARD = Path(__file__).parent / "data" / "varied-reward"
 EXPECTED = [[(2 * s + i) % 8 for i in range(BATCH)] for s in range(TOTAL_STEPS)]
 
 MODES = {
@@ -76,6 +79,7 @@ def _write_config(assets, run_dir: Path, mode: str) -> Path:
         save_freq=1,
         seed=7,
         cpus_per_process=0.5,
+        rewards=("parity",),  # the random tiny model never answers right: no update otherwise
         extra=PLACE_ROLLOUT,
     )
     text = text.replace("[data]\n", "[data]\nshuffle = false\n", 1)
@@ -89,6 +93,8 @@ def _write_config(assets, run_dir: Path, mode: str) -> Path:
 def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env["OMP_NUM_THREADS"] = "1"
+    # The test reward's distribution, found by the driver, its reward pool and the workers.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(VARIED_REWARD), env.get("PYTHONPATH")]))
     return env
 
 
@@ -123,11 +129,35 @@ def _killpg(proc: subprocess.Popen) -> None:
     proc.wait(timeout=30)
 
 
+def _weights(run_dir: Path) -> dict:
+    from safetensors.torch import load_file
+
+    files = sorted((run_dir / "final_hf").glob("*.safetensors"))
+    assert files, f"no exported safetensors in {run_dir / 'final_hf'}"
+    out: dict = {}
+    for file in files:
+        out |= load_file(file)
+    return out
+
+
+def _metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
 @pytest.mark.parametrize("mode", sorted(MODES))
-def test_sigkill_with_generations_in_flight_then_resume_trains_each_prompt_once(
-    assets, tmp_path, mode
-):
+def test_sigkill_with_generations_in_flight_then_resume_is_bit_identical(assets, tmp_path, mode):
+    import torch
+
     runner = assets[2]
+    # Reference: one unbroken run.
+    ref_dir = tmp_path / "ref"
+    ref_log = tmp_path / "ref.log"
+    proc = _start([sys.executable, str(runner), str(_write_config(assets, ref_dir, mode))], ref_log)
+    try:
+        assert proc.wait(timeout=240) == 0, ref_log.read_text()[-4000:]
+    finally:
+        _killpg(proc)
+
     run_dir = tmp_path / "run"
     config = _write_config(assets, run_dir, mode)
     log = tmp_path / "run.log"
@@ -139,10 +169,12 @@ def test_sigkill_with_generations_in_flight_then_resume_trains_each_prompt_once(
         _killpg(proc)
     assert proc.returncode == -signal.SIGKILL
     assert _latest(run_dir) == f"global_step_{step}", f"killed too late: {_latest(run_dir)}"
-    # The checkpoint was written with generations queued (the work in flight).
-    first = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    # The checkpoint was written with generations queued (the work in flight), and saved them.
+    first = _metrics(run_dir)
     depth = {r["step"]: r["async/queue_depth"] for r in first if "async/queue_depth" in r}
     assert depth[step] >= 1, depth
+    saved = run_dir / "checkpoints" / f"global_step_{step}" / "async_queue"
+    assert len(list(saved.glob("batch_*.pt"))) == depth[step], sorted(saved.iterdir())
 
     proc = _start([sys.executable, str(runner), str(config)], log)
     try:
@@ -161,10 +193,19 @@ def test_sigkill_with_generations_in_flight_then_resume_trains_each_prompt_once(
     assert got == EXPECTED, f"killed after step {step}: trained {got}, data order {EXPECTED}"
     for s, rows in trained.items():
         assert len(rows) == BATCH * N, (s, rows)
-    # The step right after the resume generated again, from the restored weights.
-    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    resumed = [r for r in rows if r["step"] == step + 1 and "training/staleness" in r]
-    assert resumed[-1]["training/staleness"] == 0.0, resumed
+    # The step right after the resume trained the saved generations (sampled with the older
+    # weights, as in the unbroken run), not new ones from the restored weights.
+    ref_rows = {r["step"]: r for r in _metrics(ref_dir) if "training/staleness" in r}
+    resumed = [r for r in _metrics(run_dir) if r["step"] == step + 1 and "training/staleness" in r]
+    assert resumed[-1]["training/staleness"] == ref_rows[step + 1]["training/staleness"] > 0
+    ref, out = _weights(ref_dir), _weights(run_dir)
+    assert ref.keys() == out.keys()
+    for key in ref:
+        assert torch.equal(ref[key], out[key]), f"{key} differs after the resume at step {step}"
+    from safetensors.torch import load_file
+
+    base = load_file(next(Path(assets[0]).glob("*.safetensors")))
+    assert any(not torch.equal(base[k], ref[k]) for k in base if k in ref)  # it did train
     print(f"\n{mode}: killed after step {step}; queue depth then {depth[step]:g}; trained {got}")
 
 

@@ -15,6 +15,9 @@ Layout under a checkpoint root (the trainer uses ``<run_dir>/checkpoints``)::
                                     rollout sampling state (one file per rank, RNG saved once)
         critic/                 the critic engine's, when the algorithm trains one
           worker_state_rank<r>.pt   the critic worker's map: LR-schedule position
+        rollout/                the rollout pool's ranks' counters (rollout on a pool of its own)
+        async_queue/            trainer.async_mode: the queued generations (queue.json,
+                                batch_<i>.pt; rlcore.trainer.queue_checkpoint)
 
 What each role's checkpoint holds is one map, built and restored in one place (the worker's
 ``_checkpoint_states``), written with :func:`save_worker_state`.

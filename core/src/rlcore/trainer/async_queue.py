@@ -24,13 +24,16 @@ that decides how far ahead batches are launched) and
 the current weights (staleness 0), ``reweight`` trains them as they are (the loss's
 ``algorithm.rollout_is`` weights correct them). Under ``drop`` every trained row is then
 asserted to be within the bound. Then the queue is topped up, by the same rule. The first step of a
-run, and the first after a resume, generate synchronously.
+run generates synchronously (and the first after a resume, when its checkpoint saved no queue).
 
-Checkpoints hold no trajectories: a save keeps the loader's state from before the oldest
-queued batch was taken (``Trainer``'s held batches), so a resumed run takes those prompts
-again, in the same order, and generates them with the restored weights. Nothing is lost and
-nothing trained twice; the regenerated batches have staleness 0 (docs/placement.md says why
-regenerating is chosen over saving the queue).
+A checkpoint holds the queue (:mod:`rlcore.trainer.queue_checkpoint`): each queued
+generation as the rollout returned it, its weight version and log-probs with it. A save keeps
+the loader's state from before the oldest queued batch was taken (``Trainer``'s held batches),
+so a resumed run takes those prompts again, in the same order; the step right after the resume
+pairs them with the saved generations (:meth:`TrajectoryQueue.load_checkpoint`) and the run goes
+on as the unbroken one would, bit for bit. Prompts whose saved generation does not fit (another
+config, a checkpoint without the queue) are generated again with the restored weights: nothing
+is lost and nothing trained twice either way (docs/placement.md).
 
 Metrics: ``training/staleness`` (max over the batch's rows), ``training/staleness_min``,
 ``training/staleness_mean``, ``async/queue_depth`` (batches generating or generated ahead,
@@ -40,8 +43,10 @@ bound), ``async/trainer_idle_s`` (the driver's wait for this step's generation).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
+from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
 import attrs
@@ -56,8 +61,12 @@ if TYPE_CHECKING:
 
     from rlcore.config import TrainerConfig
     from rlcore.dispatch import GroupFuture
+    from rlcore.interfaces import SamplingParams
     from rlcore.protocol import DataProto
     from rlcore.trainer.placement import SplitPolicy
+    from rlcore.trainer.queue_checkpoint import SavedBatch
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "AsyncSpec",
@@ -157,12 +166,21 @@ class SynchronousGeneration:
 @attrs.define
 class _InFlight:
     prompts: DataProto  # the loader's batch (the trainer holds it back for its step)
-    future: GroupFuture  # its generation on the rollout group
+    sampling: SamplingParams
+    future: GroupFuture | None  # its generation on the rollout group; None: restored
+    result: DataProto | None = None  # the generation, once fetched (or read from a checkpoint)
+
+    def get(self) -> DataProto:
+        if self.result is None and self.future is not None:
+            self.result = self.future.get()
+        assert self.result is not None  # one of the two is always set
+        return self.result
 
 
 class TrajectoryQueue:
     """Batches generating ahead of the trainer, as far as :class:`AsyncSpec` allows (module
-    docstring); a :class:`GenerationSource`.
+    docstring); a :class:`GenerationSource`, and what a checkpoint holds of the queue
+    (``save_checkpoint`` / ``load_checkpoint``, :class:`rlcore.trainer.state.WorkerState`).
 
     ``take_ahead()``: the next not-yet-held step's prompts (the trainer holds them back for
     that step), None past the run's last step.
@@ -175,6 +193,8 @@ class TrajectoryQueue:
         self.take_ahead = take_ahead
         self.spec = spec
         self.pending: deque[_InFlight] = deque()
+        # Read from the checkpoint resumed from; the first step pairs them with its prompts.
+        self.restored: deque[SavedBatch] = deque()
 
     def generate(
         self, ctx: StepContext, step_prompts: DataProto | None, rows: DataProto, name: str
@@ -183,9 +203,11 @@ class TrajectoryQueue:
         prompts = ctx.prompts(rows)
         start = time.perf_counter()
         head = self.pending[0] if self.pending else None
+        if head is None and self.restored:
+            head = self._resume_queue(ctx, step_prompts)
         if head is not None and head.prompts is step_prompts:
             self.pending.popleft()
-            gen = ctx.phase(name, head.future.get)  # the wait that is left of it
+            gen = ctx.phase(name, head.get)  # the wait that is left of it
         else:
             # Nothing launched for this batch (the first step, after a resume): generate now.
             self.drain()
@@ -196,6 +218,28 @@ class TrajectoryQueue:
         ctx.metrics["async/queue_depth"] = float(len(self.pending))
         ctx.metrics["async/trainer_idle_s"] = waited
         return rows.union(gen)
+
+    def _resume_queue(self, ctx: StepContext, step_prompts: DataProto | None) -> _InFlight | None:
+        """The first step after a resume: the saved generations become the queue again, the
+        first for ``step_prompts``, the others for the prompts taken ahead again (the loader
+        gives the same ones, in order). One that does not fit is generated now instead."""
+        saved, self.restored = list(self.restored), deque()
+        if step_prompts is None:
+            return None
+        for i, batch in enumerate(saved):
+            upcoming = step_prompts if i == 0 else self.take_ahead()
+            if upcoming is None:
+                break
+            why = batch.fits(upcoming, len(upcoming) * ctx.n, ctx.sampling)
+            if why is None:
+                self.pending.append(_InFlight(upcoming, ctx.sampling, None, batch.gen))
+            elif i == 0:
+                log.warning("not using the checkpoint's queued generations: %s", why)
+                return None
+            else:
+                log.warning("generating queued batch %d again: %s", i, why)
+                self._launch(ctx, upcoming)
+        return self.pending[0] if self.pending else None
 
     def _admit(self, ctx: StepContext, gen: DataProto, prompts: DataProto, name: str) -> DataProto:
         """Apply ``staleness_policy`` to rows above the bound; record the staleness."""
@@ -239,12 +283,32 @@ class TrajectoryQueue:
             upcoming = self.take_ahead()
             if upcoming is None:
                 return
-            prompts = ctx.prompts(expand_prompts(upcoming, ctx.n))
-            future = self.policy.generate_async(prompts, ctx.sampling)
-            self.pending.append(_InFlight(upcoming, future))
+            self._launch(ctx, upcoming)
+
+    def _launch(self, ctx: StepContext, upcoming: DataProto) -> None:
+        prompts = ctx.prompts(expand_prompts(upcoming, ctx.n))
+        future = self.policy.generate_async(prompts, ctx.sampling)
+        self.pending.append(_InFlight(upcoming, ctx.sampling, future))
 
     def drain(self) -> None:
         """Wait for the generations still in flight and forget them (the run is ending, or
         their batches are not the ones the loop asks for)."""
         while self.pending:
-            self.pending.popleft().future.get()
+            self.pending.popleft().get()
+
+    # --- checkpoints ----------------------------------------------------------------------
+
+    def save_checkpoint(self, path: str) -> None:
+        """The queued generations into checkpoint folder ``path`` (each waited for: after a
+        step's weight sync, which queues behind them on the rollout, they are all done)."""
+        from rlcore.trainer.queue_checkpoint import save_queue
+
+        batches = [(item.prompts, item.sampling, item.get()) for item in self.pending]
+        save_queue(Path(path), self.spec, batches)
+
+    def load_checkpoint(self, path: str) -> None:
+        """Read the checkpoint's queued generations; the next step puts them back in the queue."""
+        from rlcore.trainer.queue_checkpoint import load_queue
+
+        self.drain()
+        self.restored = deque(load_queue(Path(path), self.spec))

@@ -151,8 +151,10 @@ class Trainer:
                 mode = specs.asynchronous.mode
                 msg = f"trainer.async_mode = {mode!r} needs the rollout on its own pool"
                 raise RlcoreError(msg)
-            self.source = TrajectoryQueue(parts.policy, self._take_ahead, specs.asynchronous)
+            queue = TrajectoryQueue(parts.policy, self._take_ahead, specs.asynchronous)
+            self.source = queue
             self.state.driver[DATALOADER] = _PeekAwareLoader(self)
+            self.state.files["async_queue"] = queue  # its generations, for an exact resume
 
     # --- state (what a checkpoint holds) --------------------------------------------------
 
@@ -375,8 +377,9 @@ class Trainer:
 class _PeekAwareLoader:
     """The training loader as a checkpoint sees it under ``trainer.async_mode``: while later
     steps' prompts are held back (their generations queued), its state is the one from before
-    the oldest of them was taken, so a resumed run takes them again, in order, and generates
-    them with the restored weights: no prompt lost, none trained twice."""
+    the oldest of them was taken, so a resumed run takes them again, in order, and pairs them
+    with the queue's saved generations (or generates them again with the restored weights):
+    no prompt lost, none trained twice."""
 
     def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer

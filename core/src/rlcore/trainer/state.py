@@ -6,13 +6,16 @@ torchtitan's ``states = {"model": ..., "optimizer": ..., "dataloader": ...}`` in
         counters=LoopCounters(total_steps=10),
         driver={"dataloader": loader, "algorithm": algorithm, "program": program},
         workers={"actor_rollout_ref": policy, "critic": critic, "teacher": teacher},
+        files={"async_queue": queue},  # trainer.async_mode only
     )
 
 ``driver`` entries are :class:`Stateful` objects on the driver (``state_dict`` /
 ``load_state_dict``, JSON-able state); ``workers`` entries are worker groups whose every rank
 writes its own shards (``save_checkpoint(path)`` / ``load_checkpoint(path)``), each under its
-own folder of the checkpoint. The driver's RNG and the step travel with them. Nothing else is
-saved, so anything a step carries to the next must be in one of these entries — the
+own folder of the checkpoint; ``files`` entries are driver objects that write files of their
+own into the checkpoint folder (tensors a JSON table cannot hold: the asynchronous modes' queued
+generations), saved after the workers. The driver's RNG and the step travel with them. Nothing
+else is saved, so anything a step carries to the next must be in one of these entries — the
 conformance rule ``step-resumable`` (:func:`rlcore.testing.conformance.check_step_program`)
 checks an algorithm's program for it.
 """
@@ -43,7 +46,8 @@ class Stateful(Protocol):
 
 
 class WorkerState(Protocol):
-    """A worker group whose ranks save and load their own shards under a checkpoint folder."""
+    """A worker group whose ranks save and load their own shards under a checkpoint folder
+    (or a driver object writing its own files there: ``RunState.files``)."""
 
     def save_checkpoint(self, path: str) -> Any: ...
 
@@ -67,6 +71,7 @@ class RunState:
     counters: LoopCounters
     driver: dict[str, Stateful]
     workers: dict[str, WorkerState] = attrs.Factory(dict)
+    files: dict[str, WorkerState] = attrs.Factory(dict)
 
     def save(self, directory: Path, *, config_text: str) -> None:
         """Write everything into ``directory`` (a checkpoint's temporary folder).
@@ -76,7 +81,7 @@ class RunState:
         """
         from rlcore.checkpoint import CONFIG_FILE, capture_rng_state, save_driver_state
 
-        for group in self.workers.values():
+        for group in [*self.workers.values(), *self.files.values()]:
             group.save_checkpoint(str(directory))
         save_driver_state(
             directory,
@@ -108,7 +113,7 @@ class RunState:
             )
             if state:  # an entry with nothing saved keeps its fresh state
                 obj.load_state_dict(dict(state))
-        for group in self.workers.values():
+        for group in [*self.workers.values(), *self.files.values()]:
             group.load_checkpoint(str(path))
         if saved.rng is not None:
             restore_rng_state(saved.rng)

@@ -64,6 +64,7 @@ if TYPE_CHECKING:
     from rlcore.tracking.flops import MfuMeter
     from rlcore.trainer.async_queue import GenerationSource
     from rlcore.trainer.plan import LoopPlan
+    from rlcore.trainer.recovery import Recovery
     from rlcore.trainer.specs import RunSpecs
     from rlcore.workers import RayWorkerGroup
 
@@ -114,6 +115,7 @@ class Components:
     world_size: int = 1
     config_text: str = ""
     mfu: MfuMeter | None = None  # perf/mfu per step (None: the model's peak is unknown)
+    recovery: Recovery | None = None  # restarts, fault metrics and injection
 
 
 class Trainer:
@@ -161,9 +163,12 @@ class Trainer:
         if self.parts.checkpoints is None:
             return None
         text = self.parts.config_text
-        return self.parts.checkpoints.save(
+        path = self.parts.checkpoints.save(
             self.state.counters.step, lambda tmp: self.state.save(tmp, config_text=text)
         )
+        if self.parts.recovery is not None:  # where a lost worker's recovery goes back to
+            self.parts.recovery.last_saved = path
+        return path
 
     def restore(self, path: Path) -> None:
         """Load checkpoint ``path``: step, dataloader, algorithm, program, RNG and workers."""
@@ -272,7 +277,7 @@ class Trainer:
         """A fresh context for the step on ``step_prompts`` (the program's blocks, empty
         metrics, the trainer's generation source)."""
         parts = self.parts
-        return DriverStepContext(
+        ctx = DriverStepContext(
             self.specs,
             policy=parts.policy,
             critic=parts.critic,
@@ -286,6 +291,11 @@ class Trainer:
             source=self.source,
             step_prompts=step_prompts,
         )
+        faults = parts.recovery.faults if parts.recovery is not None else None
+        if faults is not None:  # rlcore.testing.faults: a fault fires as its phase starts
+            step = self.state.counters.step + 1
+            ctx.on_phase = lambda name: faults.at_phase(name, step)
+        return ctx
 
     def train_step(self, batch: DataProto) -> dict[str, float]:
         """One step of the program on a batch of prompts. Returns the step's metrics."""
@@ -306,6 +316,8 @@ class Trainer:
         metrics["perf/peak_rss_gb/driver"] = peak_rss_gb()
         if self.parts.mfu is not None:
             metrics |= self.parts.mfu.metrics(batch, metrics)
+        if self.parts.recovery is not None:
+            metrics |= self.parts.recovery.metrics()
         if self.queued:
             # Training throughput: the step's samples over the step less its wait for them.
             busy = ctx.timing["step"] - ctx.metrics.get("async/trainer_idle_s", 0.0)

@@ -1,8 +1,9 @@
 """``rlcore train`` in a subprocess, with its own local Ray, under faults.
 
 - one worker process SIGKILLed mid-step, ``trainer.max_worker_restarts = 0``: the driver exits
-  non-zero within 60 s with one ``error:`` line naming role, rank, node and Ray's cause; no process of the run remains; the
-  same command then resumes from the last checkpoint and finishes;
+  non-zero within 60 s with one ``error:`` line naming role, rank, node and Ray's cause; no
+  process of the run remains; the same command then resumes from the last checkpoint and
+  finishes;
 - Ctrl-C (SIGINT to the process group, as a terminal sends it): exit 130 with one
   ``interrupted:`` line naming the last checkpoint; no process of the run remains.
 

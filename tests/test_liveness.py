@@ -96,7 +96,8 @@ def test_a_stopped_worker_ends_the_run_in_bounded_time(tmp_path, placement, stop
             micro_batch_size=4,
             experiment_name="liveness",
             extra=extra,
-        ).replace(
+        )
+        .replace(
             "[trainer]\n",
             f'[trainer]\nasync_mode = "{async_mode}"\n' if async_mode else "[trainer]\n",
             1,

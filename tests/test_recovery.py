@@ -130,11 +130,15 @@ def test_a_killed_colocated_worker_is_recovered_from_the_checkpoint_bit_for_bit(
 
 
 @pytest.mark.parametrize(
-    ("mode", "action", "step"),
-    [("fully_async", "kill", 2), ("one_step_off", "stop", 3)],
+    ("mode", "action", "steps"),
+    [
+        # step 1 generates in the step (a call that dies), step 3 takes a queued batch
+        ("fully_async", "kill", (1, 3)),
+        ("one_step_off", "stop", (3,)),
+    ],
 )
 def test_a_lost_rollout_on_its_own_pool_is_replaced_in_place(
-    ray_session, assets, tmp_path, monkeypatch, mode, action, step
+    ray_session, assets, tmp_path, monkeypatch, mode, action, steps
 ):
     from rlcore.testing.faults import Fault
 
@@ -142,10 +146,10 @@ def test_a_lost_rollout_on_its_own_pool_is_replaced_in_place(
     trainer = f'async_mode = "{mode}"' + ("\nmax_staleness = 2" if mode == "fully_async" else "")
     extra = PLACE_ROLLOUT.replace("[resources.pools", "heartbeat_timeout_s = 4\n[resources.pools")
     config = _config(assets, run, trainer=trainer, extra=extra)
-    fault = Fault(action=action, role="rollout", phase="gen", step=step, delay_s=0.0)
-    assert _train(config, monkeypatch, fault) == 0
+    faults = [Fault(action=action, role="rollout", phase="gen", step=s, delay_s=0.0) for s in steps]
+    assert _train(config, monkeypatch, *faults) == 0
     last = _last_metrics(run)
-    assert last["fault/worker_restarts"] == 1.0
+    assert last["fault/worker_restarts"] == len(steps)
     assert last["fault/redone_steps"] == 0.0  # in place: no step trained again
     assert last["fault/lost_samples"] == 0.0
     _audit(run)
@@ -175,4 +179,5 @@ def test_past_max_worker_restarts_the_run_stops_with_the_workers_line(
         "is intact"
     ), line
     latest = CheckpointManager(run / CHECKPOINTS_DIR).latest()
-    assert latest is not None and latest.name == "global_step_2"
+    assert latest is not None
+    assert latest.name == "global_step_2"

@@ -18,10 +18,11 @@ separated by ``;``, each a comma-separated list of ``key=value``::
 ``role``: ``actor``, ``rollout``, ``ref``, ``critic``, or an extra role's name (colocated roles
 share one process: killing the ``rollout`` of a colocated run kills the actor with it);
 ``phase``: a phase of the step program (``gen``, ``old_log_prob``, ``ref``, ``values``,
-``reward``, ``adv``, ``update_actor``, ``update_critic``) or ``sync`` (the weight sync to a
-rollout on its own pool); ``step``: the step being trained (1-based); ``rank`` defaults to
-0, ``delay_s`` to 0.2, ``slow_s`` to 5. Each fault fires once per driver, even when its step
-is trained again after a recovery. Signals reach processes on the driver's node only.
+``reward``, ``adv``, ``update_actor``, ``update_critic``; the weight sync to a rollout on its
+own pool runs inside ``update_actor``); ``step``: the step being trained (1-based);
+``rank`` defaults to 0, ``delay_s`` to 0.2, ``slow_s`` to 5. Each fault fires once per
+driver, even when its step is trained again after a recovery. Signals reach processes on
+the driver's node only.
 """
 
 from __future__ import annotations

@@ -181,3 +181,25 @@ def test_past_max_worker_restarts_the_run_stops_with_the_workers_line(
     latest = CheckpointManager(run / CHECKPOINTS_DIR).latest()
     assert latest is not None
     assert latest.name == "global_step_2"
+
+
+def test_the_restart_budget_adds_its_count_once():
+    """A lost worker's line past the budget, raised where it was spent (a rollout replaced in
+    place) and passing the run's recovery on its way up, carries the count once."""
+    from rlcore.errors import WorkerLostError
+    from rlcore.trainer.recovery import Recovery, RestartsExhaustedError
+
+    recovery = Recovery(1)
+    lost = WorkerLostError("role rollout rank 0 (pid 7) died in generate_sequences: exit\nmore")
+    recovery.spend(lost)
+    assert recovery.metrics()["fault/worker_restarts"] == 1.0
+    with pytest.raises(RestartsExhaustedError) as first:
+        recovery.spend(lost)
+    with pytest.raises(RestartsExhaustedError) as again:
+        recovery.spend(first.value)
+    assert again.value is first.value
+    assert str(first.value).splitlines() == [
+        "role rollout rank 0 (pid 7) died in generate_sequences: exit (after 1 worker "
+        "restart(s); trainer.max_worker_restarts = 1); the last checkpoint is intact",
+        "more",
+    ]

@@ -44,7 +44,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Recovery", "process_table"]
+__all__ = ["Recovery", "RestartsExhaustedError", "process_table"]
+
+
+class RestartsExhaustedError(WorkerLostError):
+    """A worker was lost with no restart left: the lost worker's line, the count added."""
 
 
 class Recovery:
@@ -71,13 +75,15 @@ class Recovery:
 
     def spend(self, err: WorkerLostError) -> None:
         """Count one restart for ``err``; past the budget, raise its line with the count."""
+        if isinstance(err, RestartsExhaustedError):  # the budget's own verdict, on its way up
+            raise err
         if self.restarts >= self.max_restarts:
             first, _, rest = str(err).partition("\n")
             msg = (
                 f"{first} (after {self.restarts} worker restart(s); trainer.max_worker_restarts"
                 f" = {self.max_restarts}); the last checkpoint is intact"
             )
-            final = WorkerLostError(msg + ("\n" + rest if rest else ""))
+            final = RestartsExhaustedError(msg + ("\n" + rest if rest else ""))
             final.role = err.role
             raise final from err
         self.restarts += 1

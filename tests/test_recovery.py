@@ -147,6 +147,8 @@ def test_a_lost_rollout_on_its_own_pool_is_replaced_in_place(
     extra = PLACE_ROLLOUT.replace("[resources.pools", "heartbeat_timeout_s = 4\n[resources.pools")
     config = _config(assets, run, trainer=trainer, extra=extra)
     faults = [Fault(action=action, role="rollout", phase="gen", step=s, delay_s=0.0) for s in steps]
+    # A straggler that comes back within the heartbeat bound is waited for, not replaced.
+    faults.append(Fault(action="slow", role="rollout", phase="gen", step=2, slow_s=1.0))
     assert _train(config, monkeypatch, *faults) == 0
     last = _last_metrics(run)
     assert last["fault/worker_restarts"] == len(steps)
@@ -154,6 +156,24 @@ def test_a_lost_rollout_on_its_own_pool_is_replaced_in_place(
     assert last["fault/lost_samples"] == 0.0
     _audit(run)
     assert not (run / "samples" / "abandoned").exists()
+
+
+def test_a_killed_trainer_beside_a_rollout_pool_recovers_from_the_checkpoint(
+    ray_session, assets, tmp_path, monkeypatch
+):
+    from rlcore.testing.faults import Fault
+
+    run = tmp_path / "run"
+    config = _config(
+        assets, run, trainer='async_mode = "fully_async"\nmax_staleness = 2', extra=PLACE_ROLLOUT
+    )
+    fault = Fault(action="kill", role="actor", phase="update_actor", step=4, delay_s=0.0)
+    assert _train(config, monkeypatch, fault) == 0
+    last = _last_metrics(run)
+    assert last["fault/worker_restarts"] == 1.0
+    assert last["fault/redone_steps"] == 1.0  # step 3, after the checkpoint of step 2
+    assert last["fault/lost_samples"] == 0.0
+    _audit(run)
 
 
 def test_past_max_worker_restarts_the_run_stops_with_the_workers_line(

@@ -158,10 +158,10 @@ class Recovery:
         redone = max(0, done - back_to)
         self.redone_steps += redone
         log.warning(
-            "recovering from %s: steps %d..%d will be trained again",
+            "recovering from %s: training from step %d again (%d completed step(s) redone)",
             self.last_saved or "the run's start",
             back_to + 1,
-            done + 1,
+            redone,
         )
         if self.rollout_data_dir is not None:
             self._set_aside(back_to)

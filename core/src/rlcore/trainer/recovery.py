@@ -110,9 +110,8 @@ class Recovery:
 
     # --- a run's attempts -----------------------------------------------------------------
 
-    def attach(self, trainer: Trainer, workers: Workers) -> None:
-        """Bind an attempt's trainer and workers: fault targets, the rollout's budget, and
-        (first attempt, not resumed) the driver's starting state."""
+    def attach(self, workers: Workers) -> None:
+        """Bind an attempt's workers: the faults' targets, the rollout's restarts."""
         from rlcore.trainer.placement import SplitPolicy
 
         if self.faults is not None:

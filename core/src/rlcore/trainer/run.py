@@ -7,6 +7,11 @@ reward manager, algorithm and workers, resumes from a checkpoint (``trainer.resu
 :meth:`rlcore.trainer.fit.Trainer.fit` (checkpoints every ``trainer.save_freq`` steps and at
 the end), exports the final actor to ``<run_dir>/final_hf``, plots the curves when matplotlib
 is installed and returns the exit code. torch and Ray load when a run starts.
+
+A worker process lost during the fit (died or stopped responding) is replaced up to
+``trainer.max_worker_restarts`` times (:mod:`rlcore.trainer.recovery`): a rollout on its own
+pool in place, any other by building the workers again and resuming from the newest
+checkpoint this run wrote, in the loop around :meth:`Trainer.fit` here.
 """
 
 from __future__ import annotations
@@ -186,7 +191,7 @@ def run_training(
                     recovery=recovery,
                 ),
             )
-            recovery.attach(trainer, workers)
+            recovery.attach(workers)
             if recovery.recoveries:
                 recovery.resume_point(trainer)
             elif resume_from is not None:

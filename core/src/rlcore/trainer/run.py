@@ -161,14 +161,13 @@ def run_training(
         timeout_s=config.trainer.logger_timeout_s,
     )
     recovery = Recovery(
-        config.trainer.max_worker_restarts,
-        rollout_data_dir=config.trainer.rollout_data_dir,
-        faults=FaultInjector.from_env(),
+        config.trainer.max_worker_restarts, rollout_data_dir=config.trainer.rollout_data_dir
     )
     recovery.last_saved = resume_from
-    mfu = _mfu_meter(config, specs, workers)
-    current: Workers | None = workers
+    current: Workers | None = workers  # what the end shuts down (None: already down)
     try:
+        recovery.faults = FaultInjector.from_env()
+        mfu = _mfu_meter(config, specs, workers)
         reward_manager.bind_roles(workers.generation_roles)
         while True:  # a lost worker: start the workers again, from the newest checkpoint
             trainer = Trainer(

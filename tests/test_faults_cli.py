@@ -1,8 +1,9 @@
 """``rlcore train`` in a subprocess, with its own local Ray, under faults.
 
-- one worker process SIGKILLed mid-step: the driver exits non-zero within 60 s with one
-  ``error:`` line naming role, rank, node and Ray's cause; no process of the run remains; the
-  same command then resumes from the last checkpoint and finishes;
+- one worker process SIGKILLed mid-step, ``trainer.max_worker_restarts = 0``: the driver exits
+  non-zero within 60 s with one ``error:`` line naming role, rank, node and Ray's cause; no
+  process of the run remains; the same command then resumes from the last checkpoint and
+  finishes;
 - Ctrl-C (SIGINT to the process group, as a terminal sends it): exit 130 with one
   ``interrupted:`` line naming the last checkpoint; no process of the run remains.
 
@@ -56,7 +57,8 @@ def _write_config(assets, tmp_path: Path, processes: int) -> Path:
         processes_per_node=processes,
         cpus_per_process=0.5,
     )
-    cfg.write_text(text)
+    # No restart: the killed worker stops the run (tests/test_recovery.py: it is replaced).
+    cfg.write_text(text.replace("[trainer]\n", "[trainer]\nmax_worker_restarts = 0\n", 1))
     return cfg
 
 

@@ -96,11 +96,14 @@ def test_a_stopped_worker_ends_the_run_in_bounded_time(tmp_path, placement, stop
             micro_batch_size=4,
             experiment_name="liveness",
             extra=extra,
-        ).replace(
+        )
+        .replace(
             "[trainer]\n",
             f'[trainer]\nasync_mode = "{async_mode}"\n' if async_mode else "[trainer]\n",
             1,
         )
+        # No restart: the stopped worker ends the run (tests/test_recovery.py: replaced).
+        .replace("[trainer]\n", "[trainer]\nmax_worker_restarts = 0\n", 1)
     )
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env |= {"OMP_NUM_THREADS": "1", "RLCORE_HEARTBEAT_TIMEOUT_S": str(TIMEOUT_S)}
@@ -150,7 +153,9 @@ def test_a_stopped_worker_ends_the_run_in_bounded_time(tmp_path, placement, stop
     assert re.fullmatch(
         rf"error: role [\w.]+(?: on pool '\w+'(?:\.\w+)?)? rank 0 "
         rf"\(node [\d.]+, pid {workers[0]}\) stopped responding in \w+: no heartbeat for \d+ s "
-        rf"\(resources\.heartbeat_timeout_s = {TIMEOUT_S}\); the process is stopped or wedged",
+        rf"\(resources\.heartbeat_timeout_s = {TIMEOUT_S}\); the process is stopped or wedged "
+        r"\(after 0 worker restart\(s\); trainer\.max_worker_restarts = 0\); the last "
+        r"checkpoint is intact",
         errors[0],
     ), errors
     assert "Traceback" not in out

@@ -12,8 +12,8 @@ train the queued rows (their staleness, not 0), and the samples each step traine
 be exactly the data order: 8 prompts unshuffled, 2 per step, 5 steps (an epoch boundary inside
 the queue), every prompt trained once per epoch, none lost, none twice.
 
-Killing the rollout pool's worker process stops the run with one ``error:`` line naming the
-pool.
+Killing the rollout pool's worker process with ``trainer.max_worker_restarts = 0`` stops the
+run with one ``error:`` line naming the pool (tests/test_recovery.py: it is replaced).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def assets(tmp_path_factory):
     return model, train, write_train_script(root / "runner.py")
 
 
-def _write_config(assets, run_dir: Path, mode: str) -> Path:
+def _write_config(assets, run_dir: Path, mode: str, restarts: int | None = None) -> Path:
     from rlcore.testing.runs import tiny_run_toml
 
     model, train, _ = assets
@@ -85,6 +85,8 @@ def _write_config(assets, run_dir: Path, mode: str) -> Path:
     text = text.replace("[data]\n", "[data]\nshuffle = false\n", 1)
     dump = json.dumps(str(run_dir / "samples"))
     text = text.replace("[trainer]\n", f"[trainer]\n{MODES[mode]}\nrollout_data_dir = {dump}\n", 1)
+    if restarts is not None:
+        text = text.replace("[trainer]\n", f"[trainer]\nmax_worker_restarts = {restarts}\n", 1)
     path = run_dir.parent / f"{run_dir.name}.toml"
     path.write_text(text)
     return path
@@ -211,7 +213,7 @@ def test_sigkill_with_generations_in_flight_then_resume_is_bit_identical(assets,
 
 def test_a_killed_rollout_worker_stops_the_run_naming_its_pool(assets, tmp_path):
     run_dir = tmp_path / "run"
-    config = _write_config(assets, run_dir, "fully_async")
+    config = _write_config(assets, run_dir, "fully_async", restarts=0)  # no replacement
     log = tmp_path / "run.log"
     proc = _start([sys.executable, "-m", "rlcore.cli", "train", str(config)], log)
     try:

@@ -173,7 +173,9 @@ def _config(tmp_path: Path, nnodes: int, steps: int) -> Path:
         processes_per_node=1,
         cpus_per_process=1.0,
     )
-    cfg.write_text(text.replace("[resources]\n", f"[resources]\nnnodes = {nnodes}\n"))
+    text = text.replace("[resources]\n", f"[resources]\nnnodes = {nnodes}\n")
+    # A lost node stops the run (no restart: the workers could not be placed again).
+    cfg.write_text(text.replace("[trainer]\n", "[trainer]\nmax_worker_restarts = 0\n", 1))
     return cfg
 
 

@@ -67,6 +67,18 @@ class WorkerTimeoutError(WorkerError, TimeoutError):
     """
 
 
+class WorkerLostError(WorkerError):
+    """A worker process is gone: it died (SIGKILL, OOM: Ray reports the actor dead) or stopped
+    responding (its heartbeat stood still, :mod:`rlcore.workers.liveness`).
+
+    Unlike a worker's own exception (which would recur if the call were repeated), the process
+    is what failed, so a run may replace it (``trainer.max_worker_restarts``,
+    docs/fault-tolerance.md). ``role``: the worker group's role, as the message names it.
+    """
+
+    role: str | None = None
+
+
 class WorkerGroupError(RlcoreError, ValueError):
     """A worker group was set up wrong (e.g. a runtime_env overriding a protected variable)."""
 

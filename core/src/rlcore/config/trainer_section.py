@@ -76,6 +76,15 @@ class TrainerConfig:
         "Consecutive steps with a non-finite loss or gradient (each skipped) before the run stops.",
         validator=_pos,
     )
+    max_worker_restarts: int = key(
+        3,
+        "Worker processes lost (died, or stopped responding) that the run replaces before it "
+        "stops: a rollout on its own pool in place, any other role by restarting the workers "
+        "from the newest checkpoint (docs/fault-tolerance.md). 3: enough for the odd "
+        "preempted or OOM-killed process, few enough that a failure which recurs stops the "
+        "run within minutes; 0: stop at the first, as before.",
+        validator=v.ge(0),
+    )
     grad_norm_ceiling: float | None = key(
         None,
         "Divergence guard: a step whose actor or critic gradient norm (before "

@@ -129,8 +129,13 @@ class Workers:
 
     def shutdown(self) -> None:
         """Kill the worker processes and release their placement groups."""
-        if self.rollout_group is not None:
-            self.rollout_group.shutdown()
+        from rlcore.trainer.placement import SplitPolicy
+
+        rollout = self.rollout_group
+        if isinstance(self.policy, SplitPolicy):  # the group now, if it was replaced
+            rollout = self.policy.rollout
+        if rollout is not None:
+            rollout.shutdown()
         if self.rollout_pool is not None:
             self.rollout_pool.remove()
         for group, pool in self.placed:

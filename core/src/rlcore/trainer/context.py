@@ -93,6 +93,13 @@ class DriverStepContext(StepContext):
         self.source = source
         self.step_prompts = step_prompts  # the batch of prompts this step was given
         self._generated = False
+        # Called as each phase starts (the fault injector's hook, rlcore.trainer.faults).
+        self.on_phase: Callable[[str], None] | None = None
+
+    def phase(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if self.on_phase is not None:
+            self.on_phase(name)
+        return super().phase(name, fn, *args, **kwargs)
 
     def generate(self, batch: DataProto, name: str = "gen") -> DataProto:
         """As :meth:`StepContext.generate`; the step's first generation comes from the

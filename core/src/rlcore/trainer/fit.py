@@ -32,7 +32,7 @@ import threading
 from collections import deque
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 import numpy as np
@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from rlcore.tracking import Tracker
     from rlcore.tracking.flops import MfuMeter
     from rlcore.trainer.async_queue import GenerationSource
+    from rlcore.trainer.faults import FaultInjector
     from rlcore.trainer.plan import LoopPlan
     from rlcore.trainer.specs import RunSpecs
     from rlcore.workers import RayWorkerGroup
@@ -93,6 +94,16 @@ class NonFiniteError(RlcoreError):
     """Too many consecutive steps had a non-finite loss or gradient."""
 
 
+class RecoveryHooks(Protocol):
+    """What the loop reads and tells of :class:`rlcore.trainer.recovery.Recovery`, which runs
+    this loop (naming it here would close a circle)."""
+
+    last_saved: Path | None
+    faults: FaultInjector | None
+
+    def metrics(self) -> dict[str, float]: ...
+
+
 @attrs.define(kw_only=True)
 class Components:
     """What the loop works with, built by :func:`rlcore.trainer.run_training`.
@@ -114,6 +125,7 @@ class Components:
     world_size: int = 1
     config_text: str = ""
     mfu: MfuMeter | None = None  # perf/mfu per step (None: the model's peak is unknown)
+    recovery: RecoveryHooks | None = None  # restarts, fault metrics and injection
 
 
 class Trainer:
@@ -163,9 +175,12 @@ class Trainer:
         if self.parts.checkpoints is None:
             return None
         text = self.parts.config_text
-        return self.parts.checkpoints.save(
+        path = self.parts.checkpoints.save(
             self.state.counters.step, lambda tmp: self.state.save(tmp, config_text=text)
         )
+        if self.parts.recovery is not None:  # where a lost worker's recovery goes back to
+            self.parts.recovery.last_saved = path
+        return path
 
     def restore(self, path: Path) -> None:
         """Load checkpoint ``path``: step, dataloader, algorithm, program, RNG and workers."""
@@ -274,7 +289,7 @@ class Trainer:
         """A fresh context for the step on ``step_prompts`` (the program's blocks, empty
         metrics, the trainer's generation source)."""
         parts = self.parts
-        return DriverStepContext(
+        ctx = DriverStepContext(
             self.specs,
             policy=parts.policy,
             critic=parts.critic,
@@ -288,6 +303,11 @@ class Trainer:
             source=self.source,
             step_prompts=step_prompts,
         )
+        faults = parts.recovery.faults if parts.recovery is not None else None
+        if faults is not None:  # rlcore.trainer.faults: a fault fires as its phase starts
+            step = self.state.counters.step + 1
+            ctx.on_phase = lambda name: faults.at_phase(name, step)
+        return ctx
 
     def train_step(self, batch: DataProto) -> dict[str, float]:
         """One step of the program on a batch of prompts. Returns the step's metrics."""
@@ -308,6 +328,8 @@ class Trainer:
         metrics["perf/peak_rss_gb/driver"] = peak_rss_gb()
         if self.parts.mfu is not None:
             metrics |= self.parts.mfu.metrics(batch, metrics)
+        if self.parts.recovery is not None:
+            metrics |= self.parts.recovery.metrics()
         if self.queued:
             # Training throughput: the step's samples over the step less its wait for them.
             busy = ctx.timing["step"] - ctx.metrics.get("async/trainer_idle_s", 0.0)

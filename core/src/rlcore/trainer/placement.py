@@ -10,15 +10,20 @@ next generation samples the policy just trained (on-policy, as colocated).
 Metrics of a sync (merged into the update's): ``weight_sync/version``, ``weight_sync/bytes``,
 ``weight_sync/buckets``, ``timing_s/worker/weight_send`` (trainer rank 0 streaming) and
 ``timing_s/weight_sync`` (the driver's wall clock of the whole sync).
+
+A rollout rank lost in a generation or a sync (a :class:`~rlcore.errors.WorkerLostError`:
+it died or stopped responding) is replaced in place when the run has restarts left
+(:meth:`SplitPolicy.replace_rollout`, :mod:`rlcore.trainer.recovery`): the generation is
+made again on the new group with the current weights, the sync sent again.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from rlcore.errors import WorkerError
+from rlcore.errors import WorkerError, WorkerLostError
 
 if TYPE_CHECKING:
     from rlcore.dispatch import DispatchInfo, GroupFuture
@@ -31,6 +36,15 @@ log = logging.getLogger(__name__)
 __all__ = ["SplitPolicy"]
 
 
+class RestartBudget(Protocol):
+    """What the split policy needs of :class:`rlcore.trainer.recovery.Recovery` (which builds
+    the workers, so naming it here would close a circle through the builder)."""
+
+    lost_samples: int
+
+    def spend(self, err: WorkerLostError) -> None: ...
+
+
 class SplitPolicy:
     """Trainer group + rollout group behind the policy group's methods (module docstring)."""
 
@@ -39,6 +53,33 @@ class SplitPolicy:
         self.rollout = rollout
         self.pools = pools
         self.version = 0
+        self.recovery: RestartBudget | None = None  # None: a lost rollout rank stops the run
+        self.epoch = 0  # replacements of the rollout group so far
+
+    # --- a lost rollout, replaced in place -------------------------------------------------
+
+    def replace_rollout(self, err: WorkerLostError) -> None:
+        """Kill what is left of the rollout group, start it again in its bundles, open the
+        bridge to it and send it the current weights (a restart of ``self.recovery``)."""
+        from rlcore.workers.restart import restart_group
+
+        if self.recovery is None:
+            raise err
+        self.recovery.spend(err)  # past trainer.max_worker_restarts: raises err's line
+        self.rollout = restart_group(self.rollout)
+        self.epoch += 1
+        self.rollout.init_model()
+        # The trainer's rank 0 may still be in a send to the dead ranks: the send fails
+        # once they are gone, and its next call (the new bridge) runs after it.
+        self.open_bridge()
+
+    def _recover(self, err: WorkerLostError, epoch: int) -> None:
+        """After ``err`` in a call made on the rollout group of ``epoch``: replace that group
+        unless it was replaced already; a loss of the trainer's side goes on up."""
+        if err.role != self.rollout.role:
+            raise err
+        if epoch == self.epoch:
+            self.replace_rollout(err)
 
     # --- the bridge -----------------------------------------------------------------------
 
@@ -62,10 +103,18 @@ class SplitPolicy:
             len(manifest),
             self.rollout.world_size,
         )
-        self.sync_weights(self.version)
+        self._sync(self.version)
 
     def sync_weights(self, version: int) -> dict[str, list[float]]:
         """Send the trainer's weights to every rollout rank as ``version``; its metrics."""
+        epoch = self.epoch
+        try:
+            return self._sync(version)
+        except WorkerLostError as err:
+            self._recover(err, epoch)  # the new group received the current version
+            return self._sync(version)
+
+    def _sync(self, version: int) -> dict[str, list[float]]:
         start = time.perf_counter()
         sent = self.trainer.send_weights(version)
         received = self.rollout.receive_weights(version)
@@ -145,13 +194,21 @@ class SplitPolicy:
         return self.trainer.dispatch_info(mesh)
 
     def generate_sequences(self, prompts: DataProto, sampling: SamplingParams) -> DataProto:
-        out: DataProto = self.rollout.generate_sequences(prompts, sampling)
-        return out
+        """Generate ``prompts``; again on a replaced rollout group when a rank was lost."""
+        while True:  # bounded: each replacement spends a restart
+            epoch = self.epoch
+            try:
+                out: DataProto = self.rollout.generate_sequences(prompts, sampling)
+            except WorkerLostError as err:
+                self._recover(err, epoch)
+                continue
+            return out
 
     def generate_async(self, prompts: DataProto, sampling: SamplingParams) -> GroupFuture:
-        """Start generating ``prompts`` now (with the rollout's current weights); a future."""
-        fut: GroupFuture = self.rollout.generate_sequences_async(prompts, sampling)
-        return fut
+        """Start generating ``prompts`` now (with the rollout's current weights); a future
+        whose ``get()`` generates them again, on a replaced group, when a rank was lost."""
+        fut = self.rollout.generate_sequences_async(prompts, sampling)
+        return cast("GroupFuture", _Regenerating(self, prompts, sampling, fut, self.epoch))
 
     def compute_log_prob(self, data: DataProto) -> DataProto:
         out: DataProto = self.trainer.compute_log_prob(data)
@@ -181,6 +238,39 @@ class SplitPolicy:
 
     def export_hf(self, path: str) -> Any:
         return self.trainer.export_hf(path)
+
+
+class _Regenerating:
+    """A queued generation (:meth:`SplitPolicy.generate_async`) that survives its rollout
+    group: when the group lost a rank, ``get()`` generates the same prompts again on the new
+    group (with the current weights, so its rows carry the current version)."""
+
+    def __init__(
+        self,
+        policy: SplitPolicy,
+        prompts: DataProto,
+        sampling: SamplingParams,
+        future: GroupFuture,
+        epoch: int,
+    ) -> None:
+        self.policy, self.prompts, self.sampling = policy, prompts, sampling
+        self.future, self.epoch = future, epoch
+
+    @property
+    def refs(self) -> list[Any]:
+        return list(self.future.refs)
+
+    def get(self) -> DataProto:
+        try:
+            out: DataProto = self.future.get()
+        except WorkerLostError as err:
+            self.policy._recover(err, self.epoch)
+            out = self.policy.generate_sequences(self.prompts, self.sampling)
+            expected = len(self.prompts)
+            if self.policy.recovery is not None and len(out) < expected:
+                self.policy.recovery.lost_samples += expected - len(out)
+            log.warning("regenerated %d queued prompt rows on the new rollout group", expected)
+        return out
 
 
 def _failed(ref: Any) -> bool:

@@ -32,7 +32,7 @@ import json
 import logging
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
@@ -41,13 +41,25 @@ from rlcore.errors import DataProtoError
 if TYPE_CHECKING:
     from rlcore.interfaces import SamplingParams
     from rlcore.protocol import DataProto
-    from rlcore.trainer.async_queue import AsyncSpec
 
 log = logging.getLogger(__name__)
 
 __all__ = ["QUEUE_DIR", "SavedBatch", "load_queue", "prompts_fingerprint", "save_queue"]
 
 QUEUE_DIR = "async_queue"
+
+
+class QueueMode(Protocol):
+    """What a saved queue records of :class:`rlcore.trainer.async_queue.AsyncSpec` (the queue
+    imports this module, so it is named here by shape)."""
+
+    @property
+    def mode(self) -> str: ...
+
+    @property
+    def max_staleness(self) -> int: ...
+
+
 INDEX_FILE = "queue.json"
 _FORMAT = 1
 
@@ -98,7 +110,7 @@ def prompts_fingerprint(prompts: DataProto) -> str:
 
 def save_queue(
     directory: Path,
-    spec: AsyncSpec,
+    spec: QueueMode,
     batches: list[tuple[DataProto, SamplingParams, DataProto]],
 ) -> None:
     """Write ``(prompts, sampling, generation)`` of each queued batch, oldest first, under
@@ -139,7 +151,7 @@ def save_queue(
     (folder / INDEX_FILE).write_text(json.dumps(index, indent=1) + "\n", encoding="utf-8")
 
 
-def load_queue(directory: Path, spec: AsyncSpec) -> list[SavedBatch]:
+def load_queue(directory: Path, spec: QueueMode) -> list[SavedBatch]:
     """The generations :func:`save_queue` wrote under checkpoint ``directory``, oldest first;
     none when it holds no queue or one of another mode or bound (a warning says so)."""
     from rlcore.checkpoint import CheckpointError

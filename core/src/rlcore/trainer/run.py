@@ -7,6 +7,11 @@ reward manager, algorithm and workers, resumes from a checkpoint (``trainer.resu
 :meth:`rlcore.trainer.fit.Trainer.fit` (checkpoints every ``trainer.save_freq`` steps and at
 the end), exports the final actor to ``<run_dir>/final_hf``, plots the curves when matplotlib
 is installed and returns the exit code. torch and Ray load when a run starts.
+
+A worker process lost during the fit (died or stopped responding) is replaced up to
+``trainer.max_worker_restarts`` times (:mod:`rlcore.trainer.recovery`): a rollout on its own
+pool in place, any other by building the workers again and resuming from the newest
+checkpoint this run wrote, in the loop around :meth:`Trainer.fit` here.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rlcore.checkpoint.space import disk_full
-from rlcore.errors import RlcoreError
+from rlcore.errors import RlcoreError, WorkerLostError
 
 if TYPE_CHECKING:
     from rlcore.config import RunConfig
@@ -89,8 +94,10 @@ def run_training(
         build_workers,
         total_training_steps,
     )
+    from rlcore.trainer.faults import FaultInjector
     from rlcore.trainer.fit import Components, Trainer
     from rlcore.trainer.plan import build_loop_plan
+    from rlcore.trainer.recovery import Recovery
     from rlcore.trainer.specs import build_generation_role_specs, build_specs, worker_settings
     from rlcore.workers.cluster import check_pools_before_ray, start_ray
     from rlcore.workers.worker import pin_torch_threads
@@ -153,30 +160,53 @@ def run_training(
         logger_options=config.trainer.logger_options,
         timeout_s=config.trainer.logger_timeout_s,
     )
+    recovery = Recovery(
+        config.trainer.max_worker_restarts, rollout_data_dir=config.trainer.rollout_data_dir
+    )
+    recovery.last_saved = resume_from
+    current: Workers | None = workers  # what the end shuts down (None: already down)
     try:
+        recovery.faults = FaultInjector.from_env()
+        mfu = _mfu_meter(config, specs, workers)
         reward_manager.bind_roles(workers.generation_roles)
-        trainer = Trainer(
-            specs,
-            build_loop_plan(config, total_steps, has_validation=val_loader is not None),
-            Components(
-                policy=workers.policy,
-                critic=workers.critic,
-                roles=workers.roles,
-                reward_model=workers.reward_model,
-                algorithm=algorithm,
-                reward_manager=reward_manager,
-                train_loader=train_loader,
-                val_loader=val_loader,
-                tracker=tracker,
-                checkpoints=checkpoints,
-                world_size=workers.world_size,
-                config_text=dump_toml(config_dict),
-                mfu=_mfu_meter(config, specs, workers),
-            ),
-        )
-        if resume_from is not None:
-            trainer.restore(resume_from)
-        trainer.fit()
+        while True:  # a lost worker: start the workers again, from the newest checkpoint
+            trainer = Trainer(
+                specs,
+                build_loop_plan(config, total_steps, has_validation=val_loader is not None),
+                Components(
+                    policy=workers.policy,
+                    critic=workers.critic,
+                    roles=workers.roles,
+                    reward_model=workers.reward_model,
+                    algorithm=algorithm,
+                    reward_manager=reward_manager,
+                    train_loader=train_loader,
+                    val_loader=val_loader,
+                    tracker=tracker,
+                    checkpoints=checkpoints,
+                    world_size=workers.world_size,
+                    config_text=dump_toml(config_dict),
+                    mfu=mfu,
+                    recovery=recovery,
+                ),
+            )
+            recovery.attach(workers)
+            if recovery.recoveries:
+                recovery.resume_point(trainer)
+            elif resume_from is not None:
+                trainer.restore(resume_from)
+            else:
+                recovery.remember_start(trainer)
+            try:
+                trainer.fit()
+                break
+            except WorkerLostError as err:
+                recovery.recover_run(err, trainer)  # raises past trainer.max_worker_restarts
+                current = None
+                workers.shutdown()
+                workers = build_workers(config, specs)
+                current = workers
+                reward_manager.bind_roles(workers.generation_roles)
         if config.trainer.export_final:
             export_dir = run_dir / FINAL_EXPORT_DIR
             try:
@@ -204,7 +234,10 @@ def run_training(
     finally:
         tracker.close()
         reward_manager.close()
-        workers.shutdown()
+        if current is not None:
+            current.shutdown()
+    if recovery.restarts:
+        log.warning("recovered from lost workers: %s", recovery.summary())
     log.info("run directory: %s", run_dir.resolve())
     return 0
 

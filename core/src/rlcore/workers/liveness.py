@@ -42,7 +42,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rlcore.config.schema import DEFAULT_HEARTBEAT_TIMEOUT_S
-from rlcore.errors import WorkerError
+from rlcore.errors import WorkerLostError
 
 log = logging.getLogger(__name__)
 
@@ -115,8 +115,8 @@ def check_ranks(
     method: str,
     timeout: float = DEFAULT_HEARTBEAT_TIMEOUT_S,
 ) -> None:
-    """Raise :class:`WorkerError` for the first of ``ranks`` whose heartbeat has not moved
-    for ``timeout`` seconds (``resources.heartbeat_timeout_s``)."""
+    """Raise :class:`~rlcore.errors.WorkerLostError` for the first of ``ranks`` whose heartbeat
+    has not moved for ``timeout`` seconds (``resources.heartbeat_timeout_s``)."""
     if not process_info or not ranks:
         return
     kv = _kv()
@@ -139,7 +139,7 @@ def check_ranks(
                 f"responding in {method}: no heartbeat for {quiet:.0f} s ({TIMEOUT_KEY} = "
                 f"{timeout:g}); the process is stopped or wedged"
             )
-            raise WorkerError(msg)
+            raise _lost(msg, role)
 
 
 def stopped_rank(
@@ -149,7 +149,7 @@ def stopped_rank(
     method: str,
     failed_rank: int,
     wait_s: float = CONFIRM_S,
-) -> WorkerError | None:
+) -> WorkerLostError | None:
     """The error naming the first of ``ranks`` whose heartbeat stands still for ``wait_s``
     seconds, None when every one of them beats (or nothing can be read).
 
@@ -179,5 +179,11 @@ def stopped_rank(
                 "gave up waiting for it (a collective timed out, resources.collective_timeout_s); "
                 "the process is stopped or wedged"
             )
-            return WorkerError(msg)
+            return _lost(msg, role)
     return None
+
+
+def _lost(msg: str, role: str) -> WorkerLostError:
+    err = WorkerLostError(msg)
+    err.role = role
+    return err

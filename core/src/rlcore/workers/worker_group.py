@@ -72,7 +72,13 @@ from rlcore.dispatch import (
     get_dispatch_mode,
     get_method_spec,
 )
-from rlcore.errors import RlcoreError, WorkerError, WorkerGroupError, WorkerTimeoutError
+from rlcore.errors import (
+    RlcoreError,
+    WorkerError,
+    WorkerGroupError,
+    WorkerLostError,
+    WorkerTimeoutError,
+)
 from rlcore.workers import liveness
 from rlcore.workers._group_util import (
     _UNPLACED_STATES,
@@ -181,6 +187,9 @@ class RayWorkerGroup:
         self._heartbeat_timeout_s = seconds_setting("heartbeat_timeout_s", heartbeat_timeout_s)
         self.method_names: list[str] = []
         self._actors: list[Any] = []
+        # What a replacement of this group starts again with (rlcore.workers.restart).
+        self._restart_args = (resource_pool, ray_cls_with_init, role, runtime_env, who)
+        self._start_timeout_s = start_timeout_s
         # Unknown dispatch modes fail here, before anything is placed.
         roles: Mapping[str, ClassWithInitArgs] = {}
         if issubclass(cls, ColocatedWorker):
@@ -633,6 +642,9 @@ class RayWorkerGroup:
         elif isinstance(err, RayActorError):
             plain = _plain(err)
             msg = f"{who}{where} died in {method}: {_death_cause(plain)}\n{plain}"
+            lost = WorkerLostError(msg)
+            lost.role = self._role
+            return lost
         else:
             msg = f"{who}{where} failed in {method}: {type(err).__name__}: {err}"
         return WorkerError(msg)

@@ -95,6 +95,7 @@ class AgentLoop:
     def __init__(self, tokenizer: Any, tools: Sequence[BaseTool], config: AgentConfig) -> None:
         self.tokenizer = tokenizer
         self.config = config
+        self.weight_version = 0  # set by the rollout worker; the harness loop records it
         self.tools: dict[str, BaseTool] = {}
         for tool in tools:
             self.tools[tool.name] = tool

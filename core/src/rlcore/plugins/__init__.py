@@ -44,6 +44,8 @@ from rlcore.interfaces import (
     BaseAlgorithm,
     BaseBatchReward,
     BaseEngine,
+    BaseEnvironment,
+    BaseHarness,
     BaseLogger,
     BaseReward,
     BaseRollout,
@@ -82,6 +84,8 @@ KINDS: Final = (
     "reward",
     "algorithm",
     "tool",
+    "harness",
+    "environment",
     "logger",
     "policy_loss",
     "adv_estimator",
@@ -95,6 +99,8 @@ _HOOKS: Final = {
     "reward": "register_rewards",
     "algorithm": "register_algorithms",
     "tool": "register_tools",
+    "harness": "register_harnesses",
+    "environment": "register_environments",
     "logger": "register_loggers",
     "policy_loss": "register_policy_losses",
     "adv_estimator": "register_adv_estimators",
@@ -106,6 +112,8 @@ BASES: Final[dict[str, type]] = {
     "reward": BaseReward,
     "algorithm": BaseAlgorithm,
     "tool": BaseTool,
+    "harness": BaseHarness,
+    "environment": BaseEnvironment,
     "logger": BaseLogger,
 }
 # Every interface a kind's class may subclass: a reward is per-sample (BaseReward) or batched
@@ -124,6 +132,7 @@ INSTALL_HINTS: Final[dict[tuple[str, str], str]] = {
         "reward": ("gsm8k", "math", "code"),
         "algorithm": ("ppo", "grpo", "rloo", "dapo", "remax", "distill"),
         "tool": ("calculator",),
+
         "logger": ("wandb", "mlflow"),
     }.items()
     for name in names

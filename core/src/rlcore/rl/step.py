@@ -51,6 +51,8 @@ __all__ = [
 
 # The rollout's inputs, taken out of the (already expanded) prompt batch.
 PROMPT_KEYS = ("input_ids", "attention_mask", "position_ids")
+# The row's task, sent along (not popped) for an [agent] harness (rlcore.agent.harness).
+TASK_KEYS = ("raw_prompt", "reward_model", "data_source", "extra_info")
 
 
 def expand_prompts(batch: DataProto, n: int) -> DataProto:
@@ -151,13 +153,19 @@ class StepContext(abc.ABC):
 
     @staticmethod
     def prompts(batch: DataProto) -> DataProto:
-        """Pop the rollout's inputs (``input_ids``, masks, positions) out of ``batch``."""
-        return batch.pop(batch_keys=list(PROMPT_KEYS))
+        """Pop the rollout's inputs (``input_ids``, masks, positions) out of ``batch``, with
+        a copy of each row's task (:data:`TASK_KEYS`) for a harness."""
+        prompts = batch.pop(batch_keys=list(PROMPT_KEYS))
+        nt = batch.non_tensor_batch
+        prompts.non_tensor_batch.update({k: nt[k] for k in TASK_KEYS if k in nt})
+        return prompts
 
     def generate(self, batch: DataProto, name: str = "gen") -> DataProto:
         """Phase ``name``: one response per row of ``batch`` (already expanded), joined to it."""
+        from rlcore.agent.harness import join_generated
+
         gen = self.phase(name, self.policy.generate_sequences, self.prompts(batch), self.sampling)
-        return batch.union(gen)
+        return join_generated(batch, gen)
 
     @abc.abstractmethod
     def rollout_mismatch(self, batch: DataProto) -> None:

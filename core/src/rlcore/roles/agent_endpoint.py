@@ -355,7 +355,7 @@ class EndpointServer:
             }  # fmt: skip
         calls = self._tool_calls(text) if tools else []
         message: dict[str, Any] = {"role": "assistant", "content": text}
-        finish = result.finish_reason
+        finish: str = result.finish_reason
         if calls:
             message["tool_calls"] = calls
             finish = "tool_calls" if finish == "stop" else finish

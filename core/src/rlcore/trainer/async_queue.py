@@ -193,7 +193,9 @@ class TrajectoryQueue:
         self._top_up(ctx)
         ctx.metrics["async/queue_depth"] = float(len(self.pending))
         ctx.metrics["async/trainer_idle_s"] = waited
-        return rows.union(gen)
+        from rlcore.agent.harness import join_generated
+
+        return join_generated(rows, gen)  # a harness's split samples repeat their rows
 
     def _admit(self, ctx: StepContext, gen: DataProto, prompts: DataProto, name: str) -> DataProto:
         """Apply ``staleness_policy`` to rows above the bound; record the staleness."""

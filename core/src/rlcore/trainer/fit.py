@@ -330,6 +330,7 @@ class Trainer:
         accs: list[float] = []
         lengths: list[float] = []
         agent: dict[str, list[float]] = {}  # [agent] runs: tool use under validation sampling
+        from rlcore.agent.harness import join_generated
         from rlcore.reward.manager import extra_means
         from rlcore.reward.model import pooled_disagreement
 
@@ -343,7 +344,7 @@ class Trainer:
                 for key, value in reduce_metrics(gen.meta_info.pop("metrics", None) or {}).items():
                     if key.startswith("agent/"):
                         agent.setdefault(key, []).append(value)
-                batch = batch.union(gen)
+                batch = join_generated(batch, gen)  # a harness's split samples repeat rows
                 if self.parts.reward_model is not None:  # its scores, for the scorer "rm"
                     rm = self.parts.reward_model.compute_rm_score(StepContext.rm_input(batch))
                     rm.meta_info.pop("metrics", None)

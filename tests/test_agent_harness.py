@@ -166,7 +166,7 @@ def test_failures_cost_only_their_own_sample(tokenizer, rollout, caplog):
 
 
 def test_a_harness_in_a_child_process_is_bounded(tokenizer, rollout):
-    loop = _loop(tokenizer, Misbehaves, isolation="process", harness_timeout_s=3.0)
+    loop = _loop(tokenizer, Misbehaves, isolation="process", harness_timeout_s=8.0)
     out = loop.generate(rollout, _prompts(tokenizer, ["q0", "q1", "q2"]), _sampling())
     failures = [s["harness_failure"] for s in out.non_tensor_batch["agent"]]
     assert failures == [None, "timeout", "crash"]
@@ -194,3 +194,56 @@ def test_an_environment_is_stepped_and_one_that_raises_ends_its_sample(tokenizer
         "environment 'steps' step raised RuntimeError" in r.getMessage() for r in caplog.records
     )
     loop.server.stop()
+
+
+def _toml(tmp_path, agent: str) -> str:
+    from rlcore.testing.runs import tiny_run_toml
+
+    return tiny_run_toml(
+        model=tmp_path, train_files=[tmp_path / "t.jsonl"], run_dir=tmp_path / "run", extra=agent
+    )
+
+
+def test_the_harness_and_its_options_come_from_the_toml_and_a_missing_one_is_one_line(
+    tmp_path, model_path
+):
+    import attrs
+
+    from rlcore.config import ConfigValidationError, load_config_text
+    from rlcore.roles.policy import _build_agent_loop
+    from rlcore.trainer.specs import _agent_spec
+    from rlcore_calculator.harness import OpenAICalculatorHarness
+
+    agent = (
+        '[agent]\nharness = "openai_calculator"\n[agent.options.openai_calculator]\nmax_turns = 3\n'
+    )
+    config = load_config_text(_toml(tmp_path, agent), source="a.toml")
+    spec = _agent_spec(config, None)
+    assert spec.harness.options == OpenAICalculatorHarness.Config(max_turns=3)
+    loop = _build_agent_loop(attrs.evolve(spec, tokenizer_path=str(model_path)))
+    assert isinstance(loop, HarnessLoop)
+    assert loop.harness_cls is OpenAICalculatorHarness
+
+    with pytest.raises(ConfigValidationError) as info:
+        load_config_text(_toml(tmp_path, '[agent]\nharness = "nope"\n'), source="a.toml")
+    message = str(info.value)
+    assert "agent.harness" in message
+    assert "harness 'nope'" in message
+    assert "\n" not in message.strip()
+
+
+def test_conformance_of_harnesses_and_of_the_hf_rollout_behind_the_endpoint(
+    tokenizer, rollout, model_path
+):
+    from rlcore.testing.conformance import check_harness, check_rollout_endpoint
+    from rlcore_calculator.harness import OpenAICalculatorHarness
+    from rlcore_hf.rollout import HFRollout
+
+    chats = [[{"role": "user", "content": "What is 1 + 2?"}], [{"role": "user", "content": "Hi"}]]
+    report = check_harness(TwoTurns, rollout, tokenizer, chats)
+    assert (report.samples, report.splits, report.retokenize_mismatch) == (2, 0, 0)
+    assert report.calls == 2
+    check_harness(OpenAICalculatorHarness, rollout, tokenizer, chats)
+    with pytest.raises(AssertionError, match="no split"):
+        check_harness(EditsHistory, rollout, tokenizer, chats)
+    check_rollout_endpoint(HFRollout(RolloutSpec(model_path=str(model_path), seed=2)), tokenizer)

@@ -141,7 +141,9 @@ def check_row(
     full = [*prompt_ids, *response_ids]
     if full != segment.full_ids[: len(full)]:
         return "the row's ids differ from the recorded calls'"
-    expected = [0] * len(prompt_ids) + segment.response()[1]
+    # Over the whole sequence: where the row puts its prompt/response boundary (a long prompt
+    # spills into the response, masked) does not move any token.
+    expected = [0] * len(segment.calls[0].prompt_ids) + segment.response()[1]
     mask = [0] * len(prompt_ids) + [int(m) for m in loss_mask]
     if mask != expected[: len(mask)]:
         at = next(i for i, (a, b) in enumerate(zip(mask, expected, strict=False)) if a != b)

@@ -247,3 +247,25 @@ def test_conformance_of_harnesses_and_of_the_hf_rollout_behind_the_endpoint(
     with pytest.raises(AssertionError, match="no split"):
         check_harness(EditsHistory, rollout, tokenizer, chats)
     check_rollout_endpoint(HFRollout(RolloutSpec(model_path=str(model_path), seed=2)), tokenizer)
+
+
+def test_the_built_in_loop_steps_an_environment_and_one_that_raises_costs_its_sample(
+    tokenizer, rollout, caplog
+):
+    from rlcore.agent.harness import GuardedEnvironment
+    from rlcore.agent.loop import AgentLoop
+
+    loop = AgentLoop(
+        tokenizer, [], AgentConfig(max_turns=3, max_tokens_per_turn=4),
+        environment=lambda: GuardedEnvironment(Steps(), "steps"),
+    )  # fmt: skip
+    prompts = StepContext.prompts(_prompts(tokenizer, ["a", "b"]))
+    with caplog.at_level(logging.WARNING):
+        out = loop.generate(rollout, prompts, _sampling())
+    agent = out.non_tensor_batch["agent"]
+    assert agent[0]["env_reward"] == 2.0
+    assert agent[0]["num_turns"] == 2  # the environment ended the episode at its 2nd step
+    assert out.batch["response_mask"][0].sum() > 0
+    assert out.batch["response_mask"][1].sum() == 0  # its environment raised: no gradient
+    assert _metric(out, "agent/env_errors") == 1
+    assert any("environment 'steps' step raised" in r.getMessage() for r in caplog.records)

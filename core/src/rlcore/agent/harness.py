@@ -157,7 +157,7 @@ class HarnessLoop:
         self, rollout: BaseRollout, prompts: DataProto, sampling: SamplingParams
     ) -> DataProto:
         server = self.endpoint(rollout)
-        tasks = _tasks(prompts, self.tokenizer)
+        tasks = tasks_of(prompts, self.tokenizer)
         workers = min(len(tasks), self.config.max_parallel_conversations) or 1
         with ThreadPoolExecutor(workers, thread_name_prefix="rlcore-harness") as pool:
             runs = list(pool.map(lambda t: self._run(server, t, sampling), tasks))
@@ -397,7 +397,7 @@ class HarnessLoop:
         }
 
 
-def _tasks(prompts: DataProto, tokenizer: Any) -> list[HarnessTask]:
+def tasks_of(prompts: DataProto, tokenizer: Any) -> list[HarnessTask]:
     """Each row's task from the prompt batch's task columns (the driver sends ``raw_prompt``,
     ``reward_model``, ``data_source`` and ``extra_info`` with the prompts)."""
     import numpy as np

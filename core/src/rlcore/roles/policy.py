@@ -112,7 +112,16 @@ def _build_agent_loop(spec: AgentSpec) -> AgentLoop | HarnessLoop:
 
         return HarnessLoop(tokenizer, spec.harness, spec.config, spec.environment)
     tools = [tool.build() for tool in spec.tools]
-    return AgentLoop(tokenizer, tools, spec.config)
+    env = spec.environment
+    if env is None:
+        return AgentLoop(tokenizer, tools, spec.config)
+    from rlcore.agent.harness import GuardedEnvironment
+
+    env_cls = env.resolve()
+    return AgentLoop(
+        tokenizer, tools, spec.config,
+        environment=lambda: GuardedEnvironment(env_cls(env.options), env.name),
+    )  # fmt: skip
 
 
 class WeightBridgeEnd(RoleWorker):

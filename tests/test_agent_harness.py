@@ -142,10 +142,37 @@ def test_planted_retokenisation_drift_is_counted_and_edited_history_splits(token
     assert _metric(out, "agent/splits") == 2
     joined = join_generated(batch, out)  # the batch repeats each row for its samples
     assert list(joined.non_tensor_batch["uid"]) == ["a", "a", "b", "b"]
-    # Both samples of a trajectory carry loss on their own completion tokens.
+    # Both samples of a trajectory carry loss on their own completion tokens, and GRPO's
+    # policy loss sends gradient to every one of them (and to nothing else).
     assert (joined.batch["response_mask"].sum(-1) > 0).all()
+    _assert_every_row_trains(rollout.model, joined)
     loop.server.stop()
     edits.server.stop()
+
+
+def _assert_every_row_trains(model, batch: DataProto) -> None:
+    import torch
+
+    from rlcore.interfaces import BatchTotals, ModelOutputs
+    from rlcore_grpo.algorithm import GRPO
+
+    mask = batch.batch["response_mask"]
+    logits = model(
+        input_ids=batch.batch["input_ids"],
+        attention_mask=batch.batch["attention_mask"],
+        position_ids=batch.batch["position_ids"],
+    ).logits[:, -R - 1 : -1]
+    logp = torch.log_softmax(logits.float(), -1).gather(-1, batch.batch["responses"].unsqueeze(-1))
+    logp = logp.squeeze(-1).detach().requires_grad_(True)
+    loss_in = DataProto.from_dict(
+        tensors={"response_mask": mask, "old_log_probs": logp.detach(),
+                 "advantages": torch.ones_like(logp)},
+    )  # fmt: skip
+    totals = BatchTotals(tokens=int(mask.sum()), sequences=len(batch), max_response_length=R)
+    loss, _ = GRPO().policy_loss(ModelOutputs(log_probs=logp), loss_in, totals)
+    loss.backward()
+    assert (logp.grad.abs().sum(-1) > 0).all()
+    assert torch.all(logp.grad[mask == 0] == 0)
 
 
 def test_failures_cost_only_their_own_sample(tokenizer, rollout, caplog):

@@ -327,7 +327,8 @@ class HarnessLoop:
             resp = full_prompt[P:] + resp
             mask = [0] * (len(full_prompt) - len(head)) + mask
             lps = [0.0] * (len(full_prompt) - len(head)) + lps
-            if len(resp) > R:
+            cut = len(resp) > R  # a split's long history can outgrow the response budget
+            if cut:
                 truncated += 1
                 resp, mask, lps = resp[:R], mask[:R], lps[:R]
             prompt_ids[b, P - len(head) :] = torch.tensor(head)
@@ -341,6 +342,7 @@ class HarnessLoop:
             mismatches += int(check.mismatch)
             summaries[b] = self._summary(run, seg, part, mismatch=check.mismatch)
             summaries[b]["retokenize_position"] = check.position
+            summaries[b]["truncated"] = cut
         from rlcore.engine import position_ids_from_mask
 
         tensors = rollout_tensors(

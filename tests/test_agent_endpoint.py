@@ -98,3 +98,35 @@ def test_listens_on_loopback_only(server):
     # The bound socket itself: loopback, not 0.0.0.0.
     bound = {sock.getsockname()[0] for srv in server._server.servers for sock in srv.sockets}
     assert bound == {"127.0.0.1"}
+
+
+def test_a_generation_past_request_timeout_is_answered_504_and_not_recorded(server):
+    import asyncio
+
+    from rlcore.interfaces import BaseRollout
+
+    class Hangs(BaseRollout):  # a stand-in for a stuck engine: only the wait is under test
+        def generate(self, prompts, sampling):
+            raise NotImplementedError
+
+        def update_weights(self, named_tensors):
+            pass
+
+        async def generate_one(self, prompt_ids, sampling):
+            await asyncio.sleep(30)
+
+    slow = EndpointServer(
+        Hangs(RolloutSpec(model_path="unused")), server.tokenizer,
+        limits=EndpointLimits(request_timeout_s=0.3),
+    ).start()  # fmt: skip
+    try:
+        sid = slow.open_session(_sampling(), budget=64)
+        client = openai.OpenAI(base_url=slow.base_url(sid), api_key=slow.api_key, max_retries=0)
+        with pytest.raises(openai.APIStatusError) as late:
+            client.completions.create(model="policy", prompt="hi", max_tokens=2)
+        assert late.value.status_code == 504
+        session = slow.close_session(sid)
+        assert session.calls == []
+        assert session.refused == {"timeout": 1}
+    finally:
+        slow.stop()

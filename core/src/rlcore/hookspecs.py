@@ -97,6 +97,36 @@ def register_tools() -> Mapping[str, str | type]:  # type: ignore[empty-body]
 
 
 @hookspec
+def register_harnesses() -> Mapping[str, str | type]:  # type: ignore[empty-body]
+    """Agent harnesses run behind the OpenAI-compatible endpoint (subclasses of
+    :class:`rlcore.interfaces.BaseHarness`).
+
+    Selected by ``[agent] harness = ...``.
+
+    Example::
+
+        @hookimpl
+        def register_harnesses():
+            return {"openai_calculator": "rlcore_calculator.harness:OpenAICalculatorHarness"}
+    """
+
+
+@hookspec
+def register_environments() -> Mapping[str, str | type]:  # type: ignore[empty-body]
+    """Environments with ``reset``/``step`` (subclasses of
+    :class:`rlcore.interfaces.BaseEnvironment`).
+
+    Selected by ``[agent] environment = ...``.
+
+    Example::
+
+        @hookimpl
+        def register_environments():
+            return {"arithmetic": "rlcore_calculator.environment:ArithmeticEnvironment"}
+    """
+
+
+@hookspec
 def register_loggers() -> Mapping[str, str | type]:  # type: ignore[empty-body]
     """Experiment trackers (subclasses of :class:`rlcore.interfaces.BaseLogger`).
 

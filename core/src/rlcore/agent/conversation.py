@@ -27,6 +27,11 @@ class Conversation:
     generation_timeout: bool = False
     template_mismatch: bool = False  # its ids differ from the chat template's (checked ones)
     messages: list[dict[str, str]] = attrs.Factory(list)
+    # [agent] environment: this conversation's episode (rlcore.agent.loop.env_step).
+    env: Any = None
+    task: Any = None
+    env_reward: float = 0.0
+    env_error: bool = False
 
     def append(self, ids: Sequence[int], *, model: bool, log_probs: Sequence[float] | None) -> None:
         self.token_ids.extend(ids)
@@ -45,6 +50,7 @@ class Conversation:
             "malformed_calls": self.malformed_calls,
             "tool_timeouts": self.tool_timeouts,
             "truncated": self.truncated,
+            **({"env_reward": self.env_reward} if self.env is not None else {}),
         }
 
 
@@ -68,4 +74,5 @@ def agent_metrics(conversations: Sequence[Conversation]) -> dict[str, float]:
         "agent/malformed_calls": float(sum(c.malformed_calls for c in conversations)),
         "agent/tool_timeouts": float(sum(c.tool_timeouts for c in conversations)),
         "agent/template_mismatches": float(sum(c.template_mismatch for c in conversations)),
+        "agent/env_errors": float(sum(c.env_error for c in conversations)),
     }

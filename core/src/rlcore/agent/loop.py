@@ -40,7 +40,7 @@ from rlcore.agent.conversation import Conversation, agent_metrics
 from rlcore.agent.parsers import ToolCall, get_parser
 from rlcore.agent.template import ChatTemplateTurns, tool_schemas
 from rlcore.agent.tool_processes import TIMEOUT, TOOL_ERROR, ToolProcesses
-from rlcore.interfaces import BaseTool
+from rlcore.interfaces import BaseEnvironment, BaseTool
 
 if TYPE_CHECKING:
     from rlcore.config.schema import AgentConfig
@@ -50,6 +50,24 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = ["AgentLoop", "Conversation"]
+
+
+def env_step(conv: Conversation, text: str) -> str | None:
+    """Step ``conv``'s environment with the model's turn (``reset`` first, on the first
+    turn); its observation, or None when the episode is over. A ``reset``/``step`` that
+    raises ends the conversation with no gradient (``agent/env_errors``, one log line)."""
+    env = conv.env
+    try:
+        if conv.turns == 1:
+            env.reset(conv.task)
+        observation, reward, terminated, truncated, _info = env.step(text)
+    except Exception as err:
+        log.warning("agent: %s; that sample gets no gradient", err)
+        conv.env_error = True
+        conv.loss_mask = [0] * len(conv.loss_mask)
+        return None
+    conv.env_reward += float(reward)
+    return None if terminated or truncated else str(observation)
 
 
 def _in_daemon_thread(fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
@@ -92,9 +110,19 @@ class AgentLoop:
     ``tools``: built tool instances; ``config``: the ``[agent]`` section.
     """
 
-    def __init__(self, tokenizer: Any, tools: Sequence[BaseTool], config: AgentConfig) -> None:
+    def __init__(
+        self,
+        tokenizer: Any,
+        tools: Sequence[BaseTool],
+        config: AgentConfig,
+        environment: Callable[[], BaseEnvironment] | None = None,
+    ) -> None:
         self.tokenizer = tokenizer
+        # [agent] environment: one per conversation, stepped with each model turn's text
+        # (env_step below); its observation is the next tool turn.
+        self.environment = environment
         self.config = config
+        self.weight_version = 0  # set by the rollout worker; the harness loop records it
         self.tools: dict[str, BaseTool] = {}
         for tool in tools:
             self.tools[tool.name] = tool
@@ -138,6 +166,12 @@ class AgentLoop:
         conversations = [
             Conversation(prompt_ids=[int(t) for t in ids[i][mask[i]]]) for i in range(len(ids))
         ]
+        if self.environment is not None:
+            from rlcore.agent.harness import tasks_of
+
+            for conv, task in zip(conversations, tasks_of(prompts, self.tokenizer), strict=True):
+                conv.env = self.environment()
+                conv.task = task
         # Bound what is in flight: each conversation holds a request (and KV cache) open.
         limit = asyncio.Semaphore(self.config.max_parallel_conversations)
 
@@ -201,6 +235,15 @@ class AgentLoop:
             if cut and len(conv.token_ids) >= budget:
                 conv.truncated = True
                 return
+            if conv.env is not None:  # the environment answers instead of tools
+                observation = env_step(conv, text)
+                if observation is None or conv.turns >= cfg.max_turns:
+                    return
+                results = [observation]
+                conv.messages.append({"role": "tool", "content": observation})
+                if not self._append_tool_turn(conv, results, tokens, cut, budget):
+                    return
+                continue
             # A turn cut by max_tokens_per_turn is parsed too: its call may be complete.
             calls, errors = self._parse(text)
             if not calls and not errors:
@@ -228,19 +271,27 @@ class AgentLoop:
                 )
             for r in results:
                 conv.messages.append({"role": "tool", "content": r})
-            if self.turns is not None:
-                stop = tokens[-1] if tokens and not cut and tokens[-1] in self.special_ids else None
-                stop_text = None if stop is None else self.tokenizer.decode([stop])
-                tool_ids = self._encode(self.turns.tool_turn(results, stop_text=stop_text))
-            else:
-                tool_ids = self._encode(self.parser.format_responses(results))
-            room = budget - len(conv.token_ids)
-            if len(tool_ids) >= room:
-                # No room left for the model to answer after the tool turn: cut and flag.
-                conv.append(tool_ids[:room], model=False, log_probs=None)
-                conv.truncated = True
+            if not self._append_tool_turn(conv, results, tokens, cut, budget):
                 return
-            conv.append(tool_ids, model=False, log_probs=None)
+
+    def _append_tool_turn(
+        self, conv: Conversation, results: list[str], tokens: list[int], cut: bool, budget: int
+    ) -> bool:
+        """Encode and append the tool turn; False when it filled the budget (conversation cut)."""
+        if self.turns is not None:
+            stop = tokens[-1] if tokens and not cut and tokens[-1] in self.special_ids else None
+            stop_text = None if stop is None else self.tokenizer.decode([stop])
+            tool_ids = self._encode(self.turns.tool_turn(results, stop_text=stop_text))
+        else:
+            tool_ids = self._encode(self.parser.format_responses(results))
+        room = budget - len(conv.token_ids)
+        if len(tool_ids) >= room:
+            # No room left for the model to answer after the tool turn: cut and flag.
+            conv.append(tool_ids[:room], model=False, log_probs=None)
+            conv.truncated = True
+            return False
+        conv.append(tool_ids, model=False, log_probs=None)
+        return True
 
     def _parse(self, text: str) -> tuple[list[ToolCall], list[str]]:
         try:

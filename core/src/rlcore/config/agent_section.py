@@ -71,9 +71,49 @@ class AgentConfig:
     max_tool_response_length: int = key(
         1000, "Characters of a tool's answer kept in the conversation.", validator=_pos
     )
+    # --- agents as black boxes: a harness behind the OpenAI-compatible endpoint (issue 46)
+    harness: str | None = key(
+        None,
+        "A harness plugin (register_harnesses) that runs agent code against an "
+        "OpenAI-compatible endpoint on each rollout replica instead of the built-in loop; "
+        "samples are assembled from the endpoint's recorded tokens (rlcore.agent.harness).",
+    )
+    environment: str | None = key(
+        None,
+        "An environment plugin (register_environments, reset/step) given to each sample: "
+        "harnesses get it on their task, the built-in loop steps it with each model turn.",
+    )
+    harness_isolation: str = key(
+        "process",
+        "process: each harness run in a child process (killed at harness_timeout_s, "
+        "address space capped at harness_memory_mb); thread: in the worker, abandoned at "
+        "the timeout (its session closed).",
+        validator=v.in_(("process", "thread")),
+    )
+    harness_timeout_s: float = key(
+        300.0,
+        "Time limit of one harness run (one sample, all its calls) (s).",
+        validator=seconds(holder="the harness's wait"),
+    )
+    harness_memory_mb: int = key(
+        4096, "Address-space limit of a harness child process (MiB).", validator=_pos
+    )
+    max_calls_per_sample: int = key(
+        32, "Endpoint calls one sample may make; later ones are refused (429).", validator=_pos
+    )
+    request_timeout_s: float = key(
+        120.0,
+        "Time limit of one endpoint call's generation (s); past it the call is answered 504.",
+        validator=seconds(holder="asyncio.wait_for"),
+    )
+    max_request_bytes: int = key(
+        1 << 20,
+        "Largest endpoint request body (bytes); larger ones are refused (413).",
+        validator=_pos,
+    )
     options: dict[str, Any] = key(
-        help="[agent.options.NAME]: each selected tool's own options (listed per "
-        "plugin below); the tool is built with them.",
+        help="[agent.options.NAME]: each selected tool's, harness's or environment's "
+        "own options (listed per plugin below); it is built with them.",
         factory=dict,
     )
 

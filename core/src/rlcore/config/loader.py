@@ -339,20 +339,31 @@ def _tool_configs(
     validate (a tool's validator may check what it needs, e.g. a sandbox binary), so that the
     workers do not find out after Ray started."""
     names = agent.tools if agent is not None else ()
-    wanted, problem = _selected("tool", names, ("agent", "tools"), given, ("agent", "options"))
+    # The harness and the environment take [agent.options.NAME] too (issue 46).
+    kinds = {name: ("tool", "tools") for name in names}
+    for kind in ("harness", "environment"):
+        chosen = getattr(agent, kind, None) if agent is not None else None
+        if chosen is not None:
+            kinds.setdefault(chosen, (kind, kind))
+    wanted, problem = _selected("tool", names, ("agent", "tools"), {
+        k: v for k, v in given.items() if k in names or k not in kinds
+    }, ("agent", "options"))  # fmt: skip
     if problem is not None:
         return {}, [problem]
+    for name, (_kind, at) in kinds.items():
+        wanted.setdefault(name, ("agent", at))
     problems: list[Problem] = []
     configs: dict[str, Any] = {}
     for name, where in wanted.items():
+        kind, at = kinds[name]
         try:
-            cls = registry.resolve("tool", name, where="[agent] tools")
+            cls = registry.resolve(kind, name, where=f"[agent] {at}")
         except PluginError as err:
             problems.append((where, str(err)))
             continue
         if name not in given:  # defaults: a problem is the tool's, named where it is selected
             config, found = structure({}, cls.Config, where)  # type: ignore[attr-defined]
-            problems.extend((where, f"tool {name!r}: {msg}") for _, msg in found)
+            problems.extend((where, f"{kind} {name!r}: {msg}") for _, msg in found)
         elif isinstance(given[name], dict):
             path: Path = ("agent", "options", name)
             config, found = structure(given[name], cls.Config, path)  # type: ignore[attr-defined]

@@ -48,7 +48,8 @@ One module per contract, all re-exported here (import from ``rlcore.interfaces``
 modules are where each is written, not a second API):
 ``engine`` (:class:`BaseEngine`), ``rollout`` (:class:`BaseRollout`), ``reward``
 (:class:`BaseReward`, :class:`BaseBatchReward`), ``algorithm`` (:class:`BaseAlgorithm`), ``tool``
-(:class:`BaseTool`), ``logger`` (:class:`BaseLogger`); what they exchange in ``specs``, what a
+(:class:`BaseTool`), ``logger`` (:class:`BaseLogger`), ``harness`` (:class:`BaseHarness`),
+``environment`` (:class:`BaseEnvironment`); what they exchange in ``specs``, what a
 plugin declares in ``declarations``, :func:`key` in ``config_key`` and the version in
 ``version``.
 
@@ -67,6 +68,8 @@ from rlcore.interfaces.declarations import (
     RolloutTraits,
 )
 from rlcore.interfaces.engine import BaseEngine
+from rlcore.interfaces.environment import BaseEnvironment
+from rlcore.interfaces.harness import BaseHarness, HarnessResult, HarnessTask
 from rlcore.interfaces.logger import BaseLogger, RunInfo
 from rlcore.interfaces.reward import BaseBatchReward, BaseReward, BatchScores, RewardBatch
 from rlcore.interfaces.rollout import BaseRollout
@@ -99,6 +102,8 @@ __all__ = [
     "BaseAlgorithm",
     "BaseBatchReward",
     "BaseEngine",
+    "BaseEnvironment",
+    "BaseHarness",
     "BaseLogger",
     "BaseReward",
     "BaseRollout",
@@ -111,6 +116,8 @@ __all__ = [
     "ExtraRole",
     "GenerationResult",
     "GenerationRole",
+    "HarnessResult",
+    "HarnessTask",
     "LossFn",
     "ModelOutputs",
     "OptimConfig",

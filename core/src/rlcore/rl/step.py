@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from rlcore.protocol import DataProto
 
 __all__ = [
+    "AGENT_ROW_KEY",
     "PROMPT_KEYS",
     "Phase",
     "RewardFn",
@@ -47,10 +48,16 @@ __all__ = [
     "StepProgram",
     "compute_advantages",
     "expand_prompts",
+    "join_generated",
 ]
 
 # The rollout's inputs, taken out of the (already expanded) prompt batch.
 PROMPT_KEYS = ("input_ids", "attention_mask", "position_ids")
+# The row of the prompt batch each generated row came from, when a harness split one row's
+# trajectory into several samples (rlcore.agent.harness); absent: one row per prompt row.
+AGENT_ROW_KEY = "agent_row"
+# The row's task, sent along (not popped) for an [agent] harness (rlcore.agent.harness).
+TASK_KEYS = ("raw_prompt", "reward_model", "data_source", "extra_info")
 
 
 def expand_prompts(batch: DataProto, n: int) -> DataProto:
@@ -151,13 +158,17 @@ class StepContext(abc.ABC):
 
     @staticmethod
     def prompts(batch: DataProto) -> DataProto:
-        """Pop the rollout's inputs (``input_ids``, masks, positions) out of ``batch``."""
-        return batch.pop(batch_keys=list(PROMPT_KEYS))
+        """Pop the rollout's inputs (``input_ids``, masks, positions) out of ``batch``, with
+        a copy of each row's task (:data:`TASK_KEYS`) for a harness."""
+        prompts = batch.pop(batch_keys=list(PROMPT_KEYS))
+        nt = batch.non_tensor_batch
+        prompts.non_tensor_batch.update({k: nt[k] for k in TASK_KEYS if k in nt})
+        return prompts
 
     def generate(self, batch: DataProto, name: str = "gen") -> DataProto:
         """Phase ``name``: one response per row of ``batch`` (already expanded), joined to it."""
         gen = self.phase(name, self.policy.generate_sequences, self.prompts(batch), self.sampling)
-        return batch.union(gen)
+        return join_generated(batch, gen)
 
     @abc.abstractmethod
     def rollout_mismatch(self, batch: DataProto) -> None:
@@ -282,3 +293,15 @@ class StepProgram:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned."""
+
+
+def join_generated(batch: DataProto, gen: DataProto) -> DataProto:
+    """``batch.union(gen)``, after repeating ``batch``'s rows to match when ``gen`` holds more
+    rows than it (a harness's split trajectories, :data:`AGENT_ROW_KEY` naming each row's
+    source), so every sample keeps its prompt's ``uid``, data and ground truth."""
+    rows = gen.non_tensor_batch.get(AGENT_ROW_KEY)
+    if rows is None or len(gen) == len(batch):
+        return batch.union(gen)
+    import numpy as np
+
+    return batch.select_idxs(np.asarray(rows, dtype=np.int64)).union(gen)

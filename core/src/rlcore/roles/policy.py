@@ -52,6 +52,7 @@ from rlcore.workers.weight_push import push_weights
 if TYPE_CHECKING:
     import torch
 
+    from rlcore.agent.harness import HarnessLoop
     from rlcore.agent.loop import AgentLoop
     from rlcore.protocol import DataProto
     from rlcore.roles.specs import AgentSpec, PolicySpec, RolloutWorkerSpec
@@ -80,7 +81,7 @@ _REF = mesh_dispatch_mode(REF_MESH)
 
 def build_rollout(
     worker: Worker, spec: PolicySpec | RolloutWorkerSpec
-) -> tuple[BaseRollout, AgentLoop | None]:
+) -> tuple[BaseRollout, AgentLoop | HarnessLoop | None]:
     """The rollout of ``spec`` for ``worker``'s rank, and the agent loop with ``[agent]``.
 
     Ranks draw different samples (seed + 1000 x rank); reruns reproduce. A rollout spanning
@@ -96,8 +97,9 @@ def build_rollout(
     return rollout, agent_loop
 
 
-def _build_agent_loop(spec: AgentSpec) -> AgentLoop:
-    """The agent loop of ``[agent]``: the policy's tokenizer and the selected tools."""
+def _build_agent_loop(spec: AgentSpec) -> AgentLoop | HarnessLoop:
+    """The agent loop of ``[agent]``: the policy's tokenizer and the selected tools, or the
+    harness loop (``[agent] harness``: agent code behind this replica's OpenAI endpoint)."""
     from transformers import AutoTokenizer
 
     from rlcore.agent.loop import AgentLoop
@@ -105,8 +107,21 @@ def _build_agent_loop(spec: AgentSpec) -> AgentLoop:
     tokenizer = AutoTokenizer.from_pretrained(
         spec.tokenizer_path, trust_remote_code=spec.trust_remote_code
     )
+    if spec.harness is not None:
+        from rlcore.agent.harness import HarnessLoop
+
+        return HarnessLoop(tokenizer, spec.harness, spec.config, spec.environment)
     tools = [tool.build() for tool in spec.tools]
-    return AgentLoop(tokenizer, tools, spec.config)
+    env = spec.environment
+    if env is None:
+        return AgentLoop(tokenizer, tools, spec.config)
+    from rlcore.agent.harness import GuardedEnvironment
+
+    env_cls = env.resolve()
+    return AgentLoop(
+        tokenizer, tools, spec.config,
+        environment=lambda: GuardedEnvironment(env_cls(env.options), env.name),
+    )  # fmt: skip
 
 
 class WeightBridgeEnd(RoleWorker):
@@ -164,7 +179,7 @@ class ActorRolloutRefWorker(WeightBridgeEnd):
         self.algorithm: BaseAlgorithm | None = None
         self._trainer: RoleTrainer | None = None
         self._ref_in_actor = False
-        self.agent_loop: AgentLoop | None = None
+        self.agent_loop: AgentLoop | HarnessLoop | None = None
 
     # --- construction ---------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ from rlcore.tracking.metrics import peak_rss_gb
 from rlcore.tracking.reductions import SUM, declare_reduction
 
 if TYPE_CHECKING:
+    from rlcore.agent.harness import HarnessLoop
     from rlcore.agent.loop import AgentLoop
     from rlcore.interfaces import BaseRollout, SamplingParams
     from rlcore.protocol import DataProto
@@ -68,7 +69,7 @@ class RolloutWorker(WeightBridgeEnd):
     def __init__(self, spec: RolloutWorkerSpec) -> None:
         super().__init__(spec)
         self.rollout: BaseRollout | None = None
-        self.agent_loop: AgentLoop | None = None
+        self.agent_loop: AgentLoop | HarnessLoop | None = None
         self.weight_version = 0
         # Idle time: the gaps between calls, summed until the next generation reports them.
         self._last_end = time.perf_counter()
@@ -119,6 +120,8 @@ class RolloutWorker(WeightBridgeEnd):
         with clock(timing, "generate"):
             rollout.wake_up()
             if self.agent_loop is not None:
+                # A harness's endpoint records the version answering each call.
+                self.agent_loop.weight_version = self.weight_version
                 out = self.agent_loop.generate(rollout, prompts, sampling)
             else:
                 out = rollout.generate(prompts, sampling)

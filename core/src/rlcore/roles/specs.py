@@ -74,6 +74,9 @@ class AgentSpec:
     tools: tuple[Component, ...]
     tokenizer_path: str
     trust_remote_code: bool = False
+    # [agent] harness / environment (issue 46): the harness loop replaces the built-in one.
+    harness: Component | None = None
+    environment: Component | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -217,7 +217,9 @@ class TrajectoryQueue:
         self._top_up(ctx)
         ctx.metrics["async/queue_depth"] = float(len(self.pending))
         ctx.metrics["async/trainer_idle_s"] = waited
-        return rows.union(gen)
+        from rlcore.rl.step import join_generated
+
+        return join_generated(rows, gen)  # a harness's split samples repeat their rows
 
     def _resume_queue(self, ctx: StepContext, step_prompts: DataProto | None) -> _InFlight | None:
         """The first step after a resume: the saved generations become the queue again, the

@@ -356,6 +356,7 @@ class Trainer:
         agent: dict[str, list[float]] = {}  # [agent] runs: tool use under validation sampling
         from rlcore.reward.manager import extra_means
         from rlcore.reward.model import pooled_disagreement
+        from rlcore.rl.step import join_generated
 
         extras: list[dict[str, Any]] = []  # the rewards' other extras, per row
         rm_agreement: list[dict[str, float]] = []  # [reward_model]: its verdicts vs a rule's
@@ -367,7 +368,7 @@ class Trainer:
                 for key, value in reduce_metrics(gen.meta_info.pop("metrics", None) or {}).items():
                     if key.startswith("agent/"):
                         agent.setdefault(key, []).append(value)
-                batch = batch.union(gen)
+                batch = join_generated(batch, gen)  # a harness's split samples repeat rows
                 if self.parts.reward_model is not None:  # its scores, for the scorer "rm"
                     rm = self.parts.reward_model.compute_rm_score(StepContext.rm_input(batch))
                     rm.meta_info.pop("metrics", None)

@@ -204,9 +204,18 @@ def _agent_spec(config: RunConfig, registry: PluginRegistry | None) -> AgentSpec
         ).pinned(registry)
         for name in agent.tools
     )
+    picked = {
+        kind: Component(
+            kind=kind, name=name, options=agent.options.get(name), where=f"[agent] {kind}"
+        ).pinned(registry)
+        for kind, name in (("harness", agent.harness), ("environment", agent.environment))
+        if name is not None
+    }
     return AgentSpec(
         config=agent,
         tools=tools,
+        harness=picked.get("harness"),
+        environment=picked.get("environment"),
         tokenizer_path=config.model.tokenizer_path,
         trust_remote_code=config.model.trust_remote_code,
     )

@@ -55,6 +55,12 @@ What each checks (see the function docstrings for the exact rules):
   total variation, top-k overlap; :func:`measure_consistency` returns the table), and where
   they drift, the first decoder layer whose hidden states part; both sides through their
   optional ``next_token_distributions``.
+- :func:`check_harness` — an ``[agent] harness`` through the real endpoint over the
+  author's rollout: every run returns and calls, each row is the recorded tokens with the
+  loss mask exactly on the model's, no split and no re-tokenisation mismatch (unless
+  allowed); returns a :class:`HarnessReport`. :func:`check_rollout_endpoint` — a rollout
+  serves the OpenAI endpoint: template prompt ids, completions that decode to the answer,
+  one log-prob per token, token-id prompts used as given.
 - :func:`check_tool` — ``schema()`` well-formed, ``call`` returns text or raises
   ``ToolError`` (only) on adversarial arguments, in time; the tool pickles.
 
@@ -69,6 +75,7 @@ path before its text either way.
 
 from __future__ import annotations
 
+from rlcore.testing.conformance._agent import HarnessReport, check_harness, check_rollout_endpoint
 from rlcore.testing.conformance._algorithm import (
     POLICY_METRICS,
     check_algorithm,
@@ -99,15 +106,18 @@ __all__ = [
     "POLICY_METRICS",
     "STEP_RULES",
     "ConsistencyReport",
+    "HarnessReport",
     "check_algorithm",
     "check_batch_reward",
     "check_config",
     "check_consistency",
     "check_contract",
     "check_engine",
+    "check_harness",
     "check_plugin_module",
     "check_reward",
     "check_rollout",
+    "check_rollout_endpoint",
     "check_signatures",
     "check_step_program",
     "check_tool",

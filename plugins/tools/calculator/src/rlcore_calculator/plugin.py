@@ -1,4 +1,5 @@
-"""Registers the ``calculator`` tool and the ``gsm8k_tool`` reward. Imports nothing heavy."""
+"""Registers the ``calculator`` tool, the ``gsm8k_tool`` reward and the ``openai_calculator``
+harness (an OpenAI-client agent). Imports nothing heavy."""
 
 from __future__ import annotations
 
@@ -16,3 +17,8 @@ def register_tools() -> dict[str, str]:
 @hookimpl
 def register_rewards() -> dict[str, str]:
     return {"gsm8k_tool": "rlcore_calculator.environment:GSM8KToolReward"}
+
+
+@hookimpl
+def register_harnesses() -> dict[str, str]:
+    return {"openai_calculator": "rlcore_calculator.harness:OpenAICalculatorHarness"}

@@ -234,6 +234,7 @@ class HarnessLoop:
                     [sys.executable, "-m", "rlcore.agent.harness_child", req, res],
                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err_file,
                     start_new_session=True,  # its own group: a kill takes its children too
+                    env=_child_env(),
                 )  # fmt: skip
                 try:
                     proc.wait(self.config.harness_timeout_s + _GRACE_S)
@@ -427,3 +428,10 @@ def tasks_of(prompts: DataProto, tokenizer: Any) -> list[HarnessTask]:
             )
         )
     return tasks
+
+
+def _child_env() -> dict[str, str]:
+    """The worker's environment, with its import path: a harness (or environment) the worker
+    imported from a module that is not installed (a script's folder, a test's) imports in the
+    child too."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}

@@ -126,6 +126,10 @@ class FaultInjector:
             if i in self._done or fault.step != self.step or fault.phase != phase:
                 continue
             self._done.add(i)
+            # In order: a stop that lands while an earlier slow fault still sleeps would be
+            # undone by that fault's SIGCONT (each thread ends within delay_s + slow_s).
+            for earlier in self._timers:
+                earlier.join()
             thread = threading.Thread(target=self._fire, args=(fault,), daemon=True)
             thread.start()
             self._timers.append(thread)

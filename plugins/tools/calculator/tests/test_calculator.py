@@ -79,6 +79,7 @@ def test_plugin_module_is_light_and_registers_the_tool_and_reward():
     assert found == {
         "tool/calculator": "rlcore_calculator.tool:CalculatorTool",
         "reward/gsm8k_tool": "rlcore_calculator.environment:GSM8KToolReward",
+        "harness/openai_calculator": "rlcore_calculator.harness:OpenAICalculatorHarness",
     }
 
 

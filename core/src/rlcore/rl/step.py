@@ -19,8 +19,10 @@ worker groups, the reward manager, the layout helpers and the phase helper of
 
 Rules a program keeps (checked by
 :func:`rlcore.testing.conformance.check_step_program`): it updates the actor once per step,
-the batch it trains on holds ``train_batch_size × n`` rows, and everything it carries from
-one step to the next is in its :meth:`StepProgram.state_dict` (checkpointed with the run).
+the batch it trains on holds ``train_batch_size × n`` rows (or, with
+:attr:`StepProgram.trains_subset`, only rows of this step that carry weight), and everything
+it carries from one step to the next is in its :meth:`StepProgram.state_dict` (checkpointed
+with the run).
 ``docs/writing-an-algorithm.md`` walks through it.
 
 Nothing heavy is imported here: torch loads with the batch's tensors.
@@ -169,9 +171,9 @@ class StepContext(abc.ABC):
         """The tensors a forward pass over (prompt, response) needs; kept as ``model_in``."""
 
     @abc.abstractmethod
-    def actor_input(self, batch: DataProto) -> DataProto:
+    def actor_input(self, batch: DataProto, *, keep_groups: bool = False) -> DataProto:
         """The actor update's rows: its loss inputs, laid out in whole mini-batches per rank
-        (``needs.loss_keys`` included)."""
+        (``needs.loss_keys`` included); ``keep_groups``: see :meth:`update_actor`."""
 
     @abc.abstractmethod
     def critic_input(self, batch: DataProto) -> DataProto:
@@ -213,9 +215,19 @@ class StepContext(abc.ABC):
         batch |= self.phase(name, manager or self.reward_manager, batch)
         return batch
 
-    def update_actor(self, batch: DataProto) -> None:
-        """Phase ``update_actor``: the policy's optimizer steps on ``batch``."""
-        self.phase("update_actor", self.policy.update_actor, self.actor_input(batch), self.step)
+    def update_actor(self, batch: DataProto, *, keep_groups: bool = False) -> None:
+        """Phase ``update_actor``: the policy's optimizer steps on ``batch``.
+
+        ``batch`` is any rows of the step (all ``train_batch_size x n``, or the subset a
+        program keeps, each with its weight in ``advantages``): they split into the
+        configured number of mini-batches, and the loss of each divides by that
+        mini-batch's own totals (its kept rows' tokens, for ``token-mean``).
+        ``keep_groups``: the rows of one group (same ``uid``) stay in one mini-batch, on one
+        rank and in one micro-batch, adjacent, numbered by the ``group_index`` tensor the
+        loss sees (a pairwise loss); the update then does not shuffle.
+        """
+        rows = self.actor_input(batch, keep_groups=keep_groups)
+        self.phase("update_actor", self.policy.update_actor, rows, self.step)
 
     def update_critic(self, batch: DataProto) -> None:
         """Phase ``update_critic``: the critic's optimizer steps on ``batch``."""
@@ -242,6 +254,11 @@ class StepProgram:
     ``before_update``: after the advantages, before the updates (extra loss inputs). The
     program holds no run state; a subclass that does returns it from :meth:`state_dict`.
     """
+
+    #: True for a program that hands the update a subset of the rows it generated (best-of-n,
+    #: rejection sampling, pairs): the conformance rule ``step-keeps-rows`` then checks that
+    #: every trained row is one of this step's and carries weight, not that all are there.
+    trains_subset: bool = False
 
     def __init__(
         self,

@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rlcore.tracking.metrics import timed
-from rlcore.tracking.reductions import combine_calls, reduce_metrics
+from rlcore.tracking.reductions import combine_calls, reduce_metrics, reduction_of
 
 if TYPE_CHECKING:
     from rlcore.interfaces import BaseAlgorithm, SamplingParams
@@ -123,6 +123,8 @@ class StepContext(abc.ABC):
         self.worker_metrics: dict[str, float] = {}  # what workers reported, reduced
         self.metrics: dict[str, float] = {}  # what driver-side phases returned
         self.phases: list[str] = []  # names of the phases run, in order (conformance reads it)
+        # Per phase name, each call's (seconds, metrics): a repeated phase logs its rounds.
+        self._rounds: dict[str, list[tuple[float, dict[str, float]]]] = {}
         self.model_in: DataProto | None = None  # the policy's last input (the divergence guard)
 
     # --- the phase helper -------------------------------------------------------------------
@@ -134,20 +136,52 @@ class StepContext(abc.ABC):
         worker's lists, reduced by :mod:`rlcore.tracking.reductions`); a ``(value, metrics)``
         pair gives up the dict. Either way the data comes back, so the line reads
         ``batch |= ctx.phase(...)``.
+
+        A phase run again in the same step (a resampling round: DAPO, best-of-n) is a round:
+        each round's values are also logged as ``<metric>/round_<r>`` (``r`` from 1, times
+        as ``timing_s/<name>/round_<r>``), and the plain name holds all rounds: summed for
+        times and metrics declared ``calls="sum"``, else the mean over the rounds.
         """
         from rlcore.protocol import DataProto
 
         self.phases.append(name)
+        before = self.timing.get(name, 0.0)
         with timed(name, self.timing):
             out = fn(*args, **kwargs)
+        seconds = self.timing[name] - before
         if isinstance(out, DataProto):
             reported = reduce_metrics(out.meta_info.pop("metrics", None) or {})
-            combine_calls(self.worker_metrics, reported)
+            self._take(name, seconds, reported, self.worker_metrics)
             return out
         if isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], Mapping):
-            self.metrics.update(out[1])
+            self._take(name, seconds, dict(out[1]), self.metrics)
             return out[0]
+        self._take(name, seconds, {}, self.metrics)
         return out
+
+    def _take(
+        self, name: str, seconds: float, reported: dict[str, float], into: dict[str, float]
+    ) -> None:
+        """One call's metrics into the step's; per round when phase ``name`` repeats."""
+        rounds = self._rounds.setdefault(name, [])
+        rounds.append((seconds, reported))
+        if len(rounds) == 1:
+            if into is self.metrics:
+                into.update(reported)
+            else:
+                combine_calls(into, reported)
+            return
+        # A repeat: both rounds' own values, then the plain names over all rounds.
+        for r, (took, values) in enumerate(rounds, start=1):
+            self.metrics[f"timing_s/{name}/round_{r}"] = took
+            for key, value in values.items():
+                self.metrics[f"{key}/round_{r}"] = value
+        for key, value in reported.items():
+            if reduction_of(key).calls == "sum":
+                into[key] = into.get(key, 0.0) + value
+            else:
+                seen = [values[key] for _, values in rounds if key in values]
+                into[key] = sum(seen) / len(seen)
 
     # --- blocks the default program uses, public for the others -------------------------------
 

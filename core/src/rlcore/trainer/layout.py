@@ -184,12 +184,13 @@ def mini_batch_layout(
     """
     rows = len(batch)
     if groups is not None:  # each group's rows contiguous, in order of first appearance
+        given = groups
         first: dict[int, int] = {}
-        for i, g in enumerate(groups):
+        for i, g in enumerate(given):
             first.setdefault(g, i)
-        ordered = sorted(range(rows), key=lambda i: (first[groups[i]], i))
+        ordered = sorted(range(rows), key=lambda i: (first[given[i]], i))
         batch = batch.select_idxs(np.asarray(ordered, dtype=np.int64))
-        groups = [groups[i] for i in ordered]
+        groups = [given[i] for i in ordered]
     lengths: list[int] = []
     if balance_tokens:
         counts = batch.batch["attention_mask"].sum(-1)

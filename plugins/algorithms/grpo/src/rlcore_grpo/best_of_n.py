@@ -18,7 +18,9 @@ A step where no response of any prompt reaches ``min_score`` draws the next batc
 
 Metrics per step: ``best_of_n/kept_rows``, ``best_of_n/kept_frac`` (kept rows over sampled
 rows), ``best_of_n/prompts_kept_frac`` (prompts with at least one kept row) and
-``train/num_gen_batches`` (rounds, DAPO's name).
+``train/num_gen_batches`` (rounds, DAPO's name). The step's batch metrics (``critic/score/mean``,
+the console's "reward") are those of the rows it trained on, the kept ones (1.0 with a 0/1
+reward); the sampled responses' are the reward manager's ``reward/<data_source>/score``.
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ a step with few kept rows is not scaled down (verl's ``loss_agg_mode`` semantics
 
 A step where no response of any prompt reaches ``min_score`` draws the next batch of prompts
 (``ctx.next_prompts``) and tries again, at most ``max_rounds`` rounds; the phases ``gen`` and
-``reward`` then run once per round (their metrics per round: ``docs/metrics.md``).
+``reward`` then run once per round (their metrics per round: "Metrics of a repeated phase" in
+``docs/writing-an-algorithm.md``).
 
 Metrics per step: ``best_of_n/kept_rows``, ``best_of_n/kept_frac`` (kept rows over sampled
 rows), ``best_of_n/prompts_kept_frac`` (prompts with at least one kept row) and

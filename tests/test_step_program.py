@@ -191,10 +191,41 @@ def test_phase_times_the_call_and_takes_worker_and_driver_metrics():
     ctx.phase("fwd", worker_call)  # a second forward pass in the same step
     assert ctx.worker_metrics == {"timing_s/worker/fwd": 6.0, "a/x": 1.5}  # slowest rank, summed
     assert ctx.phase("drv", lambda: ("value", {"d/y": 2.0})) == "value"
-    assert ctx.metrics == {"d/y": 2.0}
+    assert ctx.metrics["d/y"] == 2.0
+    assert ctx.metrics["a/x/round_2"] == 1.5  # "fwd" ran twice: its rounds are logged too
     assert ctx.phases == ["fwd", "fwd", "drv"]
     assert set(ctx.timing) == {"fwd", "drv"}
     assert all(t >= 0.0 for t in ctx.timing.values())
+
+
+def test_a_repeated_phase_logs_each_round_and_all_rounds():
+    """Issue 49 item 4: a resampling program scores twice in a step. Each round's metrics
+    and time are logged as <name>/round_<r>; the plain name is over all rounds (mean, or sum
+    for a metric declared calls="sum"; times summed). Before, the last round's reward
+    metrics were the step's and the rounds' times only summed."""
+    from rlcore.protocol import DataProto
+    from rlcore.testing.conformance._step import _Context
+    from rlcore.tracking.reductions import Reduction, declare_reduction
+
+    declare_reduction("test_rounds/kept", Reduction(calls="sum"))
+    ctx = _Context(
+        policy=None, critic=None, algorithm=_grpo(), reward_manager=None, step=0,
+        next_prompts=lambda: DataProto(), n=1, sampling=None,
+    )  # fmt: skip
+    rounds = iter([{"reward/mean": 0.25, "test_rounds/kept": 3.0}, {"reward/mean": 0.75}])
+    for _ in range(2):
+        ctx.phase("reward", lambda: ("scored", next(rounds)))
+    ctx.phase("gen", lambda: DataProto(meta_info={"metrics": {"gen/x": [4.0]}}))  # once
+    m = ctx.metrics
+    assert m["reward/mean/round_1"] == 0.25
+    assert m["reward/mean/round_2"] == 0.75
+    assert m["reward/mean"] == 0.5  # both rounds, not the last one
+    assert m["test_rounds/kept"] == 3.0
+    assert m["test_rounds/kept/round_1"] == 3.0
+    seconds = m["timing_s/reward/round_1"] + m["timing_s/reward/round_2"]
+    assert ctx.timing["reward"] == pytest.approx(seconds)  # timing_s/reward: summed
+    assert not any(k.startswith(("gen/x/", "timing_s/gen/")) for k in m)  # one round: plain
+    assert ctx.worker_metrics == {"gen/x": 4.0}
 
 
 # --- declared reductions ------------------------------------------------------------------------

@@ -42,16 +42,16 @@ def test_balanced_layout_uses_every_row_once_in_its_mini_batch(rows, per, world)
     used = out.batch["row"][real].tolist()
     assert sorted(used) == list(range(rows))  # every row exactly once
     # Rank r's chunk holds its share of each mini-batch, in order: same sets as contiguous.
-    minis = -(-rows // per)
-    share = len(out) // (world * minis)
-    for m in range(minis):
+    sizes = out.meta_info["mini_batch_rows"]  # rows per rank of each mini-batch
+    assert sizes == plain.meta_info["mini_batch_rows"]
+    for m in range(len(sizes)):
 
         def rows_of(layout, m=m):
             picked = []
             for r in range(world):
-                start = (r * minis + m) * share
-                part = layout.batch["row"][start : start + share]
-                mask = layout.batch["response_mask"][start : start + share].sum(-1) > 0
+                start = r * sum(sizes) + sum(sizes[:m])
+                part = layout.batch["row"][start : start + sizes[m]]
+                mask = layout.batch["response_mask"][start : start + sizes[m]].sum(-1) > 0
                 picked += part[mask].tolist()
             return sorted(picked)
 

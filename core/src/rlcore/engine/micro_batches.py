@@ -5,6 +5,7 @@ divides by (:class:`~rlcore.interfaces.BatchTotals`, summed over ranks).
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import TYPE_CHECKING
 
@@ -24,6 +25,7 @@ __all__ = [
     "micro_batch_count",
     "prompt_group_starts",
     "split_micro_batches",
+    "whole_groups",
 ]
 
 
@@ -75,10 +77,58 @@ def split_micro_batches(
     same micro-batch shares counts its response only, as the engine runs that prompt once);
     a single row longer than the budget gets a micro-batch of its own. Contiguous packing
     keeps the order, so outputs concatenate back without a permutation.
+
+    With a ``group_index`` tensor (the driver's layout writes it when a step asks that rows of
+    one group stay together, :func:`rlcore.trainer.layout.mini_batch_layout`) no micro-batch
+    boundary falls inside a group: a cut moves to the group's start (or, for a group that
+    begins the micro-batch, to its end), so a micro-batch may exceed its size or budget by
+    part of a group. Every rank may then run a different number of micro-batches; the loop's
+    ``match_ranks`` evens that out (:func:`rlcore.engine.accumulate_gradients`).
     """
     n = len(data)
     if n == 0:
         return []
+    parts = _split_bounds(
+        data,
+        micro_batch_size=micro_batch_size,
+        max_tokens=max_tokens,
+        packed=packed,
+        share_prompts=share_prompts,
+    )
+    if "group_index" in data.batch:
+        parts = whole_groups(parts, data.batch["group_index"].tolist())
+    return [data.slice(a, b) for a, b in parts]
+
+
+def whole_groups(bounds: list[tuple[int, int]], groups: list[int]) -> list[tuple[int, int]]:
+    """``bounds`` (contiguous ``[start, end)`` parts of ``len(groups)`` rows) with no part
+    boundary inside a run of equal ``groups`` values."""
+    n = len(groups)
+    edges = [0]
+    for _, end in bounds[:-1]:
+        cut = end
+        while 0 < cut < n and groups[cut] == groups[cut - 1]:
+            cut -= 1  # back to the group's start
+        if cut <= edges[-1]:  # the group starts this part: it ends it instead
+            cut = end
+            while cut < n and groups[cut] == groups[cut - 1]:
+                cut += 1
+        if edges[-1] < cut < n:
+            edges.append(cut)
+    edges.append(n)
+    return list(itertools.pairwise(edges))
+
+
+def _split_bounds(
+    data: DataProto,
+    *,
+    micro_batch_size: int | None,
+    max_tokens: int | None,
+    packed: bool,
+    share_prompts: bool,
+) -> list[tuple[int, int]]:
+    """The ``[start, end)`` rows of each micro-batch (see :func:`split_micro_batches`)."""
+    n = len(data)
     if max_tokens is not None:
         if max_tokens < 1:
             msg = f"max_tokens_per_micro_batch must be >= 1, got {max_tokens}"
@@ -108,7 +158,7 @@ def split_micro_batches(
                 start, longest_with, total_with = i, int(length), int(length)
             longest, total = longest_with, total_with
         bounds.append((start, n))
-        return [data.slice(a, b) for a, b in bounds]
+        return bounds
     if micro_batch_size is None or micro_batch_size < 1:
         msg = (
             "set exactly one of micro_batch_size (>= 1) or max_tokens_per_micro_batch "
@@ -116,9 +166,7 @@ def split_micro_batches(
         )
         raise ConfigError(msg)
     count = math.ceil(n / micro_batch_size)
-    return [
-        data.slice(i * micro_batch_size, min(n, (i + 1) * micro_batch_size)) for i in range(count)
-    ]
+    return [(i * micro_batch_size, min(n, (i + 1) * micro_batch_size)) for i in range(count)]
 
 
 def micro_batch_count(local: int, device: torch.device | None = None) -> int:

@@ -19,8 +19,10 @@ worker groups, the reward manager, the layout helpers and the phase helper of
 
 Rules a program keeps (checked by
 :func:`rlcore.testing.conformance.check_step_program`): it updates the actor once per step,
-the batch it trains on holds ``train_batch_size × n`` rows, and everything it carries from
-one step to the next is in its :meth:`StepProgram.state_dict` (checkpointed with the run).
+the batch it trains on holds ``train_batch_size × n`` rows (or, with
+:attr:`StepProgram.trains_subset`, only rows of this step that carry weight), and everything
+it carries from one step to the next is in its :meth:`StepProgram.state_dict` (checkpointed
+with the run).
 ``docs/writing-an-algorithm.md`` walks through it.
 
 Nothing heavy is imported here: torch loads with the batch's tensors.
@@ -33,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rlcore.tracking.metrics import timed
-from rlcore.tracking.reductions import combine_calls, reduce_metrics
+from rlcore.tracking.reductions import combine_calls, reduce_metrics, reduction_of
 
 if TYPE_CHECKING:
     from rlcore.interfaces import BaseAlgorithm, SamplingParams
@@ -128,6 +130,8 @@ class StepContext(abc.ABC):
         self.worker_metrics: dict[str, float] = {}  # what workers reported, reduced
         self.metrics: dict[str, float] = {}  # what driver-side phases returned
         self.phases: list[str] = []  # names of the phases run, in order (conformance reads it)
+        # Per phase name, each call's (seconds, metrics): a repeated phase logs its rounds.
+        self._rounds: dict[str, list[tuple[float, dict[str, float]]]] = {}
         self.model_in: DataProto | None = None  # the policy's last input (the divergence guard)
 
     # --- the phase helper -------------------------------------------------------------------
@@ -139,20 +143,52 @@ class StepContext(abc.ABC):
         worker's lists, reduced by :mod:`rlcore.tracking.reductions`); a ``(value, metrics)``
         pair gives up the dict. Either way the data comes back, so the line reads
         ``batch |= ctx.phase(...)``.
+
+        A phase run again in the same step (a resampling round: DAPO, best-of-n) is a round:
+        each round's values are also logged as ``<metric>/round_<r>`` (``r`` from 1, times
+        as ``timing_s/<name>/round_<r>``), and the plain name holds all rounds: summed for
+        times and metrics declared ``calls="sum"``, else the mean over the rounds.
         """
         from rlcore.protocol import DataProto
 
         self.phases.append(name)
+        before = self.timing.get(name, 0.0)
         with timed(name, self.timing):
             out = fn(*args, **kwargs)
+        seconds = self.timing[name] - before
         if isinstance(out, DataProto):
             reported = reduce_metrics(out.meta_info.pop("metrics", None) or {})
-            combine_calls(self.worker_metrics, reported)
+            self._take(name, seconds, reported, self.worker_metrics)
             return out
         if isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], Mapping):
-            self.metrics.update(out[1])
+            self._take(name, seconds, dict(out[1]), self.metrics)
             return out[0]
+        self._take(name, seconds, {}, self.metrics)
         return out
+
+    def _take(
+        self, name: str, seconds: float, reported: dict[str, float], into: dict[str, float]
+    ) -> None:
+        """One call's metrics into the step's; per round when phase ``name`` repeats."""
+        rounds = self._rounds.setdefault(name, [])
+        rounds.append((seconds, reported))
+        if len(rounds) == 1:
+            if into is self.metrics:
+                into.update(reported)
+            else:
+                combine_calls(into, reported)
+            return
+        # A repeat: both rounds' own values, then the plain names over all rounds.
+        for r, (took, values) in enumerate(rounds, start=1):
+            self.metrics[f"timing_s/{name}/round_{r}"] = took
+            for key, value in values.items():
+                self.metrics[f"{key}/round_{r}"] = value
+        for key, value in reported.items():
+            if reduction_of(key).calls == "sum":
+                into[key] = into.get(key, 0.0) + value
+            else:
+                seen = [values[key] for _, values in rounds if key in values]
+                into[key] = sum(seen) / len(seen)
 
     # --- blocks the default program uses, public for the others -------------------------------
 
@@ -180,9 +216,9 @@ class StepContext(abc.ABC):
         """The tensors a forward pass over (prompt, response) needs; kept as ``model_in``."""
 
     @abc.abstractmethod
-    def actor_input(self, batch: DataProto) -> DataProto:
+    def actor_input(self, batch: DataProto, *, keep_groups: bool = False) -> DataProto:
         """The actor update's rows: its loss inputs, laid out in whole mini-batches per rank
-        (``needs.loss_keys`` included)."""
+        (``needs.loss_keys`` included); ``keep_groups``: see :meth:`update_actor`."""
 
     @abc.abstractmethod
     def critic_input(self, batch: DataProto) -> DataProto:
@@ -224,9 +260,19 @@ class StepContext(abc.ABC):
         batch |= self.phase(name, manager or self.reward_manager, batch)
         return batch
 
-    def update_actor(self, batch: DataProto) -> None:
-        """Phase ``update_actor``: the policy's optimizer steps on ``batch``."""
-        self.phase("update_actor", self.policy.update_actor, self.actor_input(batch), self.step)
+    def update_actor(self, batch: DataProto, *, keep_groups: bool = False) -> None:
+        """Phase ``update_actor``: the policy's optimizer steps on ``batch``.
+
+        ``batch`` is any rows of the step (all ``train_batch_size x n``, or the subset a
+        program keeps, each with its weight in ``advantages``): they split into the
+        configured number of mini-batches, and the loss of each divides by that
+        mini-batch's own totals (its kept rows' tokens, for ``token-mean``).
+        ``keep_groups``: the rows of one group (same ``uid``) stay in one mini-batch, on one
+        rank and in one micro-batch, adjacent, numbered by the ``group_index`` tensor the
+        loss sees (a pairwise loss); the update then does not shuffle.
+        """
+        rows = self.actor_input(batch, keep_groups=keep_groups)
+        self.phase("update_actor", self.policy.update_actor, rows, self.step)
 
     def update_critic(self, batch: DataProto) -> None:
         """Phase ``update_critic``: the critic's optimizer steps on ``batch``."""
@@ -253,6 +299,11 @@ class StepProgram:
     ``before_update``: after the advantages, before the updates (extra loss inputs). The
     program holds no run state; a subclass that does returns it from :meth:`state_dict`.
     """
+
+    #: True for a program that hands the update a subset of the rows it generated (best-of-n,
+    #: rejection sampling, pairs): the conformance rule ``step-keeps-rows`` then checks that
+    #: every trained row is one of this step's and carries weight, not that all are there.
+    trains_subset: bool = False
 
     def __init__(
         self,

@@ -81,38 +81,44 @@ class RoleTrainer:
         metrics: dict[str, list[float]],
         timing: dict[str, list[float]],
     ) -> None:
-        """``epochs`` passes over ``mini_batches`` equal parts of ``data``: one step each."""
+        """``epochs`` passes over this rank's mini-batches of ``data``: one step each.
+
+        The mini-batches are the sizes the driver's layout wrote (``meta_info
+        ["mini_batch_rows"]``, rows per rank of each), else ``mini_batches`` equal parts.
+        A shuffle permutes rows across them each epoch, except with ``group_index`` (rows of
+        one group stay together: a pairwise loss), where the order is kept.
+        """
         import torch
 
         update, role = self.update, self.role
         rows = len(data)
-        if rows % update.mini_batches:
-            msg = (
-                f"{role}: {rows} rows do not split into {update.mini_batches} mini-batches; "
-                "the driver lays rows out with rlcore.trainer.layout.mini_batch_layout"
-            )
-            raise RuntimeError(msg)
-        size = rows // update.mini_batches
+        sizes = _mini_batch_sizes(role, rows, data.meta_info.get("mini_batch_rows"), update)
+        offsets = [sum(sizes[:m]) for m in range(len(sizes) + 1)]
+        # Rows with no valid token: the layout's zero-weight padding (whole rows per rank).
+        padding = float((data.batch["response_mask"].sum(-1) == 0).sum()) / max(rows, 1)
+        add_metrics(metrics, {f"{role}/padding_rows_frac": padding})
         tally: MismatchTally | None = None
         if role == "actor" and "old_log_probs" not in data.batch:
             # The driver skipped the old-log-prob pass: only exact for one step on the data.
-            if update.epochs != 1 or update.mini_batches != 1:
+            if update.epochs != 1 or len(sizes) != 1:
                 msg = (
                     f"{role}: no old_log_probs, but the update takes {update.epochs} epoch(s) "
-                    f"x {update.mini_batches} mini-batch(es); they are needed off-policy"
+                    f"x {len(sizes)} mini-batch(es); they are needed off-policy"
                 )
                 raise RuntimeError(msg)
             if "rollout_log_probs" in data.batch:
                 tally = MismatchTally()  # rollout vs these old log-probs (roles/mismatch.py)
             loss_fn = old_log_probs_from_forward(loss_fn, tally)
         generator = torch.Generator().manual_seed(update.seed + step)
+        shuffle = update.shuffle and "group_index" not in data.batch
         for _ in range(update.epochs):
-            order = torch.randperm(rows, generator=generator).numpy() if update.shuffle else None
-            for m in range(update.mini_batches):
+            order = torch.randperm(rows, generator=generator).numpy() if shuffle else None
+            for m in range(len(sizes)):
+                start, end = offsets[m], offsets[m + 1]
                 if order is None:
-                    mini_batch = data.slice(m * size, (m + 1) * size)
+                    mini_batch = data.slice(start, end)
                 else:
-                    mini_batch = data.select_idxs(order[m * size : (m + 1) * size])
+                    mini_batch = data.select_idxs(order[start:end])
                 step_loss = loss_fn
                 if self.skip_zero_advantage_rows and "advantages" in mini_batch.batch:
                     full = len(mini_batch)
@@ -149,6 +155,27 @@ class RoleTrainer:
                 )
         if tally is not None:
             add_metrics(metrics, tally.metrics())
+
+
+def _mini_batch_sizes(
+    role: str, rows: int, laid_out: list[int] | None, update: UpdateSpec
+) -> list[int]:
+    """This rank's mini-batch sizes: the layout's, else ``update.mini_batches`` equal parts."""
+    if laid_out is not None:
+        if sum(laid_out) != rows:
+            msg = (
+                f"{role}: the layout's mini-batches hold {sum(laid_out)} rows per rank, this "
+                f"rank got {rows}; lay rows out with rlcore.trainer.layout.mini_batch_layout"
+            )
+            raise RuntimeError(msg)
+        return [int(size) for size in laid_out]
+    if rows % update.mini_batches:
+        msg = (
+            f"{role}: {rows} rows do not split into {update.mini_batches} mini-batches; "
+            "the driver lays rows out with rlcore.trainer.layout.mini_batch_layout"
+        )
+        raise RuntimeError(msg)
+    return [rows // update.mini_batches] * update.mini_batches
 
 
 def _per_replica(totals: BatchTotals, replicas: int) -> BatchTotals:

@@ -14,7 +14,7 @@ from rlcore.rl.step import StepContext
 from rlcore.roles.mesh import ACTOR_MESH, CRITIC_MESH
 from rlcore.roles.mismatch import logprob_diff_metrics
 from rlcore.roles.policy import POLICY_INPUT_KEYS
-from rlcore.trainer.layout import mini_batch_layout
+from rlcore.trainer.layout import group_index, mini_batch_layout
 
 if TYPE_CHECKING:
     from rlcore.dispatch import DispatchInfo
@@ -41,14 +41,19 @@ def laid_out(
     mesh: Sequence[DispatchInfo],
     *,
     skips_zero_advantage_rows: bool = False,
+    keep_groups: bool = False,
 ) -> DataProto:
     """An update's rows: whole mini-batches per data-parallel rank of the role's ``mesh`` (its
     engine's ``dispatch_info``; tensor-parallel ranks share rows), zero-weight padding.
+    ``update.mini_batches`` optimizer steps whatever the number of rows.
     ``skips_zero_advantage_rows``: the update drops those rows, so ranks are balanced on the
-    rest (:func:`~rlcore.trainer.layout.mini_batch_layout`)."""
+    rest; ``keep_groups``: the rows of one ``uid`` stay in one micro-batch
+    (:func:`~rlcore.trainer.layout.mini_batch_layout`)."""
     return mini_batch_layout(
         select(batch, keys),
         rows_per_mini_batch=update.rows_per_mini_batch,
+        mini_batches=update.mini_batches,
+        groups=group_index(batch) if keep_groups else None,
         world_size=mesh[0].dp_size,
         balance_tokens=update.balance_tokens,
         skips_zero_advantage_rows=skips_zero_advantage_rows,
@@ -121,7 +126,7 @@ class DriverStepContext(StepContext):
                 logprob_diff_metrics(b["old_log_probs"], b["rollout_log_probs"], b["response_mask"])
             )
 
-    def actor_input(self, batch: DataProto) -> DataProto:
+    def actor_input(self, batch: DataProto, *, keep_groups: bool = False) -> DataProto:
         keys: tuple[str, ...] = (*POLICY_INPUT_KEYS, "advantages")
         for key in ("old_log_probs", "rollout_log_probs"):  # rollout_is and mismatch
             if key in batch.batch:
@@ -136,6 +141,7 @@ class DriverStepContext(StepContext):
             self.specs.policy.update,
             mesh,
             skips_zero_advantage_rows=self.specs.policy.skip_zero_advantage_rows,
+            keep_groups=keep_groups,
         )
 
     def critic_input(self, batch: DataProto) -> DataProto:

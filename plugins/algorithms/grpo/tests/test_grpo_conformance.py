@@ -12,6 +12,7 @@ def test_grpo_plugin_module():
     assert check_plugin_module("rlcore_grpo.plugin") == {
         "algorithm/grpo": "rlcore_grpo.algorithm:GRPO",
         "algorithm/reinforce_plus_plus": "rlcore_grpo.algorithm:ReinforcePlusPlus",
+        "algorithm/best_of_n": "rlcore_grpo.best_of_n:BestOfN",
     }
 
 

@@ -9,7 +9,10 @@ The rules, each failing with its name:
 - ``step-updates-actor``: every step calls ``update_actor`` exactly once (and
   ``update_critic`` once when the algorithm needs a critic);
 - ``step-keeps-rows``: the actor trains on ``batch_size × n`` rows, ``n`` per prompt ``uid``
-  (a filter that drops groups must generate more until the batch is full);
+  (a filter that drops groups must generate more until the batch is full); a program that
+  says it trains a subset (:attr:`StepProgram.trains_subset`: best-of-n, pairs) trains at
+  least one row, at most ``n`` per prompt of this step, and no row without weight (no valid
+  token, or advantages all zero on its valid tokens): the rows it drops never reach the update;
 - ``step-resumable``: a run that is stopped after a step and resumed from the saved state
   (the algorithm's and the program's ``state_dict``, the prompt loader's position and the
   RNG, what a checkpoint holds) trains on exactly the rows and tensors of the uninterrupted
@@ -167,7 +170,7 @@ class _Context(StepContext):
     def rollout_mismatch(self, batch: DataProto) -> None:
         return None
 
-    def actor_input(self, batch: DataProto) -> DataProto:
+    def actor_input(self, batch: DataProto, *, keep_groups: bool = False) -> DataProto:
         # The rows with every tensor and the uid: the rules read the groups and the values.
         return batch.select(non_tensor_batch_keys=["uid"])
 
@@ -270,9 +273,15 @@ def check_step_program(
     for step in range(steps):
         if step == 1:
             saved = whole.state()
+        first = whole.prompts.position
         ctx = whole.step(step)
         _check_updates(what, ctx, needs_critic, step)
-        _check_rows(what, whole.policy.updates[-1], batch_size, n, step)
+        rows = whole.policy.updates[-1]
+        if whole.program.trains_subset:
+            drawn = range(first * batch_size, whole.prompts.position * batch_size)
+            _check_subset(what, rows, {f"p{r}" for r in drawn}, n, step)
+        else:
+            _check_rows(what, rows, batch_size, n, step)
     # --- stopped after step 1, resumed in a fresh process (fresh program and algorithm) ------
     assert saved is not None
     resumed = _Run(make_algorithm, batch_size, n)
@@ -322,4 +331,26 @@ def _check_rows(what: str, rows: DataProto, batch_size: int, n: int, step: int) 
             "step-keeps-rows",
             f"step {step}: the actor trained on {len(rows)} rows, {len(counts)} prompts "
             f"(want {want} = {batch_size} prompts x n={n}; groups not of n rows: {partial[:4]})",
+        )
+
+
+def _check_subset(what: str, rows: DataProto, uids: set[str], n: int, step: int) -> None:
+    import torch
+
+    counts: dict[Any, int] = {}
+    for uid in rows.non_tensor_batch["uid"]:
+        counts[uid] = counts.get(uid, 0) + 1
+    foreign = sorted(str(u) for u in counts if u not in uids)
+    over = sorted(str(u) for u, c in counts.items() if c > n)
+    mask = rows.batch["response_mask"].to(torch.bool)
+    weighted = ((rows.batch["advantages"] != 0) & mask).any(-1)
+    zero = int((~weighted).sum())
+    if len(rows) == 0 or foreign or over or zero:
+        fail(
+            what,
+            "step-keeps-rows",
+            f"step {step}: a subset-training program trained {len(rows)} rows (want >= 1), "
+            f"{zero} of them without weight (no valid token or all-zero advantages; leave them "
+            f"out), prompts not of this step: {foreign[:4]}, prompts with more than n={n} "
+            f"rows: {over[:4]}",
         )

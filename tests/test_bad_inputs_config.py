@@ -59,7 +59,7 @@ CONFIG_CASES = [
     (
         ["algorithm.name=grp"],
         "algorithm.name: unknown algorithm 'grp'. "
-        "Installed: dapo, distill, grpo, ppo, reinforce_plus_plus, remax, rloo. "
+        "Installed: best_of_n, dapo, distill, grpo, ppo, reinforce_plus_plus, remax, rloo. "
         "Did you mean 'grpo'?",
     ),
     (

@@ -128,8 +128,7 @@ class FaultInjector:
             self._done.add(i)
             # In order: a stop that lands while an earlier slow fault still sleeps would be
             # undone by that fault's SIGCONT (each thread ends within delay_s + slow_s).
-            for earlier in self._timers:
-                earlier.join()
+            self.join(max(f.delay_s + f.slow_s for f in self.faults) + 5.0)
             thread = threading.Thread(target=self._fire, args=(fault,), daemon=True)
             thread.start()
             self._timers.append(thread)
@@ -162,6 +161,11 @@ class FaultInjector:
             log.warning("fault %s: pid %d had already exited", fault.text(), pid)
 
     def join(self, timeout_s: float = 30.0) -> None:
-        """Wait for the faults fired so far (their delays, a ``slow`` fault's pause)."""
+        """Wait for the faults fired so far (their delays, a ``slow`` fault's pause), each at
+        most ``timeout_s``; one still running after it is logged."""
         for thread in self._timers:
             thread.join(timeout_s)
+            if thread.is_alive():
+                log.warning(
+                    "fault injection: a fault's signal thread still runs after %.1f s", timeout_s
+                )

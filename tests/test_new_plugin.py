@@ -74,7 +74,7 @@ def test_each_kind_installs_is_listed_and_passes_its_generated_test(tmp_path, ca
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=500, check=False,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
-    assert "11 passed" in run.stdout  # two per kind, the algorithm's step too, run.stdout[-2000:]
+    assert "15 passed" in run.stdout  # two per kind, the algorithm's step too, run.stdout[-2000:]
 
 
 @pytest.mark.parametrize(
@@ -94,7 +94,8 @@ def test_bad_names_are_one_line(tmp_path, capsys, args, expected):
 
 def test_generated_plugins_of_each_kind_train_the_tiny_run_unchanged(tmp_path):
     """Every kind, as generated: installed (pip, as above) and named in the tiny run's TOML
-    (engine in ``[actor.engine]``, rollout, reward, algorithm, and the tool in ``[agent]``),
+    (engine in ``[actor.engine]``, rollout, reward, algorithm, the tool and the environment in
+    ``[agent]``),
     one run trains a step through ``rlcore train`` (Ray workers find them on PYTHONPATH, as a
     user's pip install would put them on their path)."""
     import json
@@ -102,7 +103,9 @@ def test_generated_plugins_of_each_kind_train_the_tiny_run_unchanged(tmp_path):
 
     from rlcore.testing.runs import arithmetic_rows, tiny_run_model, tiny_run_toml, write_jsonl
 
-    names = {kind: f"scaffold_trained_{kind}" for kind in KINDS}
+    # A harness replaces the built-in loop the tool and the environment join here: its
+    # generated test runs it through the endpoint instead.
+    names = {kind: f"scaffold_trained_{kind}" for kind in KINDS if kind != "harness"}
     out = tmp_path / "plugins"
     for kind, name in names.items():
         assert main(["new-plugin", kind, name, "--dir", str(out)]) == 0
@@ -123,7 +126,7 @@ def test_generated_plugins_of_each_kind_train_the_tiny_run_unchanged(tmp_path):
         run_dir=run_dir,
         total_steps=1,
         extra=f'[actor.engine]\nname = "{names["engine"]}"\n\n'
-        f'[agent]\ntools = ["{names["tool"]}"]\n',
+        f'[agent]\ntools = ["{names["tool"]}"]\nenvironment = "{names["environment"]}"\n',
     )
     for old, new in [
         ('name = "hf"', f'name = "{names["rollout"]}"'),
@@ -152,6 +155,8 @@ def test_generated_plugins_of_each_kind_train_the_tiny_run_unchanged(tmp_path):
     assert saved["rollout"]["name"] == names["rollout"]
     assert saved["algorithm"]["name"] == names["algorithm"]
     assert saved["agent"]["tools"] == [names["tool"]]
+    assert saved["agent"]["environment"] == names["environment"]
+    assert step["agent/env_errors"] == 0  # the generated environment stepped every turn
     # The generated engine's own checkpoint file (fsdp2 writes DCP shards instead) ...
     ckpt = run_dir / "checkpoints" / "global_step_1" / "actor" / f"{names['engine']}.pt"
     assert ckpt.is_file()

@@ -338,7 +338,9 @@ def _build_parser() -> argparse.ArgumentParser:
         "new-plugin", help="write a plugin package skeleton that passes its conformance check"
     )
     new_plugin.add_argument(
-        "kind", metavar="KIND", choices=("engine", "rollout", "reward", "algorithm", "tool")
+        "kind",
+        metavar="KIND",
+        choices=("engine", "rollout", "reward", "algorithm", "tool", "harness", "environment"),
     )
     new_plugin.add_argument("name", metavar="NAME", help="plugin and package name, e.g. my_reward")
     new_plugin.add_argument("--dir", default=".", help="where the NAME folder is written")

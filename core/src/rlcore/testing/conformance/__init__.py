@@ -61,6 +61,9 @@ What each checks (see the function docstrings for the exact rules):
   allowed); returns a :class:`HarnessReport`. :func:`check_rollout_endpoint` — a rollout
   serves the OpenAI endpoint: template prompt ids, completions that decode to the answer,
   one log-prob per token, token-id prompts used as given.
+- :func:`check_environment` — ``reset`` returns ``(str, dict)``, ``step`` returns
+  ``(str, finite reward, bool, bool, dict)`` and does not raise on adversarial action text,
+  in time; optional author cases (task, actions, expected total reward).
 - :func:`check_tool` — ``schema()`` well-formed, ``call`` returns text or raises
   ``ToolError`` (only) on adversarial arguments, in time; the tool pickles.
 
@@ -92,6 +95,7 @@ from rlcore.testing.conformance._consistency import (
 )
 from rlcore.testing.conformance._contract import check_contract, check_signatures
 from rlcore.testing.conformance._engine import check_engine, random_engine_batch
+from rlcore.testing.conformance._environment import ADVERSARIAL_ACTIONS, check_environment
 from rlcore.testing.conformance._plugin import HEAVY_MODULES, check_plugin_module
 from rlcore.testing.conformance._reward import ADVERSARIAL_INPUTS, check_reward
 from rlcore.testing.conformance._rollout import check_rollout
@@ -99,6 +103,7 @@ from rlcore.testing.conformance._step import STEP_RULES, check_step_program
 from rlcore.testing.conformance._tool import ADVERSARIAL_ARGUMENTS, check_tool
 
 __all__ = [
+    "ADVERSARIAL_ACTIONS",
     "ADVERSARIAL_ARGUMENTS",
     "ADVERSARIAL_INPUTS",
     "CONSISTENCY_METRICS",
@@ -113,6 +118,7 @@ __all__ = [
     "check_consistency",
     "check_contract",
     "check_engine",
+    "check_environment",
     "check_harness",
     "check_plugin_module",
     "check_reward",

@@ -44,6 +44,8 @@ KINDS: Final[dict[str, _Kind]] = {
     "reward": _Kind("register_rewards", (), '`[reward] default = "{name}"`'),
     "algorithm": _Kind("register_algorithms", (), '`[algorithm] name = "{name}"`'),
     "tool": _Kind("register_tools", (), '`[agent] tools = ["{name}"]`'),
+    "harness": _Kind("register_harnesses", ("openai", "rlcore-hf"), '`[agent] harness = "{name}"`'),
+    "environment": _Kind("register_environments", (), '`[agent] environment = "{name}"`'),
 }
 
 

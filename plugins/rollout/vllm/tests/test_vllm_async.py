@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import torch
 
-from rlcore.interfaces import RolloutSpec, SamplingParams
+from rlcore.interfaces import BaseHarness, RolloutSpec, SamplingParams
 
 pytestmark = pytest.mark.usefixtures("need_vllm")
 
@@ -307,3 +307,46 @@ def test_partial_rollouts_continue_across_a_weight_sync_with_per_token_versions(
     assert stale.tolist() == [k > 0 for k in split]
     assert not stale_rows(4 - out.non_tensor_batch["weight_version"], 1).any()
     rollout.update_weights(iter(state.items()))
+
+
+class _AnswersTwice(BaseHarness):
+    """An agent that only knows the ``openai`` client: answers, is asked again, answers."""
+
+    def run(self, task, base_url, api_key):
+        import openai
+
+        client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=60)
+        messages: list[Any] = list(task.messages)
+        for turn in range(2):
+            if turn:
+                messages.append({"role": "user", "content": "Again?"})
+            out = client.chat.completions.create(model="policy", messages=messages, max_tokens=8)
+            messages.append({"role": "assistant", "content": out.choices[0].message.content})
+        return messages[-1]["content"]
+
+
+def test_the_async_engine_serves_the_agent_endpoint_and_a_harness_trains_its_tokens(
+    rollout, model_path, texts
+):
+    """vLLM behind the OpenAI-compatible endpoint (issue 46): the endpoint's conformance check,
+    then a harness's rows are exactly the tokens vLLM sampled, the loss on the model's only
+    (re-tokenisation drift of the random model's bytes is allowed: the check counts it)."""
+    from transformers import AutoTokenizer
+
+    from rlcore.testing.conformance import check_harness, check_rollout_endpoint
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    check_rollout_endpoint(rollout, tokenizer)
+    prompts = [[{"role": "user", "content": text}] for text in texts[:4]]
+    report = check_harness(
+        _AnswersTwice,
+        rollout,
+        tokenizer,
+        prompts,
+        max_new_tokens=96,
+        allow_splits=True,
+        allow_mismatch=True,
+    )
+    assert report.rows == 4
+    assert report.calls == 2.0  # per row: both turns fit the sample's budget
+    assert report.samples >= 4

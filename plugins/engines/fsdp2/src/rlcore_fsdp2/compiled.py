@@ -19,15 +19,16 @@ to the gradient. The shapes, and so the compiles, are at most
 recompile limit is raised to that bound. Only the update is compiled: the log-prob passes (no
 gradient, eval mode) stay eager.
 
-Cost and break-even: the first micro-batch of each new shape runs eager (the engine's own
-forward, packed by default): its pass time (forward, loss and backward, until the next pass
-starts) is the eager reference. The next pass at that shape compiles; its time minus the eager
-pass is the compile cost, reported once as ``perf/compile_s/<role>`` and logged. When a
+Cost and break-even: the first :data:`EAGER_PASSES` micro-batches of each new shape run eager
+(the engine's own forward, packed by default); the last one's pass time (forward, loss and
+backward, until the next pass starts) is the eager reference, the first being a warm-up (a
+process's first backward allocates). The next pass at that shape compiles; its time minus the
+eager pass is the compile cost, reported once as ``perf/compile_s/<role>`` and logged. When a
 compiled pass at that shape has run, the per-pass saving is known and the break-even is logged
 (and reported as ``perf/compile_break_even_steps/<role>``): compile cost / (saving per pass x
-passes per optimizer step). The shapes seen are part of the engine's checkpoint, so a resumed
-run compiles where the uninterrupted one would and runs no second eager pass: bit-identical
-resume holds within one mode.
+passes per optimizer step). The eager passes run per shape are part of the engine's
+checkpoint, so a resumed run compiles where the uninterrupted one would: bit-identical resume
+holds within one mode.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from rlcore_fsdp2.logprob import response_logits
 log = logging.getLogger(__name__)
 
 SMALLEST = 16  # the smallest length bucket
+EAGER_PASSES = 2  # eager passes at a new shape before it compiles; the last is the reference
 Shape = tuple[int, int, int]  # (rows, prompt columns, response columns)
 
 
@@ -145,7 +147,7 @@ def padded_outputs(model: Callable[..., Any], padded: Padded, scoring: Scoring) 
 
 @attrs.define
 class _ShapeTimes:
-    eager_s: float | None = None  # the first pass at this shape, run eager
+    eager_s: float | None = None  # the last eager pass at this shape
     compile_s: float | None = None  # the compiling pass minus the eager pass
     compiled_s: list[float] = attrs.Factory(list)  # later compiled passes
     reported: bool = False  # the break-even was logged
@@ -170,7 +172,7 @@ class CompiledUpdate:
             dynamo_config.accumulated_recompile_limit, self.bound
         )
         self.model = torch.compile(model, dynamic=False)
-        self.seen: set[Shape] = set()  # shapes that have run eager once: compile from now on
+        self.eager: dict[Shape, int] = {}  # eager passes run per shape (EAGER_PASSES: compile)
         self._times: dict[Shape, _ShapeTimes] = {}
         self._open: tuple[Shape, str, float] | None = None  # the pass being timed
         self._passes = 0  # passes since the last optimizer step
@@ -184,8 +186,8 @@ class CompiledUpdate:
         padded = pad_to_bucket(mb, self.spec, self.device)
         shape = padded.shape
         times = self._times.setdefault(shape, _ShapeTimes())
-        if shape not in self.seen:
-            self.seen.add(shape)
+        if self.eager.get(shape, 0) < EAGER_PASSES:
+            self.eager[shape] = self.eager.get(shape, 0) + 1
             self._begin(shape, "eager")
             return eager(mb)
         self._begin(shape, "compile" if times.compile_s is None else "run")
@@ -268,10 +270,11 @@ class CompiledUpdate:
         self._per_step = max(1, self._passes)
         self._passes = 0
 
-    # --- checkpoint: the shapes that already ran eager -------------------------------------
+    # --- checkpoint: the eager passes run per shape ---------------------------------------
 
     def state_dict(self) -> list[list[int]]:
-        return [list(shape) for shape in sorted(self.seen)]
+        """``[rows, prompt, response, eager passes]`` per shape (plain ints: weights_only)."""
+        return [[*shape, count] for shape, count in sorted(self.eager.items())]
 
-    def load_state_dict(self, shapes: list[list[int]]) -> None:
-        self.seen = {(int(s[0]), int(s[1]), int(s[2])) for s in shapes}
+    def load_state_dict(self, rows: list[list[int]]) -> None:
+        self.eager = {(int(r[0]), int(r[1]), int(r[2])): int(r[3]) for r in rows}

@@ -582,7 +582,7 @@ class FSDP2Engine(GuardedSteps, BaseEngine):
             "skipped_steps": self.skipped_steps,
         }
         if self._compiled is not None:  # where it compiles rather than runs eager once
-            extra["compiled_shapes"] = self._compiled.state_dict()
+            extra["compiled_eager_passes"] = self._compiled.state_dict()
         torch.save(extra, Path(path) / f"extra_state_rank{self.dp_rank}.pt")
         dist.barrier()
 
@@ -606,7 +606,7 @@ class FSDP2Engine(GuardedSteps, BaseEngine):
                 state = torch.load(extra_file, weights_only=True, map_location="cpu")
                 self._guard.load_state_dict(state)
                 if self._compiled is not None:
-                    self._compiled.load_state_dict(state.get("compiled_shapes", []))
+                    self._compiled.load_state_dict(state.get("compiled_eager_passes", []))
             except pickle.UnpicklingError as err:  # verification refuses it first; this backs it
                 msg = f"refusing to load {extra_file}: {weights_only_refusal(err)}"
                 raise UnsafeCheckpointError(msg) from None

@@ -358,7 +358,7 @@ def test_bucketed_micro_batch_gives_the_eager_outputs(tiny_path):
 def test_compiled_update_matches_eager_and_resumes_identically(tiny_path, tmp_path):
     """One update compiled vs eager: loss, gradients, grad norm; then a compiled
     run resumed compiled from a checkpoint matches the uninterrupted one bit for bit."""
-    data = make_batch(rows=12)  # 3 micro-batches of one bucket (the first two run eager)
+    data = make_batch(rows=16)  # 4 micro-batches of one bucket (the first two run eager)
     kw = {"micro_batch_size": 4, "max_prompt_length": 6, "max_response_length": 5}
     opt = OptimConfig(lr=1e-3)
     eager, compiled = (
@@ -367,7 +367,8 @@ def test_compiled_update_matches_eager_and_resumes_identically(tiny_path, tmp_pa
     )
     want = eager.forward_backward(data, token_mean_loss, temperature=1.0)
     got = compiled.forward_backward(data, token_mean_loss, temperature=1.0)
-    assert got["perf/compile_s/actor"] > 0  # the third micro-batch compiled
+    assert got["perf/compile_s/actor"] > 0  # the third micro-batch compiled, the fourth ran
+    assert len(compiled._compiled._times[(4, 6, 5)].compiled_s) == 1  # compiled once
     assert got["loss"] == pytest.approx(want["loss"], abs=1e-6)
     expected = grads(eager)
     for name, g in grads(compiled).items():

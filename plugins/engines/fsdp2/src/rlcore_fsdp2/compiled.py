@@ -183,6 +183,7 @@ class CompiledUpdate:
     def forward(
         self, mb: DataProto, eager: Callable[[DataProto], ModelOutputs], scoring: Scoring
     ) -> ModelOutputs:
+        self._close()  # the previous pass ends here: its result decides this one's mode
         padded = pad_to_bucket(mb, self.spec, self.device)
         shape = padded.shape
         times = self._times.setdefault(shape, _ShapeTimes())
@@ -194,7 +195,6 @@ class CompiledUpdate:
         return padded_outputs(self.model, padded, scoring)
 
     def _begin(self, shape: Shape, mode: str) -> None:
-        self._close()
         self._passes += 1
         self._open = (shape, mode, time.perf_counter())
 

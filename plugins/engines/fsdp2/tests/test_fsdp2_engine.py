@@ -354,6 +354,29 @@ def test_bucketed_micro_batch_gives_the_eager_outputs(tiny_path):
     torch.testing.assert_close(got.entropy[mask], want.entropy[mask], atol=1e-5, rtol=0)
 
 
+def test_bucketed_critic_values_and_lora_refusal(tiny_path):
+    from rlcore.errors import ConfigError
+
+    spec = EngineSpec(
+        role="critic", model_path=tiny_path, value_head=True, optim=OptimConfig(lr=1e-3),
+        micro_batch_size=4, max_prompt_length=16, max_response_length=8,
+    )  # fmt: skip
+    critic = FSDP2Engine(spec, FSDP2Engine.Config())
+    mb = make_batch().slice(0, 3)
+    scoring = Scoring(
+        value_head=True, temperature=1.0, with_entropy=False, entropy_grad=False, chunk_tokens=None
+    )
+    with torch.no_grad():
+        got = padded_outputs(critic.model, pad_to_bucket(mb, spec, critic.device), scoring)
+        want = critic._forward(mb, temperature=1.0, with_entropy=False, entropy_grad=False)
+    mask = mb.batch["response_mask"].bool()
+    torch.testing.assert_close(got.values[mask], want.values[mask], atol=1e-5, rtol=0)
+    lora = FSDP2Engine.Config(lora_rank=4)
+    actor = EngineSpec(role="actor", model_path=tiny_path, compile=True)
+    with pytest.raises(ConfigError, match=r"^actor.compile = true with actor.engine.lora_rank"):
+        FSDP2Engine.preflight(actor, lora, world_size=1, where="[actor.engine]")
+
+
 @pytest.mark.slow
 def test_compiled_update_matches_eager_and_resumes_identically(tiny_path, tmp_path):
     """One update compiled vs eager: loss, gradients, grad norm; then a compiled

@@ -202,7 +202,8 @@ class FSDP2Engine(GuardedSteps, BaseEngine):
         cls, spec: EngineSpec, config: BaseEngine.Config, *, world_size: int, where: str
     ) -> None:
         """Before Ray starts: ``fsdp_size`` against the processes, LoRA targets against the
-        model's modules (built on the meta device: :func:`rlcore_fsdp2.lora.check_lora_targets`)."""
+        model's modules (built on the meta device: :func:`rlcore_fsdp2.lora.check_lora_targets`),
+        ``compile`` not with LoRA."""
         if not isinstance(config, FSDP2Engine.Config):
             return
         size = config.fsdp_size
@@ -213,6 +214,13 @@ class FSDP2Engine(GuardedSteps, BaseEngine):
             )
             raise ConfigError(msg)
         settings = config.lora if spec.role != "ref" else None
+        if settings is not None and spec.compile:  # peft's wrapped model is not measured compiled
+            msg = (
+                f"{spec.role}.compile = true with {where.strip('[]')}.lora_rank = "
+                f"{config.lora_rank}: the compiled update does not support LoRA; set one of "
+                "them off"
+            )
+            raise ConfigError(msg)
         if settings is not None:
             from rlcore_fsdp2.lora import check_lora_targets
 

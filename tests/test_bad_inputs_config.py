@@ -264,3 +264,15 @@ def test_an_inline_table_override_keeps_the_other_keys(run, capsys, registry):
     shown = tomllib.loads(capsys.readouterr().out)
     assert (shown["actor"]["optim"]["lr"], shown["actor"]["optim"]["warmup_steps"]) == (3e-6, 1)
     assert shown["actor"]["ppo_mini_batch_size"] == 2  # [actor] itself untouched
+
+
+@pytest.mark.parametrize("engine", ["megatron", "torch"])
+def test_compile_on_an_engine_without_a_compiled_update(run, capsys, registry, engine):
+    bi.case(
+        run,
+        capsys,
+        registry,
+        [f'actor.engine.name="{engine}"', "actor.compile=true"],
+        f"actor.compile = true: engine '{engine}' has no compiled update; set "
+        "actor.compile = false (the fsdp2 engine has one)",
+    )

@@ -361,6 +361,18 @@ def test_an_exponent_without_a_dot_stays_a_number(tmp_path):
     assert isinstance(cfg.actor.optim.lr, float)
 
 
+def test_use_torch_compile_maps_only_from_the_command_line(tmp_path):
+    """verl's YAML default (true) leaves actor.compile off; an override turns it on."""
+    path = _yaml(tmp_path, "actor_rollout_ref:\n  actor:\n    use_torch_compile: true\n")
+    rc, out, _ = _convert(tmp_path, str(path), *BASE)
+    assert rc == 0
+    assert load_config(out).actor.compile is False
+    override = "actor_rollout_ref.actor.use_torch_compile=true"
+    rc, out, _ = _convert(tmp_path, str(path), *BASE, override)
+    assert rc == 0
+    assert load_config(out).actor.compile is True
+
+
 def test_verls_actor_yaml_learning_rate_is_a_float(tmp_path):
     # verl's own actor.yaml (v0.7.0, tests/data/verl/actor.yaml) writes `lr: 1e-6`.
     import yaml

@@ -367,6 +367,19 @@ def _algorithm(
     _set(out, "algorithm.name", name)
 
 
+# verl's use_torch_compile (default true) compiles its entropy and log-prob kernels; rlcore's
+# actor.compile compiles the whole update (tens of seconds per shape on CPU), so only a value
+# given on the command line turns it on.
+_COMPILE = "actor_rollout_ref.actor.use_torch_compile"
+
+
+def _compile_opt_in(flat: dict[str, Any], overrides: Sequence[str]) -> None:
+    """Drop the YAML's ``use_torch_compile = true`` unless an override set it (see above)."""
+    named = {text.lstrip("+~").partition("=")[0].strip() for text in overrides}
+    if flat.get(_COMPILE) is True and _COMPILE not in named:
+        flat[_COMPILE] = None
+
+
 def convert(
     raw: Mapping[str, Any], overrides: Sequence[str] = (), *, source: str = ""
 ) -> Conversion:
@@ -378,6 +391,7 @@ def convert(
     for text in overrides:
         _apply_override(data, text)
     flat = expand(resolve(_flatten(data)))  # a reference to a table: its keys, one by one
+    _compile_opt_in(flat, overrides)
     for key, followed in FOLLOWS.items():
         if key in before and before[key] == before.get(followed) and flat.get(key) == before[key]:
             flat[key] = None  # not overridden: it follows `followed`, as rlcore's key does

@@ -241,6 +241,16 @@ class ActorConfig:
     gradient_checkpointing: bool = key(
         False, "Recompute activations in the backward pass: less memory, slower."
     )
+    compile: bool = key(
+        False,
+        "Compile the update's forward and backward with torch.compile (verl's "
+        "use_torch_compile; engines that support it: fsdp2). Micro-batches are padded to "
+        "bucketed shapes, so it compiles at most (prompt buckets) x (response buckets) "
+        "x (row buckets) times: lengths round up to a power of two >= 16, capped at "
+        "data.max_prompt_length / data.max_response_length; rows to micro_batch_size (or a "
+        "power of two under max_tokens_per_micro_batch). Each compile is reported "
+        "(perf/compile_s/<role>) with its break-even step count.",
+    )
     shuffle: bool = key(False, "Reshuffle each rank's rows into new mini-batches every ppo_epoch.")
     reuse_on_policy_log_probs: bool = key(
         True,
@@ -393,6 +403,10 @@ class CriticConfig:
     )
     gradient_checkpointing: bool = key(
         False, "Recompute the critic's activations in the backward pass."
+    )
+    compile: bool = key(
+        False,
+        "Compile the critic's update with torch.compile, shapes bucketed as actor.compile's.",
     )
 
 

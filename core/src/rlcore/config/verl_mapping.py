@@ -79,6 +79,8 @@ MAPPING: dict[str, tuple[str, Transform]] = {
     ),
     "actor_rollout_ref.model.use_remove_padding": ("actor.engine.use_remove_padding", _same),
     "actor_rollout_ref.actor.use_remove_padding": ("actor.engine.use_remove_padding", _same),
+    # Only when given on the command line (from_verl._compile_opt_in: verl's default is true).
+    "actor_rollout_ref.actor.use_torch_compile": ("actor.compile", _same),
     "actor_rollout_ref.model.lora_rank": ("actor.engine.lora_rank", _same),
     "actor_rollout_ref.model.lora_alpha": ("actor.engine.lora_alpha", _float),
     "actor_rollout_ref.model.target_modules": ("actor.engine.target_modules", _same),

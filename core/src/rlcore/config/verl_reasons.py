@@ -20,7 +20,10 @@ WHY_NOT: tuple[tuple[str, str], ...] = (
     ("*router_replay*", "MoE router replay: not in rlcore"),
     ("*tiled_mlp*", "kernel option the fsdp2 engine does not expose"),
     ("*fused_kernel*", "kernel option the fsdp2 engine does not expose"),
-    ("*use_torch_compile", "kernel option the fsdp2 engine does not expose"),
+    (
+        "actor_rollout_ref.ref.use_torch_compile",
+        "the reference's passes run eager; actor.compile compiles the update only",
+    ),
     ("*ulysses_sequence_parallel_size", "rlcore has no sequence parallelism"),
     ("*.optim.optimizer*", "rlcore's engines use torch's AdamW"),
     ("*.optim.*", "optimizer option rlcore does not expose"),

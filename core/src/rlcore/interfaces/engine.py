@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
@@ -44,6 +44,10 @@ class BaseEngine(abc.ABC):
     @attrs.frozen(kw_only=True)
     class Config:
         """The engine's own options (``[actor.engine]`` minus ``name``)."""
+
+    # True: the engine compiles its update when ``spec.compile`` is set (``actor.compile``);
+    # the driver refuses ``compile = true`` for an engine that leaves this False.
+    supports_compile: ClassVar[bool] = False
 
     def __init__(self, spec: EngineSpec, config: BaseEngine.Config | None = None) -> None:
         self.spec = spec

@@ -62,6 +62,10 @@ class EngineSpec:
     (``reward_head``) and serves :meth:`BaseEngine.compute_rm_score`.
     Micro-batching is by count (``micro_batch_size`` rows per data-parallel rank) or by a
     token budget (``max_tokens_per_micro_batch``); exactly one is set.
+    ``compile`` (``actor.compile``, ``critic.compile``) asks for a compiled update; only an
+    engine whose :attr:`BaseEngine.supports_compile` is true gets it (checked before Ray
+    starts). ``max_prompt_length``/``max_response_length`` (the data's, None: unknown) bound
+    the shapes such an engine pads micro-batches to.
     """
 
     role: str
@@ -78,6 +82,9 @@ class EngineSpec:
     value_head: bool = False
     reward_head: bool = False
     seed: int = 0
+    compile: bool = False
+    max_prompt_length: int | None = None
+    max_response_length: int | None = None
 
 
 @attrs.frozen(kw_only=True)

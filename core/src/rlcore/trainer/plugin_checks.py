@@ -7,7 +7,8 @@ preflight`, :meth:`rlcore.interfaces.BaseRollout.preflight`) with the spec the d
 hand the worker, the processes of the role's pool and the section that configures it. A
 plugin raises :class:`~rlcore.errors.ConfigError` in one line naming the key: tensor
 parallelism that does not divide the processes or the heads, LoRA targets that match no module
-of the model, a tensor-parallel rollout on CPU. Without this, each would surface inside a
+of the model, a tensor-parallel rollout on CPU, ``compile = true`` for an engine without a
+compiled update. Without this, each would surface inside a
 worker after Ray started (the worker group still turns an ``RlcoreError`` raised there into
 one line, :meth:`rlcore.workers.RayWorkerGroup`). The loggers of ``[trainer] loggers`` check
 their destinations too (:func:`rlcore.preflight.trackers.check_loggers`).
@@ -16,6 +17,8 @@ their destinations too (:func:`rlcore.preflight.trackers.check_loggers`).
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+from rlcore.errors import ConfigError
 
 if TYPE_CHECKING:
     from rlcore.config import RunConfig
@@ -42,6 +45,12 @@ def check_plugins(config: RunConfig, registry: PluginRegistry | None = None) -> 
     engines.extend(role.engine for role in specs.roles.values())
     for role in engines:
         cls: type[BaseEngine] = role.engine.resolve(registry)
+        if role.spec.compile and not cls.supports_compile:
+            msg = (
+                f"{role.spec.role}.compile = true: engine {role.engine.name!r} has no compiled "
+                f"update; set {role.spec.role}.compile = false (the fsdp2 engine has one)"
+            )
+            raise ConfigError(msg)
         options = role.engine.options if role.engine.options is not None else cls.Config()
         cls.preflight(role.spec, options, world_size=res.world_size, where=role.engine.where)
     rollout = specs.policy.rollout

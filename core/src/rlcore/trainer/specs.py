@@ -283,6 +283,11 @@ def build_specs(
         "device": res.device,
         "seed": config.trainer.seed,
     }
+    # The shapes a compiled update pads micro-batches to are capped at these.
+    lengths: dict[str, Any] = {
+        "max_prompt_length": config.data.max_prompt_length,
+        "max_response_length": config.data.max_response_length,
+    }
     actor_update = _update(
         config,
         mini_prompts=actor.ppo_mini_batch_size,
@@ -301,6 +306,8 @@ def build_specs(
             micro_batch_size=actor.micro_batch_size,
             max_tokens_per_micro_batch=actor.max_tokens_per_micro_batch,
             gradient_checkpointing=actor.gradient_checkpointing,
+            compile=actor.compile,
+            **lengths,
             **common,
         ),
     )
@@ -384,6 +391,8 @@ def build_specs(
                     micro_batch_size=critic.micro_batch_size,
                     max_tokens_per_micro_batch=critic.max_tokens_per_micro_batch,
                     gradient_checkpointing=critic.gradient_checkpointing,
+                    compile=critic.compile,
+                    **lengths,
                     value_head=True,
                     **common,
                 ),

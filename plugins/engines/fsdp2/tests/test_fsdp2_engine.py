@@ -14,7 +14,9 @@ from rlcore.engine import local_device_index, split_micro_batches
 from rlcore.interfaces import EngineSpec, OptimConfig
 from rlcore.protocol import DataProto
 from rlcore_fsdp2.batching import trim_left_padding
+from rlcore_fsdp2.compiled import bucket, bucket_count, pad_to_bucket, padded_outputs, shape_bound
 from rlcore_fsdp2.engine import FSDP2Engine, FSDP2Error
+from rlcore_fsdp2.forward import Scoring
 
 torch.set_num_threads(1)
 
@@ -310,6 +312,106 @@ def test_bf16_mixed_precision_keeps_fp32_masters(tiny_path):
     torch.testing.assert_close(lp16[m], lp32[m], atol=0.05, rtol=0)
     bf16.forward_backward(data, token_mean_loss, temperature=1.0)
     assert math.isfinite(bf16.optimizer_step(lr=1e-3))
+
+
+# --- the compiled update (actor.compile) ----------------------------------------------
+
+
+def test_buckets_and_their_bound():
+    assert [bucket(n, 64) for n in (1, 16, 17, 33, 64)] == [16, 16, 32, 64, 64]
+    assert [bucket(n, 24) for n in (5, 17, 24)] == [16, 24, 24]
+    assert bucket(70, 64) == 128  # past the cap (never from the data): the next power of two
+    assert bucket_count(64) == 3  # {16, 32, 64}
+    assert bucket_count(24) == 2  # {16, 24}
+    assert bucket_count(160) == 5  # {16, 32, 64, 128, 160}
+    spec = EngineSpec(
+        role="actor", model_path="-", micro_batch_size=4, max_prompt_length=64,
+        max_response_length=24,
+    )  # fmt: skip
+    assert shape_bound(spec) == 6  # the quickstart's: rows fixed, 3 x 2 lengths
+    by_tokens = EngineSpec(
+        role="actor", model_path="-", micro_batch_size=None, max_tokens_per_micro_batch=1024,
+        max_prompt_length=64, max_response_length=24,
+    )  # fmt: skip
+    assert shape_bound(by_tokens) == 11 * 6  # rows: powers of two 1..1024
+
+
+def test_bucketed_micro_batch_gives_the_eager_outputs(tiny_path):
+    """Padding a micro-batch to its bucket (left, right, filler rows) changes no output."""
+    e = engine(tiny_path, micro_batch_size=4, max_prompt_length=16, max_response_length=8)
+    mb = make_batch().slice(0, 3)  # 3 rows, prompt 6, response 5
+    padded = pad_to_bucket(mb, e.spec, e.device)
+    assert padded.shape == (4, 16, 8)
+    scoring = Scoring(
+        value_head=False, temperature=0.7, with_entropy=True, entropy_grad=False, chunk_tokens=None
+    )
+    with torch.no_grad():
+        got = padded_outputs(e.model, padded, scoring)
+        want = e._forward(mb, temperature=0.7, with_entropy=True, entropy_grad=False)
+    mask = mb.batch["response_mask"].bool()
+    assert got.log_probs.shape == want.log_probs.shape == (3, 5)
+    torch.testing.assert_close(got.log_probs[mask], want.log_probs[mask], atol=1e-5, rtol=0)
+    torch.testing.assert_close(got.entropy[mask], want.entropy[mask], atol=1e-5, rtol=0)
+
+
+def test_bucketed_critic_values_and_lora_refusal(tiny_path):
+    from rlcore.errors import ConfigError
+
+    spec = EngineSpec(
+        role="critic", model_path=tiny_path, value_head=True, optim=OptimConfig(lr=1e-3),
+        micro_batch_size=4, max_prompt_length=16, max_response_length=8,
+    )  # fmt: skip
+    critic = FSDP2Engine(spec, FSDP2Engine.Config())
+    mb = make_batch().slice(0, 3)
+    scoring = Scoring(
+        value_head=True, temperature=1.0, with_entropy=False, entropy_grad=False, chunk_tokens=None
+    )
+    with torch.no_grad():
+        got = padded_outputs(critic.model, pad_to_bucket(mb, spec, critic.device), scoring)
+        want = critic._forward(mb, temperature=1.0, with_entropy=False, entropy_grad=False)
+    mask = mb.batch["response_mask"].bool()
+    torch.testing.assert_close(got.values[mask], want.values[mask], atol=1e-5, rtol=0)
+    lora = FSDP2Engine.Config(lora_rank=4)
+    actor = EngineSpec(role="actor", model_path=tiny_path, compile=True)
+    with pytest.raises(ConfigError, match=r"^actor.compile = true with actor.engine.lora_rank"):
+        FSDP2Engine.preflight(actor, lora, world_size=1, where="[actor.engine]")
+
+
+@pytest.mark.slow
+def test_compiled_update_matches_eager_and_resumes_identically(tiny_path, tmp_path):
+    """One update compiled vs eager: loss, gradients, grad norm; then a compiled
+    run resumed compiled from a checkpoint matches the uninterrupted one bit for bit."""
+    data = make_batch(rows=16)  # 4 micro-batches of one bucket (the first two run eager)
+    kw = {"micro_batch_size": 4, "max_prompt_length": 6, "max_response_length": 5}
+    opt = OptimConfig(lr=1e-3)
+    eager, compiled = (
+        engine(tiny_path, **kw, optim=opt),
+        engine(tiny_path, **kw, optim=opt, compile=True),
+    )
+    want = eager.forward_backward(data, token_mean_loss, temperature=1.0)
+    got = compiled.forward_backward(data, token_mean_loss, temperature=1.0)
+    assert got["perf/compile_s/actor"] > 0  # the third micro-batch compiled, the fourth ran
+    assert len(compiled._compiled._times[(4, 6, 5)].compiled_s) == 1  # compiled once
+    assert got["loss"] == pytest.approx(want["loss"], abs=1e-6)
+    expected = grads(eager)
+    for name, g in grads(compiled).items():
+        torch.testing.assert_close(g, expected[name], atol=1e-6, rtol=1e-5, msg=name)
+    # (Parameters after AdamW's first step are not compared: it moves each by ~lr * sign(g),
+    # so a gradient entry of ~1e-9 whose sign float rounding flips differs by 2 * lr.)
+    assert compiled.optimizer_step(lr=1e-3) == pytest.approx(eager.optimizer_step(lr=1e-3))
+
+    # Resume within the compiled mode: the checkpoint holds the shapes that ran eager once.
+    compiled.save_checkpoint(str(tmp_path / "ckpt"))
+    compiled.forward_backward(data, token_mean_loss, temperature=1.0)
+    compiled.optimizer_step(lr=1e-3)
+    uninterrupted = params(compiled)
+    fresh = engine(tiny_path, **kw, optim=opt, compile=True)
+    fresh.load_checkpoint(str(tmp_path / "ckpt"))
+    assert fresh._compiled.eager == compiled._compiled.eager
+    fresh.forward_backward(data, token_mean_loss, temperature=1.0)
+    fresh.optimizer_step(lr=1e-3)
+    for name, t in params(fresh).items():
+        torch.testing.assert_close(t, uninterrupted[name], atol=0, rtol=0, msg=name)
 
 
 def test_plugin_module_imports_nothing_heavy():

@@ -62,6 +62,7 @@ from rlcore.interfaces import (
 )
 from rlcore.protocol import DataProto
 from rlcore_fsdp2 import forward, packing, reward_head
+from rlcore_fsdp2.compiled import CompiledUpdate
 from rlcore_fsdp2.lora import LoraAdapter, LoraSettings
 from rlcore_fsdp2.weights import gathered, whole_local_tensors
 
@@ -79,6 +80,10 @@ class FSDP2Engine(GuardedSteps, BaseEngine):
     ``global_step`` (optimizer steps taken), ``skipped_steps`` (steps skipped for a non-finite
     grad norm), ``dp_rank``/``dp_size``, ``model`` (the sharded module) and ``device``.
     """
+
+    # spec.compile: the update runs a torch.compile'd model at bucketed shapes
+    # (rlcore_fsdp2.compiled); the inference passes stay eager.
+    supports_compile = True
 
     @attrs.frozen(kw_only=True)
     class Config(BaseEngine.Config):
@@ -197,7 +202,8 @@ class FSDP2Engine(GuardedSteps, BaseEngine):
         cls, spec: EngineSpec, config: BaseEngine.Config, *, world_size: int, where: str
     ) -> None:
         """Before Ray starts: ``fsdp_size`` against the processes, LoRA targets against the
-        model's modules (built on the meta device: :func:`rlcore_fsdp2.lora.check_lora_targets`)."""
+        model's modules (built on the meta device: :func:`rlcore_fsdp2.lora.check_lora_targets`),
+        ``compile`` not with LoRA."""
         if not isinstance(config, FSDP2Engine.Config):
             return
         size = config.fsdp_size
@@ -208,6 +214,13 @@ class FSDP2Engine(GuardedSteps, BaseEngine):
             )
             raise ConfigError(msg)
         settings = config.lora if spec.role != "ref" else None
+        if settings is not None and spec.compile:  # peft's wrapped model is not measured compiled
+            msg = (
+                f"{spec.role}.compile = true with {where.strip('[]')}.lora_rank = "
+                f"{config.lora_rank}: the compiled update does not support LoRA; set one of "
+                "them off"
+            )
+            raise ConfigError(msg)
         if settings is not None:
             from rlcore_fsdp2.lora import check_lora_targets
 
@@ -232,6 +245,9 @@ class FSDP2Engine(GuardedSteps, BaseEngine):
         if self.lora is not None:
             self.model = self.lora.wrap(self.model)
         self._shard(self.model)
+        self._compiled: CompiledUpdate | None = None
+        if spec.compile and spec.optim is not None and trained:
+            self._compiled = CompiledUpdate(self.model, spec, self.device)
         self.optimizer: torch.optim.Optimizer | None = None
         self._guard: OptimizerGuard | None = None
         if spec.optim is not None and spec.role != "ref":
@@ -356,13 +372,7 @@ class FSDP2Engine(GuardedSteps, BaseEngine):
         self, mb: DataProto, *, temperature: float, with_entropy: bool, entropy_grad: bool
     ) -> ModelOutputs:
         """One micro-batch forward (padded or packed: the same outputs); (b, R) on device."""
-        options = forward.Scoring(
-            value_head=self.spec.value_head,
-            temperature=temperature,
-            with_entropy=with_entropy,
-            entropy_grad=entropy_grad,
-            chunk_tokens=self.config.log_prob_chunk_tokens or None,
-        )
+        options = self._scoring(temperature, with_entropy=with_entropy, entropy_grad=entropy_grad)
         if not self.config.use_remove_padding:
             return forward.padded_forward(self.model, mb, self.device, options)
         try:
@@ -376,6 +386,17 @@ class FSDP2Engine(GuardedSteps, BaseEngine):
         except ValueError as err:
             raise FSDP2Error(f"[{self.spec.role}] {err}") from err
         return forward.packed_forward(self.model, packed, options)
+
+    def _scoring(
+        self, temperature: float, *, with_entropy: bool, entropy_grad: bool
+    ) -> forward.Scoring:
+        return forward.Scoring(
+            value_head=self.spec.value_head,
+            temperature=temperature,
+            with_entropy=with_entropy,
+            entropy_grad=entropy_grad,
+            chunk_tokens=self.config.log_prob_chunk_tokens or None,
+        )
 
     @functools.cached_property
     def _share_prompts(self) -> bool:
@@ -411,19 +432,29 @@ class FSDP2Engine(GuardedSteps, BaseEngine):
         self._require_guard(FSDP2Error)
         self.onload()
         self.model.train()
-        return accumulate_gradients(
+        eager = functools.partial(
+            self._forward, temperature=temperature, with_entropy=True, entropy_grad=with_entropy
+        )
+        compiled = self._compiled
+        if compiled is not None:
+            scoring = self._scoring(temperature, with_entropy=True, entropy_grad=with_entropy)
+            step_forward = functools.partial(compiled.forward, eager=eager, scoring=scoring)
+        metrics = accumulate_gradients(
             batch,
             loss_fn,
-            functools.partial(
-                self._forward, temperature=temperature, with_entropy=True, entropy_grad=with_entropy
-            ),
+            eager if compiled is None else step_forward,
             # FSDP averages gradients over ranks; the loss is already normalised globally.
             loss_scale=float(self.dp_size),
             **self._batching(),
         )
+        if compiled is not None:
+            metrics.update(compiled.finish())
+        return metrics
 
     def optimizer_step(self, *, lr: float) -> float:
         guard = self._require_guard(FSDP2Error)
+        if self._compiled is not None:
+            self._compiled.stepped()
         return guard.step(lr=lr, parameters=self.model.parameters())
 
     def _inference(
@@ -554,7 +585,12 @@ class FSDP2Engine(GuardedSteps, BaseEngine):
         self.onload()
         Path(path).mkdir(parents=True, exist_ok=True)
         dcp.save(self._state(), checkpoint_id=path)
-        extra = {"global_step": self.global_step, "skipped_steps": self.skipped_steps}
+        extra: dict[str, Any] = {
+            "global_step": self.global_step,
+            "skipped_steps": self.skipped_steps,
+        }
+        if self._compiled is not None:  # where it compiles rather than runs eager once
+            extra["compiled_eager_passes"] = self._compiled.state_dict()
         torch.save(extra, Path(path) / f"extra_state_rank{self.dp_rank}.pt")
         dist.barrier()
 
@@ -577,6 +613,8 @@ class FSDP2Engine(GuardedSteps, BaseEngine):
             try:
                 state = torch.load(extra_file, weights_only=True, map_location="cpu")
                 self._guard.load_state_dict(state)
+                if self._compiled is not None:
+                    self._compiled.load_state_dict(state.get("compiled_eager_passes", []))
             except pickle.UnpicklingError as err:  # verification refuses it first; this backs it
                 msg = f"refusing to load {extra_file}: {weights_only_refusal(err)}"
                 raise UnsafeCheckpointError(msg) from None

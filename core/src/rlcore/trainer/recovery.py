@@ -185,7 +185,9 @@ def process_table(workers: Workers, role: str) -> Sequence[Mapping[str, Any]]:
 
     policy = workers.policy
     if isinstance(policy, SplitPolicy):
-        group = policy.rollout if role == "rollout" else policy.trainer
+        if role == "rollout":  # every replica's ranks in turn: rank k of 1-process replicas
+            return [info for rep in policy.replicas for info in rep.group.process_info]
+        group = policy.trainer
     else:
         group = policy
     if role == "critic" and workers.critic is not None:

@@ -138,8 +138,9 @@ def test_a_lost_replica_shrinks_the_fleet_and_an_unplaceable_one_is_refused(
         '[trainer]\nasync_mode = "fully_async"\n[resources]\nplacement = { rollout = "gen" }\n'
     )
     _scale(run, 2)  # before the run: read before step 1 (a request outlives a driver)
-    # The second replica (rollout rank 1: every replica's ranks in turn) dies in step 3.
-    kill = Fault(action="kill", role="rollout", rank=1, phase="gen", step=3, delay_s=0.0)
+    # Step 1 generates on the first replica and queues batches 2 and 3, batch 3 on the
+    # second replica (rollout rank 1: every replica's ranks in turn), killed right after.
+    kill = Fault(action="kill", role="rollout", rank=1, phase="reward", step=1, delay_s=0)
     monkeypatch.setenv(FAULTS_ENV, fault_env(kill))
     # 9 replicas do not fit the tests' 4 CPUs: one line, the fleet stays as it is.
     _after(run, 5, lambda: _scale(run, 9))
@@ -147,12 +148,14 @@ def test_a_lost_replica_shrinks_the_fleet_and_an_unplaceable_one_is_refused(
         assert run_training(config) == 0
     rows = _rows(run)
     counts = [int(r["fault/rollout_replicas"]) for r in rows]
-    assert counts[:2] == [2, 2], counts
-    assert counts[3:] == [1] * (STEPS - 3), counts
+    assert counts[0] in (1, 2), counts  # the loss shows in step 1's sync or step 3's batch
+    assert counts[1:] == [1] * (STEPS - 1) or counts[2:] == [1] * (STEPS - 2), counts
     assert all(r["fault/worker_restarts"] == 0.0 for r in rows)  # dropped, not replaced
     assert all(r["fault/lost_samples"] == 0.0 for r in rows)
     lines = [r.getMessage() for r in caplog.records]
     assert any("rollout replica lost for good, the fleet shrinks to 1" in m for m in lines)
+    # the lost replica's queued batch (4 prompts x 2), generated again on the other
+    assert "regenerated 8 queued prompt rows on a live rollout group" in lines, lines
     refused = [m for m in lines if m.startswith("rlcore scale: 8 more rollout replica(s)")]
     assert refused, lines
     assert "the fleet stays at 1" in refused[0], refused

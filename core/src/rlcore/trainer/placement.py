@@ -240,7 +240,7 @@ class SplitPolicy:
     # --- the bridge -----------------------------------------------------------------------
 
     def open_bridge(self) -> None:
-        """The first replica's bridge (module docstring of the builder's ``_place_rollout``)."""
+        """Open the first replica's bridge and send it the current weights (at placement)."""
         self._open_bridge(self.replicas[0])
 
     def _open_bridge(self, rep: Replica) -> None:

@@ -19,8 +19,6 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
-
 STEPS, PROMPTS, N, PER_STEP = 8, 16, 2, 4
 ASYNC = 'async_mode = "fully_async"\nmax_staleness = 2'
 PLACE_ROLLOUT = """placement = { rollout = "gen" }
@@ -101,6 +99,7 @@ def _after(run: Path, step: int, action, timeout_s: float = 300.0) -> threading.
     return thread
 
 
+@pytest.mark.slow
 def test_scaling_one_two_one_replicas_loses_and_repeats_no_sample(ray_session, assets, tmp_path):
     from rlcore.trainer import run_training
 
@@ -125,6 +124,7 @@ def test_scaling_one_two_one_replicas_loses_and_repeats_no_sample(ray_session, a
     _audit(run)
 
 
+@pytest.mark.slow
 def test_a_lost_replica_shrinks_the_fleet_and_an_unplaceable_one_is_refused(
     ray_session, assets, tmp_path, monkeypatch, caplog
 ):

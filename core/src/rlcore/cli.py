@@ -279,6 +279,21 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return result if isinstance(result, int) else 0
 
 
+def _cmd_scale(args: argparse.Namespace) -> int:
+    """Ask a running (or resumed) asynchronous run for N rollout replicas (a control file)."""
+    from pathlib import Path
+
+    from rlcore.trainer.elastic import SCALE_FILE, parse_scale, request_scale
+
+    count = parse_scale(args.assignment)
+    request = request_scale(Path(args.run_dir), count)
+    print(
+        f"asked for {request.rollout} rollout replica(s) ({Path(args.run_dir) / SCALE_FILE}); "
+        "the run applies it between steps (fault/rollout_replicas)"
+    )
+    return 0
+
+
 def _start_ray(start: Callable[[Any], bool], config: RunConfig) -> bool:
     """``start(config.resources)``; Ray's own start-up failure (e.g. "The current node timed out
     during startup" on an overloaded machine) becomes one line instead of its traceback."""
@@ -330,6 +345,13 @@ def _build_parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="train with a TOML config")
     with_config(train)
     train.set_defaults(func=_cmd_train)
+
+    scale = sub.add_parser(
+        "scale", help="add or drain rollout replicas of a running asynchronous run"
+    )
+    scale.add_argument("run_dir", metavar="RUN_DIR", help="the run's trainer.run_dir")
+    scale.add_argument("assignment", metavar="rollout=N", help="rollout replicas wanted (N >= 1)")
+    scale.set_defaults(func=_cmd_scale)
 
     plugins = sub.add_parser("plugins", help="list installed plugins and their status")
     plugins.set_defaults(func=_cmd_plugins)

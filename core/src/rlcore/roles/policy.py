@@ -135,6 +135,9 @@ class WeightBridgeEnd(RoleWorker):
     def __init__(self, spec: PolicySpec | RolloutWorkerSpec) -> None:
         super().__init__(spec)
         self._bridge: WeightBridge | None = None
+        # The trainer's bridges to the rollout replicas added by ``rlcore scale`` (by name;
+        # the first replica's is ``_bridge``): each replica is a group with a bridge of its own.
+        self._bridges: dict[str, WeightBridge] = {}
 
     def _bridge_rank(self) -> int | None:
         """This rank's place in the bridge; None: it stays out."""
@@ -142,15 +145,22 @@ class WeightBridgeEnd(RoleWorker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
     def open_weight_bridge(
-        self, addr: str, port: int, world_size: int, manifest: list[TensorMeta], pools: str
+        self,
+        addr: str,
+        port: int,
+        world_size: int,
+        manifest: list[TensorMeta],
+        pools: str,
+        name: str = "",
     ) -> None:
-        """Join the bridge as :meth:`_bridge_rank` (a rank that stays out returns)."""
+        """Join the bridge as :meth:`_bridge_rank` (a rank that stays out returns).
+        ``name``: an added rollout replica's bridge ("": the first replica's)."""
         from rlcore.workers.weight_bridge import WeightBridge
 
         rank = self._bridge_rank()
         if rank is None:
             return
-        self._bridge = WeightBridge(
+        bridge = WeightBridge(
             addr=addr,
             port=port,
             rank=rank,
@@ -161,6 +171,15 @@ class WeightBridgeEnd(RoleWorker):
             manifest=manifest,
             bucket_bytes=self.spec.weight_sync_bucket_bytes,
         )
+        if name:
+            self._bridges[name] = bridge
+        else:
+            self._bridge = bridge
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
+    def close_weight_bridge(self, name: str) -> None:
+        """Forget an added replica's bridge (its group was released or lost)."""
+        self._bridges.pop(name, None)
 
 
 class ActorRolloutRefWorker(WeightBridgeEnd):
@@ -442,13 +461,14 @@ class ActorRolloutRefWorker(WeightBridgeEnd):
         return 0 if self.rank == 0 else None
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
-    def send_weights(self, version: int) -> DataProto:
-        """Stream the actor's weights as ``version`` (every rank gathers; rank 0 sends)."""
+    def send_weights(self, version: int, name: str = "") -> DataProto:
+        """Stream the actor's weights as ``version`` (every rank gathers; rank 0 sends) over
+        bridge ``name`` (:meth:`open_weight_bridge`)."""
         from rlcore.protocol import DataProto
 
         actor, _, _ = self._trainer_parts()
         named = actor.named_parameters_for_sync()
-        bridge = self._bridge
+        bridge = self._bridges.get(name) if name else self._bridge
         if self.rank != 0:
             for _ in named:  # gathering full tensors is collective
                 pass
@@ -458,8 +478,6 @@ class ActorRolloutRefWorker(WeightBridgeEnd):
             raise RuntimeError(msg)
         metrics = bridge.send(named, version)
         return DataProto(meta_info={"metrics": {k: [v] for k, v in metrics.items()}})
-
-
 
 
 def _required(tensor: torch.Tensor | None, what: str) -> torch.Tensor:

@@ -131,11 +131,10 @@ class Workers:
         """Kill the worker processes and release their placement groups."""
         from rlcore.trainer.placement import SplitPolicy
 
-        rollout = self.rollout_group
-        if isinstance(self.policy, SplitPolicy):  # the group now, if it was replaced
-            rollout = self.policy.rollout
-        if rollout is not None:
-            rollout.shutdown()
+        if isinstance(self.policy, SplitPolicy):  # every replica, as the fleet is now
+            self.policy.shutdown()
+        elif self.rollout_group is not None:
+            self.rollout_group.shutdown()
         if self.rollout_pool is not None:
             self.rollout_pool.remove()
         for group, pool in self.placed:
@@ -273,8 +272,9 @@ def _rollout_pool(config: RunConfig, run_id: str, specs: RunSpecs) -> ResourcePo
     return _own_pool(config, run_id, specs.rollout.pool)
 
 
-def _own_pool(config: RunConfig, run_id: str, name: str) -> ResourcePool:
-    """``[resources.pools.<name>]`` as a resource pool (its placement groups named per run)."""
+def _own_pool(config: RunConfig, run_id: str, name: str, suffix: str = "") -> ResourcePool:
+    """``[resources.pools.<name>]`` as a resource pool (its placement groups named per run;
+    ``suffix``: an added rollout replica's copy of the pool)."""
     from rlcore.workers.resources import ResourcePool
 
     res = config.resources
@@ -285,7 +285,7 @@ def _own_pool(config: RunConfig, run_id: str, name: str) -> ResourcePool:
         use_gpu=res.device == "cuda",
         cpus_per_process=own.cpus_per_process or res.cpus_per_process,
         ready_timeout_s=res.placement_timeout_s,
-        name=f"{run_id}-{name}",
+        name=f"{run_id}-{name}{suffix}",
     )
 
 
@@ -299,26 +299,52 @@ def _place_rollout(
     from rlcore.roles.rollout_worker import RolloutWorker
     from rlcore.trainer.placement import SplitPolicy
     from rlcore.workers import ClassWithInitArgs, RayWorkerGroup
+    from rlcore.workers.resources import check_fits
 
     res, spec = config.resources, specs.rollout
     assert spec is not None
     # Partial rollouts: a Ray async actor whose weight receive runs beside its generation.
     worker = PartialRolloutWorker if spec.rollout_spec.partial_rollouts else RolloutWorker
-    rollout = RayWorkerGroup(
-        pool,
-        ClassWithInitArgs(worker, spec),
-        role=f"{ROLLOUT} on pool {spec.pool!r}",  # a death or hang names the pool
-        call_timeout_s=res.call_timeout_s,
-        start_timeout_s=res.start_timeout_s,
-        heartbeat_timeout_s=res.heartbeat_timeout_s,
-    )
+
+    def start(on: ResourcePool, role: str) -> RayWorkerGroup:
+        return RayWorkerGroup(
+            on,
+            ClassWithInitArgs(worker, spec),
+            role=role,
+            call_timeout_s=res.call_timeout_s,
+            start_timeout_s=res.start_timeout_s,
+            heartbeat_timeout_s=res.heartbeat_timeout_s,
+        )
+
+    role = f"{ROLLOUT} on pool {spec.pool!r}"  # a death or hang names the pool
+    rollout = start(pool, role)
+    run_id = pool.name.removesuffix(f"-{spec.pool}")
+
+    def spawn(numbers: list[int]) -> list[tuple[RayWorkerGroup, ResourcePool]]:
+        """Added replicas (``rlcore scale``): pools like the first, placed together or not at
+        all (within resources.placement_timeout_s), each its own group."""
+        pools = [_own_pool(config, run_id, spec.pool, f"-replica{k}") for k in numbers]
+        whos = [f"{role} (replica {k})" for k in numbers]
+        started: list[tuple[RayWorkerGroup, ResourcePool]] = []
+        try:
+            check_fits(list(zip(whos, pools, strict=True)))
+            for who, its_pool in zip(whos, pools, strict=True):
+                started.append((start(its_pool, who), its_pool))
+        except BaseException:
+            for group, _ in started:
+                group.shutdown()
+            for its_pool in pools:
+                its_pool.remove()
+            raise
+        return started
+
     workers.rollout_group, workers.rollout_pool = rollout, pool
     rollout.init_model()
     pools = (
         f"{GLOBAL_POOL!r} (trainer, {workers.group.world_size} processes) and "
         f"{spec.pool!r} (rollout, {rollout.world_size} processes)"
     )
-    split = SplitPolicy(workers.policy, rollout, pools=pools)
+    split = SplitPolicy(workers.policy, rollout, pools=pools, pool=pool, spawn=spawn)
     split.open_bridge()
     # The driver calls the split policy where it calls the policy group (same methods).
     workers.policy = cast("RayWorkerGroup", split)

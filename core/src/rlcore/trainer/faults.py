@@ -20,7 +20,8 @@ share one process: killing the ``rollout`` of a colocated run kills the actor wi
 ``phase``: a phase of the step program (``gen``, ``old_log_prob``, ``ref``, ``values``,
 ``reward``, ``adv``, ``update_actor``, ``update_critic``; the weight sync to a rollout on its
 own pool runs inside ``update_actor``); ``step``: the step being trained (1-based);
-``rank`` defaults to 0, ``delay_s`` to 0.2, ``slow_s`` to 5. Each fault fires once per
+``rank`` defaults to 0 (the rollout's ranks count over its replicas in order, see
+``rlcore scale``), ``delay_s`` to 0.2, ``slow_s`` to 5. Each fault fires once per
 driver, even when its step is trained again after a recovery. Signals reach processes on
 the driver's node only.
 """

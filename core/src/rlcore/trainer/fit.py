@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from rlcore.tracking import Tracker
     from rlcore.tracking.flops import MfuMeter
     from rlcore.trainer.async_queue import GenerationSource
+    from rlcore.trainer.elastic import ScaleWatcher
     from rlcore.trainer.faults import FaultInjector
     from rlcore.trainer.plan import LoopPlan
     from rlcore.trainer.specs import RunSpecs
@@ -126,6 +127,7 @@ class Components:
     config_text: str = ""
     mfu: MfuMeter | None = None  # perf/mfu per step (None: the model's peak is unknown)
     recovery: RecoveryHooks | None = None  # restarts, fault metrics and injection
+    scale: ScaleWatcher | None = None  # `rlcore scale` requests (async, rollout on its pool)
 
 
 class Trainer:
@@ -201,6 +203,8 @@ class Trainer:
             log.info("validation before training: %s", _fmt(val))
         with _deferred_interrupt() as interrupted:
             while not plan.is_last(counters.step):
+                if self.parts.scale is not None and isinstance(self.parts.policy, SplitPolicy):
+                    self.parts.scale.poll(self.parts.policy)  # between steps: replicas
                 batch = self.next_prompts()
                 metrics = self.train_step(batch)
                 counters.step += 1
@@ -330,6 +334,8 @@ class Trainer:
             metrics |= self.parts.mfu.metrics(batch, metrics)
         if self.parts.recovery is not None:
             metrics |= self.parts.recovery.metrics()
+        if isinstance(self.parts.policy, SplitPolicy):
+            metrics["fault/rollout_replicas"] = float(len(self.parts.policy.replicas))
         if self.queued:
             # Training throughput: the step's samples over the step less its wait for them.
             busy = ctx.timing["step"] - ctx.metrics.get("async/trainer_idle_s", 0.0)

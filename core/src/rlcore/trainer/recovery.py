@@ -6,7 +6,8 @@ died or stopped responding; a worker's own exception is not retried, it would re
 - **In place**, a rollout on a pool of its own (:meth:`SplitPolicy.replace_rollout
   <rlcore.trainer.placement.SplitPolicy.replace_rollout>`): the rollout group is killed and
   started again in its bundles, the current weights cross the bridge, and the prompts it held
-  are generated again. No step is redone.
+  are generated again. No step is redone. With several rollout replicas (``rlcore scale``)
+  a lost one is dropped instead, its batches generated on the others, no restart spent.
 - **From the newest checkpoint**, every other role (the actor, critic, reference, an extra
   role, and a colocated rollout, which shares the actor's process): :func:`recover_run`
   shuts every worker down, and the same ``rlcore train`` builds them again, restores the
@@ -185,7 +186,9 @@ def process_table(workers: Workers, role: str) -> Sequence[Mapping[str, Any]]:
 
     policy = workers.policy
     if isinstance(policy, SplitPolicy):
-        group = policy.rollout if role == "rollout" else policy.trainer
+        if role == "rollout":  # every replica's ranks in turn: rank k of 1-process replicas
+            return [info for rep in policy.replicas for info in rep.group.process_info]
+        group = policy.trainer
     else:
         group = policy
     if role == "critic" and workers.critic is not None:

@@ -94,6 +94,7 @@ def run_training(
         build_workers,
         total_training_steps,
     )
+    from rlcore.trainer.elastic import ScaleWatcher
     from rlcore.trainer.faults import FaultInjector
     from rlcore.trainer.fit import Components, Trainer
     from rlcore.trainer.plan import build_loop_plan
@@ -188,6 +189,8 @@ def run_training(
                     config_text=dump_toml(config_dict),
                     mfu=mfu,
                     recovery=recovery,
+                    # rlcore scale RUN_DIR rollout=N: the trajectory queue's replicas
+                    scale=ScaleWatcher(run_dir) if specs.asynchronous is not None else None,
                 ),
             )
             recovery.attach(workers)

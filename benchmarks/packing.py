@@ -89,11 +89,19 @@ def make_batch(rows: int, lengths: str, seed: int = 0, samples: int = 1) -> Any:
 
 def model_tokens(engine: Any, batch: Any) -> int:
     """Tokens the model runs over for ``batch``: what each micro-batch feeds it."""
+    from rlcore.engine.micro_batches import split_micro_batches
     from rlcore_fsdp2.batching import trim_left_padding
     from rlcore_fsdp2.packing import pack
 
     total = 0
-    for mb in engine._micro_batches(batch)[0]:
+    mbs = split_micro_batches(  # the split the engine's update uses (rlcore.engine.loop)
+        batch,
+        micro_batch_size=engine.spec.micro_batch_size,
+        max_tokens=engine.spec.max_tokens_per_micro_batch,
+        packed=engine.config.use_remove_padding,
+        share_prompts=engine._share_prompts,
+    )
+    for mb in mbs:
         mask = mb.batch["attention_mask"]
         if engine.config.use_remove_padding:
             b = mb.batch

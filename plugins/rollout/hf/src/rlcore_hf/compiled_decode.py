@@ -1,0 +1,197 @@
+"""The HF rollout's decoding with a ``torch.compile``d one-token step over a static KV cache.
+
+Why: on a CPU a decoding step of a small model is mostly per-op cost, not arithmetic: eager
+mode runs ~1,100 ATen ops per step for the quickstart's 4-layer model (norms, rotary
+embeddings, the mask, each a handful of ops), and ``generate`` adds its own Python around each
+step. Compiled by inductor, the step is its matmuls, the attention kernel and a few fused C++
+loops (the ``rollout.compile_decode`` key; its measured gain is in ``benchmarks/rollout.py``).
+
+How: transformers' :class:`~transformers.StaticCache` keeps every layer's keys and values in
+buffers of a fixed shape, ``(rows, kv_heads, length, head_dim)``, written in place at the
+cache's own position counter, so the step sees the same shapes at every token and compiles
+once per ``(rows, length)``. Rows are padded up to a power of two (at least 8) and the length
+(prompt width + ``max_new_tokens``) up to a multiple of 64, and one cache per such shape is
+kept for the next call (a fresh cache would be a new static address: a recompile). The bound:
+one graph per row bucket and length bucket met, at most ``_MAX_GRAPHS`` (torch's recompile
+limit is raised to it; past it torch runs the step eagerly, and says so in a warning).
+
+The prompt is prefilled eagerly, each distinct prompt once (the shared prefill's idea,
+:mod:`rlcore_hf.shared_prefill`), into a ``DynamicCache``; its keys and values are then copied
+to every row of the static cache. The loop is ``generate``'s greedy/sampling loop reduced to
+what the rollout uses: the first token from the prefill's logits, then one compiled step per
+token; a row that emitted an EOS emits ``pad_token_id`` after it; the loop ends when every row
+has ended or after ``max_new_tokens``. Draws use the same processors, in the same order, on the
+real rows only, so the random stream is ``generate``'s.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import torch
+
+from rlcore.interfaces import SamplingParams
+
+__all__ = ["CompiledDecoder"]
+
+log = logging.getLogger(__name__)
+
+_MIN_ROWS = 8
+_LENGTH_STEP = 64
+_MAX_GRAPHS = 16
+
+
+def _bucket_rows(rows: int) -> int:
+    return max(_MIN_ROWS, 1 << (rows - 1).bit_length())
+
+
+def _bucket_length(length: int) -> int:
+    return -(-length // _LENGTH_STEP) * _LENGTH_STEP
+
+
+class CompiledDecoder:
+    """Decodes for one HF model; owns its compiled step and its static caches."""
+
+    def __init__(self, model: Any) -> None:
+        from rlcore_hf.kv_cache import cache_keyword
+
+        self.model = model
+        keyword = cache_keyword(type(model))
+
+        def step(
+            tokens: torch.Tensor, position: torch.Tensor, mask: torch.Tensor, cache: Any
+        ) -> Any:
+            # One token per row: the last logits (rows, V).
+            out = model(
+                input_ids=tokens, attention_mask=mask, position_ids=position, use_cache=True,
+                **{keyword: cache},
+            )  # fmt: skip
+            return out.logits[:, -1]
+
+        self._step = torch.compile(step, dynamic=False)
+        self._caches: dict[tuple[int, int], Any] = {}
+        self._compiled: set[tuple[int, int]] = set()
+        self.compile_seconds = 0.0  # summed over first calls of each shape (compile + 1 step)
+        self.graphs = 0
+
+    def generate(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        sampling: SamplingParams,
+        *,
+        eos_token_ids: list[int],
+        pad_token_id: int,
+        sampler: Any,
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """``(responses (b, max_new_tokens), raw logits per step (b, V))`` for left-padded
+        ``input_ids``; ``sampler``: None (greedy) or an object with ``draw(ids, scores)``."""
+        from rlcore.engine import position_ids_from_mask
+
+        rows, width = input_ids.shape
+        new = sampling.max_new_tokens
+        padded = _bucket_rows(rows)
+        cache = self._cache(padded, _bucket_length(width + new))
+        positions = position_ids_from_mask(attention_mask)
+        logits = self._prefill(cache, input_ids, attention_mask, positions, padded)
+        # Generated positions are attended; causality (the cache's counter) hides the future.
+        mask = torch.ones(padded, cache.layers[0].max_cache_len, dtype=attention_mask.dtype)
+        mask = mask.to(input_ids.device)
+        mask[:rows, :width] = attention_mask
+        mask[rows:, :width] = attention_mask[:1]  # padding rows copy row 0 (_prefill)
+        position = torch.cat([positions[:, -1:], positions[:1, -1:].expand(padded - rows, 1)])
+        eos = torch.tensor(eos_token_ids, dtype=torch.long, device=input_ids.device)
+        ended = torch.zeros(rows, dtype=torch.bool, device=input_ids.device)
+        tokens = torch.full((padded, 1), pad_token_id, dtype=torch.long, device=input_ids.device)
+        out = input_ids.new_full((rows, new), pad_token_id)
+        all_logits = []
+        for t in range(new):
+            scores = logits[:rows].float()  # generate's float32 copy of the raw logits
+            all_logits.append(scores)
+            picked = scores.argmax(-1) if sampler is None else sampler.draw(None, scores)[:, 0]
+            picked = picked.masked_fill(ended, pad_token_id)
+            out[:, t] = picked
+            ended |= torch.isin(picked, eos)
+            if t == new - 1 or bool(ended.all()):
+                break
+            tokens[:rows, 0] = picked
+            position += 1
+            logits = self._run_step(tokens, position, mask, cache)
+        return out, all_logits
+
+    def _cache(self, rows: int, length: int) -> Any:
+        from transformers import StaticCache
+
+        cache = self._caches.get((rows, length))
+        if cache is None:
+            cache = StaticCache(config=self.model.config, max_cache_len=length)
+            self._caches[(rows, length)] = cache
+        return cache
+
+    def _prefill(
+        self,
+        cache: Any,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        positions: torch.Tensor,
+        padded: int,
+    ) -> torch.Tensor:
+        """Prefill each distinct prompt once (eager) and copy its keys/values to its rows of
+        ``cache`` (rows past the real ones copy row 0); the last position's logits (padded, V)."""
+        from transformers import DynamicCache
+
+        from rlcore_hf.kv_cache import cache_keyword
+        from rlcore_hf.shared_prefill import prompt_groups
+
+        rows, width = input_ids.shape
+        groups = prompt_groups(input_ids, attention_mask)
+        if groups is None:
+            firsts = torch.arange(rows, device=input_ids.device)
+            owner = firsts
+        else:
+            firsts, owner = (t.to(input_ids.device) for t in groups)
+        owner = torch.cat([owner, owner.new_zeros(padded - rows)])
+        prefill_cache = DynamicCache(config=self.model.config)
+        out = self.model(
+            input_ids=input_ids.index_select(0, firsts),
+            attention_mask=attention_mask.index_select(0, firsts),
+            position_ids=positions.index_select(0, firsts),
+            use_cache=True,
+            logits_to_keep=1,
+            **{cache_keyword(type(self.model)): prefill_cache},
+        )
+        for static, prefilled in zip(cache.layers, prefill_cache.layers, strict=True):
+            keys = prefilled.keys.index_select(0, owner)
+            values = prefilled.values.index_select(0, owner)
+            if not static.is_initialized:
+                static.lazy_initialization(keys, values)
+            static.keys[:, :, :width].copy_(keys)
+            static.values[:, :, :width].copy_(values)
+            static.keys[:, :, width:].zero_()
+            static.values[:, :, width:].zero_()
+            static.cumulative_length.fill_(width)
+        return out.logits[:, -1].index_select(0, owner)  # type: ignore[no-any-return]
+
+    def _run_step(
+        self, tokens: torch.Tensor, position: torch.Tensor, mask: torch.Tensor, cache: Any
+    ) -> torch.Tensor:
+        key = (tokens.shape[0], mask.shape[1])
+        if key in self._compiled:
+            return self._step(tokens, position, mask, cache)  # type: ignore[no-any-return]
+        # First step of a shape: compiles (reported once per shape).
+        import torch._dynamo.config as dynamo_config
+
+        dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, _MAX_GRAPHS)
+        start = time.perf_counter()
+        logits = self._step(tokens, position, mask, cache)
+        seconds = time.perf_counter() - start
+        self._compiled.add(key)
+        self.compile_seconds += seconds
+        self.graphs += 1
+        log.info(
+            "rollout.compile_decode: compiled the decoding step for %d rows x %d positions in "
+            "%.1f s (%d shape(s) so far)", *key, seconds, self.graphs,
+        )  # fmt: skip
+        return logits  # type: ignore[no-any-return]

@@ -111,17 +111,26 @@ def make_prompts(path: str, rows: int) -> DataProto:
     )
 
 
-def timed(fn, reps: int) -> tuple[float, float]:
-    """(median seconds, median tokens/s) over ``reps`` calls after one warm-up call."""
-    fn()
-    times, rates = [], []
+def timed_interleaved(fns: dict, reps: int) -> dict[str, tuple[float, float, float, float]]:
+    """Per variant: (median seconds, median tokens/s, min and max tokens/s) over ``reps``
+    rounds, each round timing every variant once (interleaved, so load drifts hit all alike),
+    after one warm-up call each (which also compiles the compiled variant)."""
+    for fn in fns.values():
+        fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    rates: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(reps):
-        start = time.perf_counter()
-        tokens = fn()
-        elapsed = time.perf_counter() - start
-        times.append(elapsed)
-        rates.append(tokens / elapsed)
-    return statistics.median(times), statistics.median(rates)
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            tokens = fn()
+            elapsed = time.perf_counter() - start
+            times[name].append(elapsed)
+            rates[name].append(tokens / elapsed)
+    return {
+        name: (statistics.median(times[name]), statistics.median(rates[name]),
+               min(rates[name]), max(rates[name]))
+        for name in fns
+    }  # fmt: skip
 
 
 def bench_model(name: str, path: str, args: argparse.Namespace) -> list[tuple]:
@@ -172,6 +181,9 @@ def bench_model(name: str, path: str, args: argparse.Namespace) -> list[tuple]:
     variants["raw model.generate"] = lambda p: raw_fn(p)
     variants["HFRollout, concat cache"] = lambda p: rollout_fn(hf_concat, p)
     variants["HFRollout"] = lambda p: rollout_fn(hf, p)
+    if args.compiled:  # rlcore_hf.compiled_decode: compiles once per rows/length bucket
+        hf_compiled = HFRollout(spec, HFRollout.Config(compile_decode=True))
+        variants["HFRollout compiled"] = lambda p: rollout_fn(hf_compiled, p)
     start_s = None
     if importlib.util.find_spec("vllm") is not None:
         from rlcore_vllm.rollout import VLLMRollout
@@ -196,9 +208,12 @@ def bench_model(name: str, path: str, args: argparse.Namespace) -> list[tuple]:
     results = []
     for rows in args.rows:
         prompts = make_prompts(path, rows)
-        for variant, make in variants.items():
-            t, rate = timed(make(prompts), args.reps)
-            results.append((name, n_params, rows, variant, t, rate))
+        timings = timed_interleaved({v: make(prompts) for v, make in variants.items()}, args.reps)
+        for variant, (t, rate, low, high) in timings.items():
+            results.append((name, n_params, rows, variant, t, rate, low, high))
+    if args.compiled:
+        seconds, graphs = hf_compiled._decoder.compile_seconds, hf_compiled._decoder.graphs
+        print(f"{name}: compile_decode compiled {graphs} step shape(s) in {seconds:.1f} s")
     if start_s is not None:
         print(f"{name}: vLLM engine start {start_s:.1f} s (once per run)")
         vllm.shutdown()
@@ -227,6 +242,13 @@ def main() -> None:
         help="add the vLLM rollout with [rollout] dtype = 'bfloat16' (a float32 policy's usual "
         "rollout dtype)",
     )
+    ap.add_argument(
+        "--no-compiled",
+        dest="compiled",
+        action="store_false",
+        help="leave out the 'HFRollout compiled' row (rollout.compile_decode = true), whose "
+        "first call per model and batch size compiles for tens of seconds",
+    )
     ap.add_argument("--quick", action="store_true", help="smoke run: small, one timed call")
     args = ap.parse_args()
     if args.quick:
@@ -244,18 +266,20 @@ def main() -> None:
 
     print(
         f"\nrollout benchmark: {args.max_new_tokens} new tokens, temperature 1, {args.dtype} "
-        f"on {args.device}, median of {args.reps}; ratio = tokens/s / HFRollout's\n"
+        f"on {args.device}, median of {args.reps} interleaved rounds (tokens/s min-max beside "
+        "it); ratio = tokens/s / HFRollout's\n"
     )
     print(
         f"{'model':<12}{'params':>8}{'rows':>6}  {'variant':<25}{'time (s)':>9}"
-        f"{'tokens/s':>11}{'ratio':>8}"
+        f"{'tokens/s':>11}{'min-max':>14}{'ratio':>8}"
     )
     hf_rate = {(r[0], r[2]): r[5] for r in results if r[3] == "HFRollout"}
-    for name, n_params, rows, variant, t, rate in results:
+    for name, n_params, rows, variant, t, rate, low, high in results:
         base = hf_rate[(name, rows)]
+        spread = f"{low:.0f}-{high:.0f}"
         print(
             f"{name:<12}{n_params:>7.1f}M{rows:>6}  {variant:<25}{t:>9.3f}{rate:>11.0f}"
-            f"{rate / base:>8.2f}"
+            f"{spread:>14}{rate / base:>8.2f}"
         )
 
 

@@ -34,13 +34,14 @@ import torch
 
 from rlcore.interfaces import SamplingParams
 
-__all__ = ["CompiledDecoder"]
+__all__ = ["DECODE_ATTENTION", "CompiledDecoder", "attention_for_compiled_decode"]
 
 log = logging.getLogger(__name__)
 
 _MIN_ROWS = 8
 _LENGTH_STEP = 64
 _MAX_GRAPHS = 16
+DECODE_ATTENTION = "rlcore_decode_sdpa"
 
 
 def _bucket_rows(rows: int) -> int:
@@ -195,3 +196,55 @@ class CompiledDecoder:
             "%.1f s (%d shape(s) so far)", *key, seconds, self.graphs,
         )  # fmt: skip
         return logits  # type: ignore[no-any-return]
+
+
+def attention_for_compiled_decode() -> str:
+    """Register :func:`grouped_decode_attention` with transformers; the name to load with."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(DECODE_ATTENTION, grouped_decode_attention)
+    AttentionMaskInterface.register(DECODE_ATTENTION, sdpa_mask)
+    return DECODE_ATTENTION
+
+
+def grouped_decode_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    sliding_window: int | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """A decoding step's attention without copying the cache per query head.
+
+    With a mask, transformers' sdpa expands grouped keys/values to every query head
+    (``repeat_kv``): over a static cache that copies the whole cache at every step (measured:
+    the largest cost of the compiled step at 64 rows). One query per row needs no kernel:
+    each kv head's query heads in one matmul against its keys, a softmax, one matmul with its
+    values. Anything else (the prefill, sliding windows, dropout) is transformers' sdpa.
+    (B, H, 1, D) query, (B, K, L, D) keys/values -> (B, 1, H, D)."""
+    if query.shape[2] != 1 or dropout or sliding_window or kwargs.get("softcap"):
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        return sdpa_attention_forward(  # type: ignore[no-any-return]
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+            sliding_window=sliding_window, **kwargs,
+        )  # fmt: skip
+    rows, heads, _, dim = query.shape
+    kv_heads = key.shape[1]
+    scale = scaling if scaling is not None else dim**-0.5
+    q = query.reshape(rows, kv_heads, heads // kv_heads, dim)
+    scores = torch.matmul(q, key.transpose(-1, -2)).float() * scale  # (B, K, g, L)
+    if attention_mask is not None:
+        mask = attention_mask.reshape(rows, 1, 1, -1)
+        if mask.dtype == torch.bool:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        else:
+            scores = scores + mask
+    probs = torch.softmax(scores, dim=-1).to(value.dtype)
+    out = torch.matmul(probs, value)  # (B, K, g, D)
+    return out.reshape(rows, 1, heads, dim), None

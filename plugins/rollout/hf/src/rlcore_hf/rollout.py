@@ -113,7 +113,11 @@ class HFRollout(BaseRollout):
             else torch.device("cpu")
         )
         attn_implementation = self.config.attn_implementation
-        if self._shares_prompt_kv():
+        if self.config.compile_decode and attn_implementation == "sdpa":
+            from rlcore_hf.compiled_decode import attention_for_compiled_decode
+
+            attn_implementation = attention_for_compiled_decode()  # sdpa, ours when decoding
+        elif self._shares_prompt_kv():
             from rlcore_hf.prefix_attention import attention_for_prefix_sharing
 
             attn_implementation = attention_for_prefix_sharing()  # sdpa, or ours when decoding

@@ -111,24 +111,29 @@ def make_prompts(path: str, rows: int) -> DataProto:
     )
 
 
-def timed_interleaved(fns: dict, reps: int) -> dict[str, tuple[float, float, float, float]]:
-    """Per variant: (median seconds, median tokens/s, min and max tokens/s) over ``reps``
-    rounds, each round timing every variant once (interleaved, so load drifts hit all alike),
-    after one warm-up call each (which also compiles the compiled variant)."""
+def timed_interleaved(fns: dict, reps: int) -> dict[str, tuple[float, ...]]:
+    """Per variant: (median seconds, median tokens/s, min and max tokens/s, median tokens per
+    CPU second of this process) over ``reps`` rounds, each round timing every variant once
+    (interleaved, so load drifts hit all alike), after one warm-up call each (which also
+    compiles the compiled variant). With one thread, CPU time is what the call ran, less
+    what other processes took from it: the steadier measure on a shared machine (not for
+    vLLM, whose engine may run in a process of its own)."""
     for fn in fns.values():
         fn()
     times: dict[str, list[float]] = {name: [] for name in fns}
     rates: dict[str, list[float]] = {name: [] for name in fns}
+    cpu_rates: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(reps):
         for name, fn in fns.items():
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             tokens = fn()
-            elapsed = time.perf_counter() - start
+            elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
             times[name].append(elapsed)
             rates[name].append(tokens / elapsed)
+            cpu_rates[name].append(tokens / cpu)
     return {
         name: (statistics.median(times[name]), statistics.median(rates[name]),
-               min(rates[name]), max(rates[name]))
+               min(rates[name]), max(rates[name]), statistics.median(cpu_rates[name]))
         for name in fns
     }  # fmt: skip
 
@@ -208,10 +213,10 @@ def bench_model(name: str, path: str, args: argparse.Namespace) -> list[tuple]:
     results = []
     for rows in args.rows:
         prompts = make_prompts(path, rows)
-        timings = timed_interleaved({v: make(prompts) for v, make in variants.items()}, args.reps)
-        for variant, (t, rate, low, high) in timings.items():
-            results.append((name, n_params, rows, variant, t, rate, low, high))
-    if args.compiled:
+        chosen = {v: make(prompts) for v, make in variants.items() if v in args.variants}
+        for variant, timing in timed_interleaved(chosen, args.reps).items():
+            results.append((name, n_params, rows, variant, *timing))
+    if args.compiled and hf_compiled._decoder is not None:
         seconds, graphs = hf_compiled._decoder.compile_seconds, hf_compiled._decoder.graphs
         print(f"{name}: compile_decode compiled {graphs} step shape(s) in {seconds:.1f} s")
     if start_s is not None:
@@ -222,6 +227,11 @@ def bench_model(name: str, path: str, args: argparse.Namespace) -> list[tuple]:
         if "VLLMRollout bf16" in variants:
             vllm_bf16.shutdown()
     return results
+
+
+class _AllVariants:
+    def __contains__(self, item: object) -> bool:
+        return True
 
 
 def main() -> None:
@@ -249,11 +259,17 @@ def main() -> None:
         help="leave out the 'HFRollout compiled' row (rollout.compile_decode = true), whose "
         "first call per model and batch size compiles for tens of seconds",
     )
+    ap.add_argument(
+        "--variants",
+        default=None,
+        help="comma-separated rows to time (default: all), e.g. 'HFRollout,HFRollout compiled'",
+    )
     ap.add_argument("--quick", action="store_true", help="smoke run: small, one timed call")
     args = ap.parse_args()
     if args.quick:
         args.rows, args.max_new_tokens, args.reps = "8,32", 16, 1
     args.rows = [int(r) for r in args.rows.split(",")]
+    args.variants = set(args.variants.split(",")) if args.variants else _AllVariants()
     if args.device == "cpu":
         torch.set_num_threads(1)
 
@@ -267,19 +283,19 @@ def main() -> None:
     print(
         f"\nrollout benchmark: {args.max_new_tokens} new tokens, temperature 1, {args.dtype} "
         f"on {args.device}, median of {args.reps} interleaved rounds (tokens/s min-max beside "
-        "it); ratio = tokens/s / HFRollout's\n"
+        "it); ratio = tokens/s / HFRollout's; cpu: tokens per CPU second of this process\n"
     )
     print(
         f"{'model':<12}{'params':>8}{'rows':>6}  {'variant':<25}{'time (s)':>9}"
-        f"{'tokens/s':>11}{'min-max':>14}{'ratio':>8}"
+        f"{'tokens/s':>11}{'min-max':>14}{'ratio':>8}{'cpu tok/s':>11}{'cpu ratio':>11}"
     )
-    hf_rate = {(r[0], r[2]): r[5] for r in results if r[3] == "HFRollout"}
-    for name, n_params, rows, variant, t, rate, low, high in results:
-        base = hf_rate[(name, rows)]
+    base = {(r[0], r[2]): (r[5], r[8]) for r in results if r[3] == "HFRollout"}
+    for name, n_params, rows, variant, t, rate, low, high, cpu_rate in results:
+        wall_base, cpu_base = base.get((name, rows), (float("nan"), float("nan")))
         spread = f"{low:.0f}-{high:.0f}"
         print(
             f"{name:<12}{n_params:>7.1f}M{rows:>6}  {variant:<25}{t:>9.3f}{rate:>11.0f}"
-            f"{spread:>14}{rate / base:>8.2f}"
+            f"{spread:>14}{rate / wall_base:>8.2f}{cpu_rate:>11.0f}{cpu_rate / cpu_base:>11.2f}"
         )
 
 

@@ -27,6 +27,7 @@ real rows only, so the random stream is ``generate``'s.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import Any
 
@@ -154,7 +155,7 @@ class CompiledDecoder:
         else:
             firsts, owner = (t.to(input_ids.device) for t in groups)
         owner = torch.cat([owner, owner.new_zeros(padded - rows)])
-        prefill_cache = DynamicCache(config=self.model.config)
+        prefill_cache: Any = DynamicCache(config=self.model.config)
         out = self.model(
             input_ids=input_ids.index_select(0, firsts),
             attention_mask=attention_mask.index_select(0, firsts),
@@ -185,17 +186,25 @@ class CompiledDecoder:
         import torch._dynamo.config as dynamo_config
 
         dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, _MAX_GRAPHS)
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), _cpu_seconds()
         logits = self._step(tokens, position, mask, cache)
-        seconds = time.perf_counter() - start
+        seconds, cpu_seconds = time.perf_counter() - start, _cpu_seconds() - cpu_start
         self._compiled.add(key)
         self.compile_seconds += seconds
         self.graphs += 1
+        # Once per shape; CPU time beside wall time: on a shared machine the wall time is
+        # mostly other processes' (inductor's on-disk cache makes a later process's faster).
         log.info(
             "rollout.compile_decode: compiled the decoding step for %d rows x %d positions in "
-            "%.1f s (%d shape(s) so far)", *key, seconds, self.graphs,
+            "%.1f s (%.1f s of CPU; %d shape(s) so far)", *key, seconds, cpu_seconds, self.graphs,
         )  # fmt: skip
         return logits  # type: ignore[no-any-return]
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process and its finished children (inductor's C++ compiler runs)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
 
 
 def attention_for_compiled_decode() -> str:

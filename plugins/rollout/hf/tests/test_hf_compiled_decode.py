@@ -96,3 +96,27 @@ def test_decoding_attention_matches_sdpa(mask_kind):
     want, _ = sdpa_attention_forward(module, query, key, value, mask, scaling=0.3)
     got, _ = grouped_decode_attention(module, query, key, value, mask, scaling=0.3)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_follows_weight_syncs(tiny_hf_path, compiled):
+    """Weights streamed in (copied) or shared (the actor's storage) reach the compiled step."""
+    rows = prompt_rows(tiny_hf_path)
+    sampling = SamplingParams(do_sample=False, max_new_tokens=12)
+    eager = HFRollout(RolloutSpec(model_path=tiny_hf_path, seed=5))
+    before = compiled.generate(rows, sampling).batch["responses"]
+    g = torch.Generator().manual_seed(1)
+    named = {
+        name: p.detach() + 0.05 * torch.randn(p.shape, generator=g)
+        for name, p in eager.model.named_parameters()
+    }
+    for sync in ("stream", "share"):
+        for rollout in (eager, compiled):
+            if sync == "stream":
+                rollout.update_weights(named.items())
+            else:
+                assert rollout.share_weights({n: t.clone() for n, t in named.items()})
+        want = eager.generate(rows, sampling).batch["responses"]
+        assert not torch.equal(want, before)  # the new weights change the tokens
+        assert torch.equal(compiled.generate(rows, sampling).batch["responses"], want)
+        named = {n: -t for n, t in named.items()}

@@ -2,11 +2,14 @@
 
 "HFRollout, concat cache" is the HF rollout with ``preallocate_kv_cache = false``
 (transformers' ``DynamicCache``, which concatenates at every step); "raw model.generate"
-uses that cache too.
+uses that cache too. "HFRollout compiled" is ``rollout.compile_decode = true``
+(rlcore_hf.compiled_decode: a torch.compile'd decoding step in a loop of its own); its
+compile time is printed apart, once per model.
 
     python benchmarks/rollout.py [--device cpu|cuda] [--models quickstart,20m | --model PATH]
                                  [--rows 8,256] [--max-new-tokens 64] [--reps 3]
-                                 [--async-engine] [--vllm-bf16] [--quick]
+                                 [--async-engine] [--vllm-bf16] [--no-compiled]
+                                 [--variants 'HFRollout,HFRollout compiled'] [--quick]
 
 ``--quick``: a smoke run (rows 8 and 32, 16 new tokens, one timed call each) that checks
 every row prints; its numbers are not measurements. ``--async-engine`` adds a row for the
@@ -20,8 +23,10 @@ a ~20 M-parameter Qwen2 (hidden 512, 8 layers, 8 heads of 64); random weights, s
 and every row generates about ``max_new_tokens``. Tokens are counted from ``response_mask``
 (generated tokens up to EOS). One torch thread for HF on CPU; vLLM runs in-process with the
 same thread count (``OMP_NUM_THREADS``). The vLLM rows need vLLM (``.venv-vllm``; see the
-README), the rest run anywhere. Medians of ``--reps`` after a warm-up call; engine start times
-are printed apart. On a shared machine, numbers move with the load: compare ratios.
+README), the rest run anywhere. Medians of ``--reps`` rounds after a warm-up call each, every
+round timing each variant once (interleaved), with the min-max of tokens/s; engine start times
+are printed apart. On a shared machine, numbers move with the load: compare ratios, and the
+tokens per CPU second of this process (one thread: what the call itself ran).
 
 Measured on the idle 2-core machine (AVX512-BF16), ``--vllm-bf16 --max-new-tokens 32 --reps 3``,
 tokens/s and ratio to HFRollout:

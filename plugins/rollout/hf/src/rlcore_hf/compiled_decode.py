@@ -23,7 +23,8 @@ once per ``(rows, length)``. Rows are padded up to a power of two (at least 8) a
 kept for the next call (its buffers are marked as static addresses for the compiler; the memory
 they hold, rows x layers x 2 x length x kv_heads x head_dim, stays with the rollout). The bound:
 one graph per row bucket and length bucket met, at most ``_MAX_GRAPHS`` (torch's recompile
-limit is raised to it; past it torch runs the step eagerly, and says so in a warning).
+limit is raised to it while a new shape compiles; past it torch runs the step eagerly, and says
+so in a warning).
 
 The prompt is prefilled eagerly, each distinct prompt once (the shared prefill's idea,
 :mod:`rlcore_hf.shared_prefill`), into a ``DynamicCache``; its keys and values are then copied
@@ -195,9 +196,11 @@ class CompiledDecoder:
         # First step of a shape: compiles (reported once per shape).
         import torch._dynamo.config as dynamo_config
 
-        dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, _MAX_GRAPHS)
+        # The limit raised for this call only: other compiled code of the process keeps its own.
+        limit = max(dynamo_config.recompile_limit, _MAX_GRAPHS)
         start, cpu_start = time.perf_counter(), _cpu_seconds()
-        logits = self._step(tokens, position, mask, cache)
+        with dynamo_config.patch(recompile_limit=limit):
+            logits = self._step(tokens, position, mask, cache)
         seconds, cpu_seconds = time.perf_counter() - start, _cpu_seconds() - cpu_start
         self._compiled.add(key)
         self.compile_seconds += seconds

@@ -2,11 +2,14 @@
 
 "HFRollout, concat cache" is the HF rollout with ``preallocate_kv_cache = false``
 (transformers' ``DynamicCache``, which concatenates at every step); "raw model.generate"
-uses that cache too.
+uses that cache too. "HFRollout compiled" is ``rollout.compile_decode = true``
+(rlcore_hf.compiled_decode: a torch.compile'd decoding step in a loop of its own); its
+compile time is printed apart, once per model.
 
     python benchmarks/rollout.py [--device cpu|cuda] [--models quickstart,20m | --model PATH]
                                  [--rows 8,256] [--max-new-tokens 64] [--reps 3]
-                                 [--async-engine] [--vllm-bf16] [--quick]
+                                 [--async-engine] [--vllm-bf16] [--no-compiled]
+                                 [--variants 'HFRollout,HFRollout compiled'] [--quick]
 
 ``--quick``: a smoke run (rows 8 and 32, 16 new tokens, one timed call each) that checks
 every row prints; its numbers are not measurements. ``--async-engine`` adds a row for the
@@ -20,8 +23,10 @@ a ~20 M-parameter Qwen2 (hidden 512, 8 layers, 8 heads of 64); random weights, s
 and every row generates about ``max_new_tokens``. Tokens are counted from ``response_mask``
 (generated tokens up to EOS). One torch thread for HF on CPU; vLLM runs in-process with the
 same thread count (``OMP_NUM_THREADS``). The vLLM rows need vLLM (``.venv-vllm``; see the
-README), the rest run anywhere. Medians of ``--reps`` after a warm-up call; engine start times
-are printed apart. On a shared machine, numbers move with the load: compare ratios.
+README), the rest run anywhere. Medians of ``--reps`` rounds after a warm-up call each, every
+round timing each variant once (interleaved), with the min-max of tokens/s; engine start times
+are printed apart. On a shared machine, numbers move with the load: compare ratios, and the
+tokens per CPU second of this process (one thread: what the call itself ran).
 
 Measured on the idle 2-core machine (AVX512-BF16), ``--vllm-bf16 --max-new-tokens 32 --reps 3``,
 tokens/s and ratio to HFRollout:
@@ -38,6 +43,22 @@ scheduling costs what HF's does), and on what surrounds the calls: an engine sta
 in-process (HF ~1 s), its own environment, a KV cache reserved up front. In the quickstart's
 loop (SFT model, ~21 tokens per answer) a float32 engine is no faster than HF; a bfloat16 one
 shortens generation by 27-30% and the whole run by 7-8% (README, "vLLM against HF").
+
+The compiled decoding step, measured UNDER LOAD (the 2 cores shared with other sessions'
+training runs, load average 6-40; wall tokens/s are a fraction of the idle ones above, read
+the ratios), ``--variants 'HFRollout,HFRollout compiled'``: quickstart ``--reps 5``, 64 new
+tokens; 20m ``--reps 3 --max-new-tokens 32``. Tokens/s wall and per CPU second, ratio to
+HFRollout (eager):
+
+    model        rows  HFRollout wall/cpu  compiled wall/cpu  ratio wall  cpu
+    quickstart      8        176 / 1022         366 / 2063         2.09  2.02
+    quickstart     64        539 / 3456         868 / 5130         1.61  1.48
+    20m             8         28 /  206          35 /  245         1.29  1.19
+    20m            64         56 /  419          57 /  472         1.01  1.13
+
+The gain is the per-op cost the compiler removes, so it shrinks as the matmuls grow (20m, 64
+rows). Its compile, once per shape: quickstart 34 s wall for its 2 shapes (inductor's on-disk
+cache already held them), 20m 680 s wall for 2 (cold, under this load; ~20-40 s of CPU each).
 """
 
 from __future__ import annotations
@@ -111,17 +132,31 @@ def make_prompts(path: str, rows: int) -> DataProto:
     )
 
 
-def timed(fn, reps: int) -> tuple[float, float]:
-    """(median seconds, median tokens/s) over ``reps`` calls after one warm-up call."""
-    fn()
-    times, rates = [], []
+def timed_interleaved(fns: dict, reps: int) -> dict[str, tuple[float, ...]]:
+    """Per variant: (median seconds, median tokens/s, min and max tokens/s, median tokens per
+    CPU second of this process) over ``reps`` rounds, each round timing every variant once
+    (interleaved, so load drifts hit all alike), after one warm-up call each (which also
+    compiles the compiled variant). With one thread, CPU time is what the call ran, less
+    what other processes took from it: the steadier measure on a shared machine (not for
+    vLLM, whose engine may run in a process of its own)."""
+    for fn in fns.values():
+        fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    rates: dict[str, list[float]] = {name: [] for name in fns}
+    cpu_rates: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(reps):
-        start = time.perf_counter()
-        tokens = fn()
-        elapsed = time.perf_counter() - start
-        times.append(elapsed)
-        rates.append(tokens / elapsed)
-    return statistics.median(times), statistics.median(rates)
+        for name, fn in fns.items():
+            start, cpu_start = time.perf_counter(), time.process_time()
+            tokens = fn()
+            elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+            times[name].append(elapsed)
+            rates[name].append(tokens / elapsed)
+            cpu_rates[name].append(tokens / cpu)
+    return {
+        name: (statistics.median(times[name]), statistics.median(rates[name]),
+               min(rates[name]), max(rates[name]), statistics.median(cpu_rates[name]))
+        for name in fns
+    }  # fmt: skip
 
 
 def bench_model(name: str, path: str, args: argparse.Namespace) -> list[tuple]:
@@ -172,6 +207,9 @@ def bench_model(name: str, path: str, args: argparse.Namespace) -> list[tuple]:
     variants["raw model.generate"] = lambda p: raw_fn(p)
     variants["HFRollout, concat cache"] = lambda p: rollout_fn(hf_concat, p)
     variants["HFRollout"] = lambda p: rollout_fn(hf, p)
+    if args.compiled:  # rlcore_hf.compiled_decode: compiles once per rows/length bucket
+        hf_compiled = HFRollout(spec, HFRollout.Config(compile_decode=True))
+        variants["HFRollout compiled"] = lambda p: rollout_fn(hf_compiled, p)
     start_s = None
     if importlib.util.find_spec("vllm") is not None:
         from rlcore_vllm.rollout import VLLMRollout
@@ -196,9 +234,12 @@ def bench_model(name: str, path: str, args: argparse.Namespace) -> list[tuple]:
     results = []
     for rows in args.rows:
         prompts = make_prompts(path, rows)
-        for variant, make in variants.items():
-            t, rate = timed(make(prompts), args.reps)
-            results.append((name, n_params, rows, variant, t, rate))
+        chosen = {v: make(prompts) for v, make in variants.items() if v in args.variants}
+        for variant, timing in timed_interleaved(chosen, args.reps).items():
+            results.append((name, n_params, rows, variant, *timing))
+    if args.compiled and hf_compiled._decoder is not None:
+        seconds, graphs = hf_compiled._decoder.compile_seconds, hf_compiled._decoder.graphs
+        print(f"{name}: compile_decode compiled {graphs} step shape(s) in {seconds:.1f} s")
     if start_s is not None:
         print(f"{name}: vLLM engine start {start_s:.1f} s (once per run)")
         vllm.shutdown()
@@ -207,6 +248,11 @@ def bench_model(name: str, path: str, args: argparse.Namespace) -> list[tuple]:
         if "VLLMRollout bf16" in variants:
             vllm_bf16.shutdown()
     return results
+
+
+class _AllVariants:
+    def __contains__(self, item: object) -> bool:
+        return True
 
 
 def main() -> None:
@@ -227,11 +273,24 @@ def main() -> None:
         help="add the vLLM rollout with [rollout] dtype = 'bfloat16' (a float32 policy's usual "
         "rollout dtype)",
     )
+    ap.add_argument(
+        "--no-compiled",
+        dest="compiled",
+        action="store_false",
+        help="leave out the 'HFRollout compiled' row (rollout.compile_decode = true), whose "
+        "first call per model and batch size compiles for tens of seconds",
+    )
+    ap.add_argument(
+        "--variants",
+        default=None,
+        help="comma-separated rows to time (default: all), e.g. 'HFRollout,HFRollout compiled'",
+    )
     ap.add_argument("--quick", action="store_true", help="smoke run: small, one timed call")
     args = ap.parse_args()
     if args.quick:
         args.rows, args.max_new_tokens, args.reps = "8,32", 16, 1
     args.rows = [int(r) for r in args.rows.split(",")]
+    args.variants = set(args.variants.split(",")) if args.variants else _AllVariants()
     if args.device == "cpu":
         torch.set_num_threads(1)
 
@@ -244,18 +303,20 @@ def main() -> None:
 
     print(
         f"\nrollout benchmark: {args.max_new_tokens} new tokens, temperature 1, {args.dtype} "
-        f"on {args.device}, median of {args.reps}; ratio = tokens/s / HFRollout's\n"
+        f"on {args.device}, median of {args.reps} interleaved rounds (tokens/s min-max beside "
+        "it); ratio = tokens/s / HFRollout's; cpu: tokens per CPU second of this process\n"
     )
     print(
         f"{'model':<12}{'params':>8}{'rows':>6}  {'variant':<25}{'time (s)':>9}"
-        f"{'tokens/s':>11}{'ratio':>8}"
+        f"{'tokens/s':>11}{'min-max':>14}{'ratio':>8}{'cpu tok/s':>11}{'cpu ratio':>11}"
     )
-    hf_rate = {(r[0], r[2]): r[5] for r in results if r[3] == "HFRollout"}
-    for name, n_params, rows, variant, t, rate in results:
-        base = hf_rate[(name, rows)]
+    base = {(r[0], r[2]): (r[5], r[8]) for r in results if r[3] == "HFRollout"}
+    for name, n_params, rows, variant, t, rate, low, high, cpu_rate in results:
+        wall_base, cpu_base = base.get((name, rows), (float("nan"), float("nan")))
+        spread = f"{low:.0f}-{high:.0f}"
         print(
             f"{name:<12}{n_params:>7.1f}M{rows:>6}  {variant:<25}{t:>9.3f}{rate:>11.0f}"
-            f"{rate / base:>8.2f}"
+            f"{spread:>14}{rate / wall_base:>8.2f}{cpu_rate:>11.0f}{cpu_rate / cpu_base:>11.2f}"
         )
 
 

@@ -82,6 +82,17 @@ class HFRollout(BaseRollout):
             "sample), with attn_implementation 'sdpa'. Unset: as share_prompt_prefill.",
         )
 
+        # rlcore_hf.compiled_decode; measured in benchmarks/rollout.py.
+        compile_decode: bool = key(
+            False,
+            "Decode with a torch.compile'd one-token step over a static KV cache (prefill "
+            "stays eager), in a loop of the rollout's own instead of transformers' generate. "
+            "Compiles once per shape met (rows padded to a power of two >= 8, prompt + "
+            "max_new_tokens to a multiple of 64), tens of seconds each on a CPU. Greedy "
+            "tokens as generate's up to the compiled kernels' rounding; sampling draws the same "
+            "random stream. Replaces preallocate_kv_cache and share_prompt_kv while on.",
+        )
+
         @max_batch_size.validator
         def _check_max_batch_size(self, attribute: Any, value: int | None) -> None:
             if value is not None and value < 1:
@@ -102,7 +113,11 @@ class HFRollout(BaseRollout):
             else torch.device("cpu")
         )
         attn_implementation = self.config.attn_implementation
-        if self._shares_prompt_kv():
+        if self.config.compile_decode and attn_implementation == "sdpa":
+            from rlcore_hf.compiled_decode import attention_for_compiled_decode
+
+            attn_implementation = attention_for_compiled_decode()  # sdpa, ours when decoding
+        elif self._shares_prompt_kv():
             from rlcore_hf.prefix_attention import attention_for_prefix_sharing
 
             attn_implementation = attention_for_prefix_sharing()  # sdpa, or ours when decoding
@@ -125,6 +140,7 @@ class HFRollout(BaseRollout):
             pad_token_id=self.pad_token_id,
             bos_token_id=model.generation_config.bos_token_id,
         )
+        self._decoder: Any = None  # rlcore_hf.compiled_decode.CompiledDecoder, built on first use
         self._calls = 0
         self._asleep = False
         self._shares_weights = False  # the model reads the actor's tensors (share_weights)
@@ -186,6 +202,14 @@ class HFRollout(BaseRollout):
             for start in range(0, len(prompts), step):
                 ids = input_ids[start : start + step].to(self.device)
                 mask = attention_mask[start : start + step].to(self.device)
+                if self.config.compile_decode:
+                    resp, logits = self._compiled_generate(ids, mask, sampling)
+                    responses.append(resp)
+                    if sampling.return_log_probs:
+                        log_probs.append(
+                            _sampled_log_probs(logits, resp, sampling, sampling.max_new_tokens)
+                        )
+                    continue
                 prefixed = self._common_prefix(ids, mask, sampling)
                 if prefixed is not None:  # distinct prompts, one shared head
                     gen_ids, gen_mask, cache_kwargs = prefixed
@@ -214,11 +238,34 @@ class HFRollout(BaseRollout):
         )  # fmt: skip
         return DataProto.from_dict(tensors=tensors)
 
+    def _compiled_generate(
+        self, ids: torch.Tensor, mask: torch.Tensor, sampling: SamplingParams
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        """Responses (b, max_new_tokens) and raw logits per step (rlcore_hf.compiled_decode)."""
+        from rlcore_hf.compiled_decode import CompiledDecoder
+        from rlcore_hf.sampler import InverseCdfSampler, MultinomialSampler
+
+        if self._decoder is None:
+            self._decoder = CompiledDecoder(self.model)
+        sampler = None
+        if not sampling.greedy:
+            kind = InverseCdfSampler if self.config.inverse_cdf_sampling else MultinomialSampler
+            sampler = kind(
+                temperature=sampling.temperature, top_k=max(sampling.top_k, 0), top_p=sampling.top_p
+            )
+        resp, logits = self._decoder.generate(
+            ids, mask, sampling,
+            eos_token_ids=self.eos_token_ids, pad_token_id=self.pad_token_id, sampler=sampler,
+        )  # fmt: skip
+        return resp, tuple(logits)
+
     def _shares_prefill(self) -> bool:
         share = self.config.share_prompt_prefill
         return self.device.type == "cpu" if share is None else share
 
     def _shares_prompt_kv(self) -> bool:
+        if self.config.compile_decode:
+            return False  # its prefix-reading attention does not fit the static cache
         share = self.config.share_prompt_kv
         on = self._shares_prefill() if share is None else share
         return on and self.config.preallocate_kv_cache and self.config.attn_implementation == "sdpa"

@@ -222,12 +222,9 @@ def _cpu_seconds() -> float:
 
 def attention_for_compiled_decode() -> str:
     """Register :func:`grouped_decode_attention` with transformers; the name to load with."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+    from rlcore_hf.prefix_attention import register_sdpa_attention
 
-    AttentionInterface.register(DECODE_ATTENTION, grouped_decode_attention)
-    AttentionMaskInterface.register(DECODE_ATTENTION, sdpa_mask)
-    return DECODE_ATTENTION
+    return register_sdpa_attention(DECODE_ATTENTION, grouped_decode_attention)
 
 
 def grouped_decode_attention(

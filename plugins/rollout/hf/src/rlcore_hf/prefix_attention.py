@@ -31,6 +31,7 @@ __all__ = [
     "attention_for_prefix_sharing",
     "decoding_with",
     "prefix_sdpa_attention",
+    "register_sdpa_attention",
     "shared_prefix_decode",
 ]
 
@@ -78,14 +79,20 @@ def _unread(cache: Any) -> str:
     return ""
 
 
-def attention_for_prefix_sharing() -> str:
-    """Register :func:`prefix_sdpa_attention` with transformers; the name to load a model with."""
+def register_sdpa_attention(name: str, function: Any) -> str:
+    """Register ``function`` with transformers as attention ``name``, masked as sdpa is (the
+    function falls back to sdpa where it does not apply); the name to load a model with."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-    AttentionInterface.register(PREFIX_SDPA, prefix_sdpa_attention)
-    AttentionMaskInterface.register(PREFIX_SDPA, sdpa_mask)
-    return PREFIX_SDPA
+    AttentionInterface.register(name, function)
+    AttentionMaskInterface.register(name, sdpa_mask)
+    return name
+
+
+def attention_for_prefix_sharing() -> str:
+    """Register :func:`prefix_sdpa_attention` with transformers; the name to load a model with."""
+    return register_sdpa_attention(PREFIX_SDPA, prefix_sdpa_attention)
 
 
 def prefix_sdpa_attention(

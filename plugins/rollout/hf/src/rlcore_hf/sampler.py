@@ -32,6 +32,14 @@ from transformers.generation.logits_process import (
 __all__ = ["InverseCdfSampler", "MultinomialSampler"]
 
 
+def _warp(
+    warpers: list[LogitsProcessor], input_ids: torch.Tensor, scores: torch.Tensor
+) -> torch.Tensor:
+    for warper in warpers:
+        scores = warper(input_ids, scores)
+    return scores
+
+
 def _warpers(temperature: float, top_k: int, top_p: float) -> list[LogitsProcessor]:
     """``generate``'s sampling warpers, in its order, each only where it changes something."""
     warpers: list[LogitsProcessor] = []
@@ -59,8 +67,7 @@ class InverseCdfSampler(LogitsProcessor):
 
     def draw(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         """(b, 1) token ids, one per row, drawn from the warped ``scores`` (b, V)."""
-        for warper in self.warpers:
-            scores = warper(input_ids, scores)
+        scores = _warp(self.warpers, input_ids, scores)
         cdf = torch.softmax(scores.double(), dim=-1).cumsum_(-1)  # (b, V)
         draw = torch.rand(cdf.shape[0], 1, dtype=cdf.dtype, device=cdf.device) * cdf[:, -1:]
         return torch.searchsorted(cdf, draw, right=True).clamp_(max=cdf.shape[-1] - 1)
@@ -75,6 +82,5 @@ class MultinomialSampler:
 
     def draw(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         """(b, 1) token ids drawn from softmax(warped ``scores``)."""
-        for warper in self.warpers:
-            scores = warper(input_ids, scores)
+        scores = _warp(self.warpers, input_ids, scores)
         return torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1)

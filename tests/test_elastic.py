@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _fault_runs import fault_assets, fault_config
 
 STEPS, PROMPTS, N, PER_STEP = 8, 16, 2, 4
 ASYNC = 'async_mode = "fully_async"\nmax_staleness = 2'
@@ -30,33 +31,13 @@ processes_per_node = 1
 
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory):
-    from rlcore.testing.runs import arithmetic_rows, tiny_run_model, write_jsonl
-
-    root = tmp_path_factory.mktemp("elastic")
-    model = tiny_run_model(root / "model")
-    rows = arithmetic_rows([(a, b) for a in range(4) for b in range(4)])
-    return model, write_jsonl(rows, root / "train.jsonl")
+    return fault_assets(tmp_path_factory.mktemp("elastic"))
 
 
 def _config(assets, run: Path, trainer: str = ASYNC, extra: str = PLACE_ROLLOUT):
-    from rlcore.config import load_config_text
-    from rlcore.testing.runs import tiny_run_toml
-
-    model, train = assets
-    text = tiny_run_toml(
-        model=model,
-        train_files=[train],
-        run_dir=run,
-        total_steps=STEPS,
-        train_batch_size=PER_STEP,
-        n=N,
-        seed=3,
-        extra=extra,
+    return fault_config(
+        assets, run, trainer=trainer, total_steps=STEPS, train_batch_size=PER_STEP, n=N, extra=extra
     )
-    text = text.replace("[data]\n", "[data]\nshuffle = false\n", 1)
-    dump = json.dumps(str(run / "samples"))
-    text = text.replace("[trainer]\n", f"[trainer]\nrollout_data_dir = {dump}\n{trainer}\n", 1)
-    return load_config_text(text, source=f"{run.name}.toml")
 
 
 def _scale(run: Path, count: int) -> None:

@@ -19,6 +19,7 @@ import json
 from pathlib import Path
 
 import pytest
+from _fault_runs import fault_assets, fault_config
 
 pytestmark = pytest.mark.slow
 
@@ -31,33 +32,13 @@ processes_per_node = 1
 
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory):
-    from rlcore.testing.runs import arithmetic_rows, tiny_run_model, write_jsonl
-
-    root = tmp_path_factory.mktemp("recovery")
-    model = tiny_run_model(root / "model")
-    rows = arithmetic_rows([(a, b) for a in range(4) for b in range(4)])
-    return model, write_jsonl(rows, root / "train.jsonl")
+    return fault_assets(tmp_path_factory.mktemp("recovery"))
 
 
 def _config(assets, run: Path, trainer: str = "", extra: str = "", save_freq: int = 2):
-    from rlcore.config import load_config_text
-    from rlcore.testing.runs import tiny_run_toml
-
-    model, train = assets
-    text = tiny_run_toml(
-        model=model,
-        train_files=[train],
-        run_dir=run,
-        total_steps=STEPS,
-        save_freq=save_freq,
-        n=N,
-        seed=3,
-        extra=extra,
+    return fault_config(
+        assets, run, trainer=trainer, total_steps=STEPS, save_freq=save_freq, n=N, extra=extra
     )
-    text = text.replace("[data]\n", "[data]\nshuffle = false\n", 1)
-    dump = json.dumps(str(run / "samples"))
-    text = text.replace("[trainer]\n", f"[trainer]\nrollout_data_dir = {dump}\n{trainer}\n", 1)
-    return load_config_text(text, source=f"{run.name}.toml")
 
 
 def _train(config, monkeypatch, *faults) -> int:

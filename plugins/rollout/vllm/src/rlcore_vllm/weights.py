@@ -26,6 +26,7 @@ import os
 import pickle
 import re
 import tempfile
+import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -129,7 +130,11 @@ class WeightSyncExtension:
                     yield name, f.get_tensor(name)
 
             worker: Any = self
-            worker.reload_weights(weights_iterator=stream())
+            _BUCKET_RELOAD.active = True  # the layers of other buckets are "not loaded" here
+            try:
+                worker.reload_weights(weights_iterator=stream())
+            finally:
+                _BUCKET_RELOAD.active = False
         return len(names)
 
     def rlcore_update_weights_ipc(self, update_info: dict[str, Any], handles: bytes) -> None:
@@ -145,37 +150,61 @@ class WeightSyncExtension:
         worker.update_weights({**update_info, "ipc_handles": pickle.loads(handles)})
 
 
+# Set while one bucket of a multiprocess sync reloads (in the vLLM worker's thread).
+_BUCKET_RELOAD = threading.local()
+
+
+def _in_bucket_reload() -> bool:
+    return getattr(_BUCKET_RELOAD, "active", False)
+
+
 class _DropMessages(logging.Filter):
-    def __init__(self, *fragments: str) -> None:
+    """Drops records containing one of ``fragments`` (only while ``when()``, if given)."""
+
+    def __init__(self, *fragments: str, when: Any = None) -> None:
         super().__init__()
         self.fragments = fragments
+        self.when = when
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if self.when is not None and not self.when():
+            return True
         text = record.getMessage()
         return not any(f in text for f in self.fragments)
 
 
 def quiet_expected_vllm_warnings() -> None:
-    """Drop two warnings that are expected here and would repeat in every run's log.
+    """Drop warnings that are expected here and would repeat in every run's log.
 
     - the chat-template warmup at start fails by design: prompts arrive as token ids and the
       engine runs without a tokenizer (``skip_tokenizer_init``);
     - every weight sync reports the rotary embedding's cache as "not loaded": it is derived
-      from the config, not a weight, and vLLM keeps it.
+      from the config, not a weight, and vLLM keeps it;
+    - in a multiprocess sync each bucket is one ``reload_weights`` call holding some layers,
+      and vLLM reports every other layer as "Failed to load weights" (it keeps their current
+      values, which earlier buckets of the same sync loaded) and lists every other weight as
+      "not loaded from checkpoint": dozens of lines per sync and rank on SmolLM2-135M. Dropped
+      only while a bucket reloads; whether the engine holds the trainer's weights is what
+      ``rollout/logprob_diff_mean`` measures every step.
 
     Called when this module is imported: in the rollout's process and, through
     ``worker_extension_cls``, in every vLLM worker process.
     """
     filters = {
-        "vllm.renderers.base": _DropMessages("Chat template warmup failed"),
-        "vllm.model_executor.model_loader.reload.layerwise": _DropMessages(
-            "RotaryEmbedding: Failed to load weights"
-        ),
+        "vllm.renderers.base": [_DropMessages("Chat template warmup failed")],
+        "vllm.model_executor.model_loader.reload.layerwise": [
+            _DropMessages("RotaryEmbedding: Failed to load weights"),
+            _DropMessages("Failed to load weights", when=_in_bucket_reload),
+        ],
+        "vllm.model_executor.model_loader.reload.inplace": [
+            _DropMessages("weights were not loaded from checkpoint", when=_in_bucket_reload)
+        ],
     }
     for name, new in filters.items():
         logger = logging.getLogger(name)
         if not any(isinstance(f, _DropMessages) for f in logger.filters):
-            logger.addFilter(new)
+            for one in new:
+                logger.addFilter(one)
 
 
 quiet_expected_vllm_warnings()

@@ -400,7 +400,9 @@ logs = trainer.state.log_history
 lengths = [h["completions/mean_length"] for h in logs if "completions/mean_length" in h]
 longest = [h["completions/max_length"] for h in logs if "completions/max_length" in h]
 zero_std = [h["frac_reward_zero_std"] for h in logs if "frac_reward_zero_std" in h]
-json.dump({"step": times, "gen": gen, "lengths": lengths, "longest": longest, "zero_std": zero_std},
+rewards = [h["reward"] for h in logs if "reward" in h]
+json.dump({"step": times, "gen": gen, "lengths": lengths, "longest": longest, "zero_std": zero_std,
+           "rewards": rewards},
           open(out + "/trl.json", "w"))
 """
 
@@ -478,6 +480,7 @@ def trl_run(python: Path, root: Path, tag: str, work: Work, *, steps: int, dtype
         "length": statistics.median(lengths),  # mean completion length: same work as rlcore?
         "longest": statistics.median(longest) if longest else None,  # decode steps per step
         "zero_std": statistics.median(zero_std) if zero_std else None,
+        "reward": statistics.median(raw["rewards"]) if raw.get("rewards") else None,
     }
 
 
@@ -588,9 +591,11 @@ def report(results: dict[str, dict[str, list]], works: dict[str, Work]) -> None:
             )
         rewards = [med_of(res, "after", f"critic/score/{k}") for k in ("mean", "min", "max")]
         if None not in rewards:
+            trl_reward = med_of(res, "trl", "reward")
+            trl_part = f"; TRL 1t mean {trl_reward:.2f}" if trl_reward is not None else ""
             parts.append(
-                f"  rlcore 1w rewards: mean {rewards[0]:.2f}, min {rewards[1]:.2f}, "
-                f"max {rewards[2]:.2f} (medians over steps and repeats)"
+                f"  rewards: rlcore 1w mean {rewards[0]:.2f}, min {rewards[1]:.2f}, "
+                f"max {rewards[2]:.2f}{trl_part} (medians over steps and repeats)"
             )
         # No metric from a run: the skip did not apply (a KL term makes every row count).
         skipped = [

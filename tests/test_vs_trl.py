@@ -43,6 +43,18 @@ def test_a_missing_warm_start_is_one_line_naming_the_command(vs_trl, monkeypatch
     assert "python examples/quickstart/prepare.py --seed 0" in out[0]
 
 
+def test_a_missing_trained_real_model_is_one_line_naming_the_recipe(vs_trl, monkeypatch, capsys,
+                                                                   tmp_path):  # fmt: skip
+    data = tmp_path / "train.parquet"
+    data.write_bytes(b"")
+    monkeypatch.setattr(vs_trl, "REAL_DATA", data)
+    monkeypatch.setattr(vs_trl, "REAL_TRAINED", tmp_path / "missing")
+    assert vs_trl.main(["--no-trl", "--works", "real-trained"]) == 2
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1
+    assert "bash examples/smollm2/run.sh" in out[0]
+
+
 def test_vllm_columns_without_vllm_are_one_line_naming_the_command(vs_trl, capsys, tmp_path):
     missing = tmp_path / "no-venv" / "bin" / "python"
     argv = ["--no-trl", "--works", "dense", "--vllm", "--vllm-python", str(missing)]
@@ -260,9 +272,15 @@ def test_the_report_says_what_happened_to_trls_best_settings(vs_trl, capsys, tmp
         "trl-compile": [{"step": 2.5}],
         "trl-vllm": [{"failed": "AttributeError: no weight_loader"}],
         "after": [run],
+        "compiled": [{"timing_s/step": 0.8, "compile_s_total": 9.0, "compile_mode": "both"}],
     }
     vs_trl.report({work.label: res}, {work.label: work})
     out = capsys.readouterr().out
+    assert (
+        "rlcore 1w compiled (rollout.compile_decode=true actor.compile=true): 0.80 s/step after "
+        "9 s of update compiles in the warm-up; rlcore compiled / TRL 0.40 (0.40-0.40), / TRL "
+        "compiled 0.32 (0.32-0.32)"
+    ) in out
     assert "TRL vLLM mode (colocate) did not run: AttributeError: no weight_loader" in out
     assert "torch_compile=True: 2.50 s/step (eager 2.00); rlcore 1w / TRL compiled 0.40" in out
     assert "update 0.50, generation -" in out

@@ -107,6 +107,15 @@ def _toml(tmp_path, model: str, train: str, val: str) -> Path:
     return path
 
 
+def test_paths_under_home_expand_the_tilde(monkeypatch, tmp_path):
+    """``~/...`` in a model path or a data file is the user's home, as a shell would read it."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert resolve_dataset("~/data/train.parquet", "data.train_files", "train") == [
+        str(tmp_path / "data" / "train.parquet")
+    ]
+    assert resolve_model("~/models/tiny", None, "model.path") == str(tmp_path / "models" / "tiny")
+
+
 def test_a_missing_name_is_one_line_naming_the_cache_and_offline_mode(hub, tmp_path, capsys):
     config = _toml(tmp_path, "org/missing", "org/arith", "org/arith")
     assert main(["train", str(config)]) == 2

@@ -101,6 +101,8 @@ def resolve_model(path: str, revision: str | None, key: str) -> str:
 
     if is_gguf_reference(path):
         return resolve_gguf(path, key)
+    if path.startswith("~"):  # a shell would have expanded it; transformers does not
+        return str(Path(path).expanduser())
     if not is_hub_name(path):
         return path
     return str(_snapshot(path, revision, "model", key))
@@ -122,6 +124,8 @@ def _split_files(root: Path, split: str) -> list[Path]:
 def resolve_dataset(entry: str, key: str, default_split: str) -> list[str]:
     """The local files of one ``data.*_files`` entry: itself when local (or a file name), else
     the parquet files of the Hub data set's split."""
+    if entry.startswith("~"):  # a local path under a home folder, never a Hub name
+        return [str(Path(entry).expanduser())]
     match = _DATA.fullmatch(entry)
     if Path(entry).exists() or entry.lower().endswith(_FILE_SUFFIXES) or match is None:
         return [entry]

@@ -208,7 +208,10 @@ def bench_model(name: str, path: str, args: argparse.Namespace) -> list[tuple]:
     variants["HFRollout, concat cache"] = lambda p: rollout_fn(hf_concat, p)
     variants["HFRollout"] = lambda p: rollout_fn(hf, p)
     if args.compiled:  # rlcore_hf.compiled_decode: compiles once per rows/length bucket
-        hf_compiled = HFRollout(spec, HFRollout.Config(compile_decode=True))
+        # Compiled in this process, waiting: the rows time the compiled step, not the switch.
+        hf_compiled = HFRollout(
+            spec, HFRollout.Config(compile_decode=True, compile_in_background=False)
+        )
         variants["HFRollout compiled"] = lambda p: rollout_fn(hf_compiled, p)
     start_s = None
     if importlib.util.find_spec("vllm") is not None:

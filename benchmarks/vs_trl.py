@@ -916,7 +916,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.trl_vllm:
             runs.insert(1, ("trl-vllm", 1, []))
         if args.rlcore_compile:
-            runs.append(("compiled", 1, COMPILED[args.rlcore_compile]))
+            # Compiled in the run's own process: the left-out warm-up steps then hold the
+            # compiles (a background compile would spill into the measured steps).
+            compiled = [*COMPILED[args.rlcore_compile], "rollout.compile_in_background=false"]
+            runs.append(("compiled", 1, compiled))
         if args.before:
             runs.append(("before", 1, LEVERS_OFF))
         if not args.no_two_workers:

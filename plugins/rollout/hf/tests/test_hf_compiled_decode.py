@@ -9,12 +9,16 @@ checked against transformers' sdpa on its own, without compiling.
 
 from __future__ import annotations
 
+import logging
+import time
+
 import pytest
 import torch
 
 from rlcore.interfaces import RolloutSpec, SamplingParams
 from rlcore.protocol import DataProto
 from rlcore.testing.prompts import prompt_batch
+from rlcore_hf.compile_warmup import WarmupProcess, WarmupSpec
 from rlcore_hf.compiled_decode import _bucket_length, _bucket_rows, grouped_decode_attention
 from rlcore_hf.rollout import HFRollout
 
@@ -29,11 +33,13 @@ def prompt_rows(path: str) -> DataProto:
     return prompt_batch(tok, ["What is 2+3?", "Hi", "abcdefgh 12"]).repeat(3, interleave=True)
 
 
+# Compiling in this process (no background warm-up): every call below decodes compiled.
+BLOCKING = {"compile_decode": True, "compile_in_background": False}
+
+
 @pytest.fixture(scope="module")
 def compiled(tiny_hf_path) -> HFRollout:
-    return HFRollout(
-        RolloutSpec(model_path=tiny_hf_path, seed=5), HFRollout.Config(compile_decode=True)
-    )
+    return HFRollout(RolloutSpec(model_path=tiny_hf_path, seed=5), HFRollout.Config(**BLOCKING))
 
 
 @pytest.mark.slow
@@ -52,9 +58,7 @@ def test_same_tokens_as_generate(tiny_hf_path, compiled, sampling, inverse_cdf):
     eager = HFRollout(spec, HFRollout.Config(inverse_cdf_sampling=inverse_cdf))
     if not inverse_cdf:  # the same weights: reuse the compiled step (compiling costs seconds)
         decoder = compiled._decoder
-        compiled = HFRollout(
-            spec, HFRollout.Config(compile_decode=True, inverse_cdf_sampling=False)
-        )
+        compiled = HFRollout(spec, HFRollout.Config(**BLOCKING, inverse_cdf_sampling=False))
         compiled._decoder = decoder
     compiled._calls = eager._calls = 0  # the same seed for both
     want = eager.generate(rows, sampling).batch
@@ -120,3 +124,51 @@ def test_follows_weight_syncs(tiny_hf_path, compiled):
         assert not torch.equal(want, before)  # the new weights change the tokens
         assert torch.equal(compiled.generate(rows, sampling).batch["responses"], want)
         named = {n: -t for n, t in named.items()}
+
+
+@pytest.mark.slow
+def test_background_compile_decodes_eagerly_until_ready(tiny_hf_path, compiled):
+    """The default: a new shape compiles in a child process (into inductor's on-disk cache)
+    while calls decode with generate; once it is done the rollout loads it and decodes
+    compiled, with generate's tokens either way."""
+    rows = prompt_rows(tiny_hf_path)
+    sampling = SamplingParams(do_sample=False, max_new_tokens=12)
+    spec = RolloutSpec(model_path=tiny_hf_path, seed=5)
+    eager = HFRollout(spec)
+    want = eager.generate(rows, sampling).batch["responses"]
+    background = HFRollout(spec, HFRollout.Config(compile_decode=True))
+    assert torch.equal(background.generate(rows, sampling).batch["responses"], want)
+    decoder = background._decoder
+    assert decoder.graphs == 0  # decoded eagerly
+    assert len(decoder._warmups) == 1  # the child started
+    deadline = time.monotonic() + 300  # a cold compile of the tiny model: ~10-30 s
+    while decoder.graphs == 0:
+        assert time.monotonic() < deadline, "the background compile did not finish in 300 s"
+        time.sleep(0.5)
+        assert torch.equal(background.generate(rows, sampling).batch["responses"], want)
+    assert decoder.warmup_seconds > 0
+    assert not decoder._warmups
+    assert torch.equal(background.generate(rows, sampling).batch["responses"], want)
+    assert decoder.graphs == 1  # one shape, compiled once
+
+
+def test_failed_background_compile_says_why(tmp_path, caplog):
+    """A child that cannot compile is reported with its last line; the caller then compiles
+    in its own process (CompiledDecoder.ready returns True)."""
+    spec = WarmupSpec(
+        model_path=str(tmp_path / "no-model-here"),
+        dtype="float32",
+        trust_remote_code=False,
+        attn_implementation="sdpa",
+    )
+    child = WarmupProcess(spec, rows=8, width=4, new=4, mask_dtype="int64")
+    deadline = time.monotonic() + 120
+    with caplog.at_level(logging.WARNING, logger="rlcore_hf.compile_warmup"):
+        while (state := child.poll()) == "running":
+            assert time.monotonic() < deadline, "the failing child did not exit in 120 s"
+            time.sleep(0.2)
+    assert state == "failed"
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert "background compile of 8 rows x 4+4 positions failed (exit 1: " in message
+    assert "no-model-here" in message  # the child's own error line
+    assert message.endswith("compiling it in the rollout's process")

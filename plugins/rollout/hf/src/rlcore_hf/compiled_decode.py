@@ -11,9 +11,11 @@ rows (wall 2.1x and 1.6x). Eager mode spent 2 ms of 9 ms per step (8 rows) in tr
 ``generate`` around the forward and most of the rest in per-op dispatch; the compiled step
 is left with its matmuls, the attention and ~1 ms of guard checks per call.
 
-The compile costs ~20-40 s of CPU per shape in a fresh process (~5 s once inductor's on-disk
-cache holds it): at 0.25-0.4 s saved per call of 512-4096 tokens it pays after ~100 calls of a
-shape, so it stays opt-in: for long runs with few distinct batch shapes.
+The compile costs ~20-40 s of CPU per shape in a fresh process (~3.5-5 s once inductor's
+on-disk cache holds it). On a CPU the rollout does not wait for it: a new shape compiles in a
+child process into that cache (:mod:`rlcore_hf.compile_warmup`, ``rollout.compile_in_background``)
+while the calls decode with ``generate``, and the rollout then loads it in seconds
+(:meth:`CompiledDecoder.ready`).
 
 How: transformers' :class:`~transformers.StaticCache` keeps every layer's keys and values in
 buffers of a fixed shape, ``(rows, kv_heads, length, head_dim)``, written in place at the
@@ -40,11 +42,14 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from rlcore.interfaces import SamplingParams
+
+if TYPE_CHECKING:
+    from rlcore_hf.compile_warmup import WarmupProcess, WarmupSpec
 
 __all__ = ["DECODE_ATTENTION", "CompiledDecoder", "attention_for_compiled_decode"]
 
@@ -67,10 +72,15 @@ def _bucket_length(length: int) -> int:
 class CompiledDecoder:
     """Decodes for one HF model; owns its compiled step and its static caches."""
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, warmup: WarmupSpec | None = None) -> None:
+        """``warmup``: how ``model`` was loaded, to compile new shapes in a child process
+        (:mod:`rlcore_hf.compile_warmup`) while the caller decodes eagerly (see :meth:`ready`);
+        None: compile in this process at the first call of a shape."""
         from rlcore_hf.kv_cache import cache_keyword
 
         self.model = model
+        self.warmup = warmup
+        self._warmups: dict[tuple[int, int], WarmupProcess] = {}
         keyword = cache_keyword(type(model))
 
         def step(
@@ -87,7 +97,57 @@ class CompiledDecoder:
         self._caches: dict[tuple[int, int], Any] = {}
         self._compiled: set[tuple[int, int]] = set()
         self.compile_seconds = 0.0  # summed over first calls of each shape (compile + 1 step)
+        self.warmup_seconds = 0.0  # summed over background compiles, while decoding eagerly
+        self._compiled_elsewhere: set[tuple[int, int]] = set()  # warmed up (or failed) shapes
         self.graphs = 0
+
+    def ready(self, rows: int, width: int, new: int, mask_dtype: torch.dtype) -> bool:
+        """Whether :meth:`generate` runs now without compiling in this process for long.
+
+        Without a warm-up spec: always. With one, a shape not compiled yet starts its child
+        (False until it is done or failed; then True: the compile here reads inductor's cache,
+        or, after a failure, compiles as without a warm-up). Never waits."""
+        key = (_bucket_rows(rows), _bucket_length(width + new))
+        if self.warmup is None or key in self._compiled or key in self._compiled_elsewhere:
+            return True
+        child = self._warmups.get(key)
+        if child is None:
+            from rlcore_hf.compile_warmup import WarmupProcess
+
+            dtype_name = str(mask_dtype).removeprefix("torch.")
+            self._warmups[key] = WarmupProcess(self.warmup, rows, width, new, dtype_name)
+            log.info(
+                "rollout.compile_decode: compiling the decoding step for %d rows x %d positions "
+                "in a background process; decoding eagerly until it is done", *key,
+            )  # fmt: skip
+            return False
+        state = child.poll()
+        if state == "running":
+            return False
+        if state == "done":
+            log.info(
+                "rollout.compile_decode: the background compile of %d rows x %d positions took "
+                "%.1f s", *key, child.seconds,
+            )  # fmt: skip
+        self.warmup_seconds += child.seconds
+        del self._warmups[key]
+        self._compiled_elsewhere.add(key)
+        return True
+
+    def compile_shape(self, rows: int, width: int, new: int, mask_dtype: torch.dtype) -> None:
+        """Compile (or load) the step for the shape a ``generate`` of ``rows`` prompts of
+        ``width`` tokens and ``new`` new tokens uses, on placeholder tokens: one prefill and
+        one step (the warm-up child's work)."""
+        padded = _bucket_rows(rows)
+        cache = self._cache(padded, _bucket_length(width + new))
+        ids = torch.zeros(rows, width, dtype=torch.long)
+        mask = torch.ones(rows, width, dtype=mask_dtype)
+        positions = torch.arange(width).expand(rows, width)
+        self._prefill(cache, ids, mask, positions, padded)
+        step_mask = torch.ones(padded, cache.layers[0].max_cache_len, dtype=mask_dtype)
+        tokens = torch.zeros(padded, 1, dtype=torch.long)
+        position = torch.full((padded, 1), width, dtype=torch.long)
+        self._run_step(tokens, position, step_mask, cache)
 
     def generate(
         self,

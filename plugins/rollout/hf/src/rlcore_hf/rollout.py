@@ -92,6 +92,15 @@ class HFRollout(BaseRollout):
             "tokens as generate's up to the compiled kernels' rounding; sampling draws the same "
             "random stream. Replaces preallocate_kv_cache and share_prompt_kv while on.",
         )
+        # rlcore_hf.compile_warmup; measured in benchmarks/rollout.py --compile-decode.
+        compile_in_background: bool = key(
+            True,
+            "With compile_decode on a CPU: compile each new shape in a child process (into "
+            "inductor's on-disk cache) while this rollout decodes with generate, then load it "
+            "(seconds) instead of waiting for the compile (tens of seconds). Which call "
+            "switches depends on timing, so reruns match only up to the compiled kernels' "
+            "rounding; false: wait for each compile (reruns and resumes reproduce exactly).",
+        )
 
         @max_batch_size.validator
         def _check_max_batch_size(self, attribute: Any, value: int | None) -> None:
@@ -202,7 +211,7 @@ class HFRollout(BaseRollout):
             for start in range(0, len(prompts), step):
                 ids = input_ids[start : start + step].to(self.device)
                 mask = attention_mask[start : start + step].to(self.device)
-                if self.config.compile_decode:
+                if self.config.compile_decode and self._decoder_ready(ids, mask, sampling):
                     resp, logits = self._compiled_generate(ids, mask, sampling)
                     responses.append(resp)
                     if sampling.return_log_probs:
@@ -238,15 +247,34 @@ class HFRollout(BaseRollout):
         )  # fmt: skip
         return DataProto.from_dict(tensors=tensors)
 
+    def _decoder_ready(
+        self, ids: torch.Tensor, mask: torch.Tensor, sampling: SamplingParams
+    ) -> bool:
+        """Whether this call decodes compiled; False while its shape compiles in the
+        background (rlcore_hf.compile_warmup): the call decodes with generate meanwhile."""
+        from rlcore_hf.compiled_decode import CompiledDecoder
+
+        if self._decoder is None:
+            warmup = None
+            if self.config.compile_in_background and self.device.type == "cpu":
+                from rlcore_hf.compile_warmup import WarmupSpec
+
+                warmup = WarmupSpec(
+                    model_path=self.spec.model_path,
+                    dtype=self.spec.dtype,
+                    trust_remote_code=self.spec.trust_remote_code,
+                    attn_implementation=self.model.config._attn_implementation,
+                )
+            self._decoder = CompiledDecoder(self.model, warmup)
+        rows, width = ids.shape
+        return bool(self._decoder.ready(rows, width, sampling.max_new_tokens, mask.dtype))
+
     def _compiled_generate(
         self, ids: torch.Tensor, mask: torch.Tensor, sampling: SamplingParams
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
         """Responses (b, max_new_tokens) and raw logits per step (rlcore_hf.compiled_decode)."""
-        from rlcore_hf.compiled_decode import CompiledDecoder
         from rlcore_hf.sampler import InverseCdfSampler, MultinomialSampler
 
-        if self._decoder is None:
-            self._decoder = CompiledDecoder(self.model)
         sampler = None
         if not sampling.greedy:
             kind = InverseCdfSampler if self.config.inverse_cdf_sampling else MultinomialSampler

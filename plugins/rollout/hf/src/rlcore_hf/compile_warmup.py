@@ -130,10 +130,10 @@ def main(argv: list[str]) -> int:
 
 def _run_when_idle() -> None:
     """SCHED_IDLE for this child and the g++ runs it starts: they take only CPU time nothing
-    else wants, so the run's own processes keep their speed. (``nice`` does not do this on
-    Linux with autogroups, and Ray's workers run at nice 15 already.) Measured on the 2-core
-    machine: at normal priority a quickstart step took 1.4-1.7 s instead of ~1.2 s while the
-    child compiled."""
+    else wants, so the run's own processes come first. (``nice`` does not do this on Linux
+    with autogroups, and Ray's workers run at nice 15 already.) On the 2-core machine the
+    quickstart's steps while the child compiled averaged about eager's at either priority
+    (README, "A whole quickstart run with compiled decoding")."""
     if hasattr(os, "SCHED_IDLE"):
         # Not allowed here: compile at the inherited priority.
         with contextlib.suppress(OSError):

@@ -88,7 +88,8 @@ class HFRollout(BaseRollout):
             "Decode with a torch.compile'd one-token step over a static KV cache (prefill "
             "stays eager), in a loop of the rollout's own instead of transformers' generate. "
             "Compiles once per shape met (rows padded to a power of two >= 8, prompt + "
-            "max_new_tokens to a multiple of 64), tens of seconds each on a CPU. Greedy "
+            "max_new_tokens to a multiple of 64), tens of seconds each on a CPU (in the "
+            "background: compile_in_background). Greedy "
             "tokens as generate's up to the compiled kernels' rounding; sampling draws the same "
             "random stream. Replaces preallocate_kv_cache and share_prompt_kv while on.",
         )

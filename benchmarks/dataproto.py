@@ -131,10 +131,12 @@ class Echo:
 
 
 def round_trip_table(reps: int) -> None:
+    from rlcore.config.schema import ResourcesConfig
+    from rlcore.workers.cluster import start_ray
+
+    start_ray(ResourcesConfig())  # a run's own private Ray: loopback only, no dashboard
     import ray
 
-    if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, configure_logging=False)
     actor = ray.remote(num_cpus=1)(Echo).remote()
     n = 100 * MB // 4
     arr = np.random.default_rng(0).standard_normal(n, dtype=np.float32)  # 100 MiB

@@ -54,14 +54,17 @@ def test_chat_and_completion_calls_are_recorded_token_for_token(server):
     tok = server.tokenizer
     rendered = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     assert chat.prompt_ids == tok.encode(rendered, add_special_tokens=False)
-    assert 1 <= len(chat.completion_ids) <= 8  # max_tokens capped by max_tokens_per_call
+    # max_tokens=50 capped by max_tokens_per_call: 8 tokens, or fewer ending at an EOS.
+    ended = chat.completion_ids[-1] in server.rollout.eos_token_ids
+    assert len(chat.completion_ids) == 8 or (ended and len(chat.completion_ids) < 8)
     assert len(chat.log_probs) == len(chat.completion_ids)
     assert tok.decode(chat.completion_ids, skip_special_tokens=True) == text
     assert chat.weight_version == 7
     assert chat.messages == messages
     assert out.usage.completion_tokens == len(chat.completion_ids)
     assert raw.prompt_ids == [5, 6, 7]
-    assert len(raw.completion_ids) <= 4
+    raw_ended = raw.completion_ids[-1] in server.rollout.eos_token_ids
+    assert len(raw.completion_ids) == 4 or (raw_ended and len(raw.completion_ids) < 4)
     assert comp.choices[0].text == raw.text
 
 

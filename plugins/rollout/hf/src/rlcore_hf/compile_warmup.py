@@ -53,7 +53,7 @@ class WarmupProcess:
 
     def __init__(self, spec: WarmupSpec, rows: int, width: int, new: int, mask_dtype: str) -> None:
         self.shape = f"{rows} rows x {width}+{new} positions"
-        self._stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115  # closed in poll()
+        self._stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115  # closed by poll()
         args = {**asdict(spec), "rows": rows, "width": width, "new": new, "mask_dtype": mask_dtype}
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         self._proc = subprocess.Popen(  # our own module, our own arguments
@@ -72,6 +72,7 @@ class WarmupProcess:
             return "running"
         if code is None:
             self.kill()
+            self._stderr.close()
             log.warning(
                 "rollout.compile_decode: the background compile of %s ran past %.0f s and was "
                 "stopped; compiling it in the rollout's process", self.shape, WARMUP_TIMEOUT_S,
@@ -98,14 +99,13 @@ class WarmupProcess:
 def main(argv: list[str]) -> int:
     """The child: load the model as the rollout did, compile one shape, exit."""
     import torch
-    from transformers import AutoModelForCausalLM
 
-    from rlcore.engine import dtype_from_name
     from rlcore_hf.compiled_decode import (
         DECODE_ATTENTION,
         CompiledDecoder,
         attention_for_compiled_decode,
     )
+    from rlcore_hf.rollout import load_model
 
     args = json.loads(argv[0])
     _exit_with_parent()
@@ -114,12 +114,7 @@ def main(argv: list[str]) -> int:
     attn = args["attn_implementation"]
     if attn == DECODE_ATTENTION:
         attn = attention_for_compiled_decode()  # registers it with transformers in this process
-    model = AutoModelForCausalLM.from_pretrained(
-        args["model_path"],
-        dtype=dtype_from_name(args["dtype"]),
-        trust_remote_code=args["trust_remote_code"],
-        attn_implementation=attn,
-    ).eval()
+    model = load_model(args["model_path"], args["dtype"], args["trust_remote_code"], attn).eval()
     decoder = CompiledDecoder(model)
     with torch.no_grad():
         decoder.compile_shape(

@@ -93,7 +93,8 @@ class HFRollout(BaseRollout):
             "tokens as generate's up to the compiled kernels' rounding; sampling draws the same "
             "random stream. Replaces preallocate_kv_cache and share_prompt_kv while on.",
         )
-        # rlcore_hf.compile_warmup; measured in benchmarks/rollout.py --compile-decode.
+        # rlcore_hf.compile_warmup; measured in README.md ("A whole quickstart run with
+        # compiled decoding").
         compile_in_background: bool = key(
             True,
             "With compile_decode on a CPU: compile each new shape in a child process (into "
@@ -112,7 +113,7 @@ class HFRollout(BaseRollout):
     def __init__(self, spec: RolloutSpec, config: HFRollout.Config | None = None) -> None:
         super().__init__(spec, config)
         self.config: HFRollout.Config
-        from transformers import AutoModelForCausalLM, GenerationConfig
+        from transformers import GenerationConfig
 
         if spec.device == "cuda" and not torch.cuda.is_available():
             msg = "[rollout] device = 'cuda' but torch sees no CUDA device; use device = 'cpu'"
@@ -132,11 +133,8 @@ class HFRollout(BaseRollout):
 
             attn_implementation = attention_for_prefix_sharing()  # sdpa, or ours when decoding
         try:
-            model = AutoModelForCausalLM.from_pretrained(
-                spec.model_path,
-                dtype=dtype_from_name(spec.dtype),
-                trust_remote_code=spec.trust_remote_code,
-                attn_implementation=attn_implementation,
+            model = load_model(
+                spec.model_path, spec.dtype, spec.trust_remote_code, attn_implementation
             )
         except OSError as err:
             msg = f"[rollout] cannot load a model from model_path={spec.model_path!r}: {err}"
@@ -453,6 +451,21 @@ class HFRollout(BaseRollout):
 
 
 # --- helpers ------------------------------------------------------------------------------
+
+
+def load_model(
+    model_path: str, dtype: str, trust_remote_code: bool, attn_implementation: str
+) -> Any:
+    """The rollout's model as it loads it; rlcore_hf.compile_warmup's child loads its copy
+    here too, so both compile the same graph."""
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(
+        model_path,
+        dtype=dtype_from_name(dtype),
+        trust_remote_code=trust_remote_code,
+        attn_implementation=attn_implementation,
+    )
 
 
 def _special_ids(spec: RolloutSpec, model: Any) -> tuple[list[int], int]:
